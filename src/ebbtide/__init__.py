@@ -1,0 +1,28 @@
+"""ebbtide: a batch job queue for GPU online/offline colocation.
+
+Offline jobs run in the headroom online inference leaves on each GPU, and give it back
+within a hard deadline when the online side needs it, with their progress saved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ebbtide.errors import EbbtideError, SpecError, UserError
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
+
+__version__ = "0.1.0"
+__all__ = ["Client", "EbbtideError", "JobSpec", "JobState", "SpecError", "UserError", "__version__"]
+
+if TYPE_CHECKING:
+    from ebbtide.client import Client
+
+
+def __getattr__(name: str) -> Any:
+    # the SDK pulls in the store; ``import ebbtide.job`` inside a job should stay light
+    if name == "Client":
+        from ebbtide.client import Client
+
+        return Client
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""The qsub-style command line (``ebb`` / ``ebbtide``)."""

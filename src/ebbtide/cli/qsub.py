@@ -1,0 +1,502 @@
+"""qsub-style option parsing: ``-l``, ``-J``, ``-W depend=``, ``-v`` and script directives.
+
+Pure functions, no I/O except :func:`load_script` reading the script file.  The click
+command collects the raw option strings into a :class:`QsubOptions`, reads the script's
+``#PBS`` / ``#EBB`` directive lines into another, and :func:`build_spec_kwargs` merges the
+two (the command line wins) into keyword arguments for
+:class:`~ebbtide.queue.spec.JobSpec`.
+
+Every error is a :class:`~ebbtide.errors.SpecError` whose message says where the bad
+value came from: the flag (``-l gpumem: ...``) or the file and line
+(``train.sh line 3: -J: ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ebbtide import units
+from ebbtide.errors import SpecError
+from ebbtide.queue.spec import ArraySpec, JobSpec
+
+#: Directive prefixes recognised at the top of a script.
+DIRECTIVE_PREFIXES = ("#EBB", "#PBS")
+
+KNOWN_RESOURCES = ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval", "ngpus")
+DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
+JOB_KINDS = ("training", "inference", "batch")
+#: Longest eviction deadline a job may ask for, in seconds (as JobSpec allows).
+MAX_DEADLINE_S = 3600.0
+#: Integer options: field → (lowest, highest) allowed, as JobSpec allows.
+_INT_RANGES = {"priority": (-1024, 1023), "max_attempts": (1, 100)}
+
+ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
+DEPEND_FORMS = "depend=TYPE:ID[:ID...][,TYPE:ID...] with TYPE one of afterok, afternotok, afterany"
+
+_ARRAY_RE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?(?:%(\d+))?$")
+_JOB_ID_RE = re.compile(r"^(\d+)(?:\[\])?(?:\.[A-Za-z0-9_.\-]+)?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Which unit parser validates each ``-l`` resource.
+_RESOURCE_PARSERS = {
+    "gpu": units.parse_gpu,
+    "gpumem": units.parse_memory_mib,
+    "walltime": units.parse_duration_s,
+    "deadline": units.parse_duration_s,
+    "checkpoint_interval": units.parse_duration_s,
+}
+
+
+@dataclass
+class QsubOptions:
+    """The raw qsub option values, as strings, from the command line or a script.
+
+    ``None`` (or an empty list, or ``hold=False``) means "not given".  ``script`` is the
+    script's *text* (see :func:`load_script`), ``command`` an argv list; ``args`` go to
+    the script.  ``origin`` maps a field (``"array"``), or one entry of a list field
+    (``"resources.0"``), to the script line it came from (``"train.sh line 3"``), so
+    errors can point there; it is empty for command-line options.
+    """
+
+    name: str | None = None
+    queue: str | None = None
+    priority: str | None = None
+    resources: list[str] = field(default_factory=list)
+    array: str | None = None
+    depend: list[str] = field(default_factory=list)
+    hold: bool = False
+    env: list[str] = field(default_factory=list)
+    kind: str | None = None
+    deadline: str | None = None
+    signal: str | None = None
+    checkpoint_dir: str | None = None
+    cwd: str | None = None
+    max_attempts: str | None = None
+    script: str | None = None
+    command: list[str] | None = None
+    args: list[str] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)
+
+
+# Directive options: option → (QsubOptions field, takes a value).
+_DIRECTIVE_OPTIONS: dict[str, tuple[str, bool]] = {
+    "-N": ("name", True),
+    "-q": ("queue", True),
+    "-p": ("priority", True),
+    "-l": ("resources", True),
+    "-J": ("array", True),
+    "-W": ("depend", True),
+    "-h": ("hold", False),
+    "-v": ("env", True),
+    "-d": ("cwd", True),
+    "--cwd": ("cwd", True),
+    "--kind": ("kind", True),
+    "--deadline": ("deadline", True),
+    "--signal": ("signal", True),
+    "--checkpoint-dir": ("checkpoint_dir", True),
+    "--max-attempts": ("max_attempts", True),
+}
+_LIST_FIELDS = frozenset({"resources", "depend", "env", "args"})
+# How errors name each field's option.
+_FLAGS = {f: opt for opt, (f, _) in reversed(_DIRECTIVE_OPTIONS.items())}
+
+
+def _error(where: str | None, flag: str, message: str) -> SpecError:
+    """``-l gpu: msg`` from the command line, ``job.sh line 3: -l gpu: msg`` from a script."""
+    return SpecError(where, f"{flag}: {message}") if where else SpecError(flag, message)
+
+
+def _probe(kwargs: dict[str, Any], where: str | None, flag: str) -> None:
+    """Check values against :class:`JobSpec`'s own rules, reporting the flag on failure."""
+    try:
+        JobSpec(command=["true"], **kwargs)
+    except SpecError as exc:
+        raise _error(where, flag, exc.reason) from None
+
+
+def _check_resource(key: str, value: str, where: str | None, flag: str) -> None:
+    """Check one resource value with its unit parser and JobSpec's limits."""
+    try:
+        parsed: Any = _RESOURCE_PARSERS[key](value)
+    except ValueError as exc:
+        raise _error(where, flag, str(exc)) from None
+    if not isinstance(parsed, tuple) and parsed <= 0:
+        raise _error(where, flag, f"must be more than zero, got {value!r}")
+    if key == "deadline" and parsed > MAX_DEADLINE_S:
+        raise _error(where, flag, f"must be at most {MAX_DEADLINE_S:g}s (1h), got {value!r}")
+    _probe({key: value}, where, flag)
+
+
+def parse_resources(text: str, *, where: str | None = None) -> dict[str, str]:
+    """Parse one ``-l`` list (``gpu=25%,gpumem=4GiB``) into JobSpec kwargs.
+
+    ``ngpus=N`` is PBS's spelling of ``gpu=N`` (whole GPUs).  Values stay strings; each
+    is checked with its unit parser so a bad one is reported as ``-l gpumem: ...``.
+    """
+    result: dict[str, str] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep:
+            raise _error(where, "-l", f"expected KEY=VALUE, got {item!r}")
+        if key not in KNOWN_RESOURCES:
+            raise _error(
+                where, "-l", f"unknown resource {key!r}; known: {', '.join(KNOWN_RESOURCES)}"
+            )
+        flag = f"-l {key}"
+        if key == "ngpus":
+            if not value.isdigit() or int(value) < 1:
+                raise _error(where, flag, f"expected a whole number of GPUs (1, 2), got {value!r}")
+            key = "gpu"
+        _check_resource(key, value, where, flag)
+        result[key] = value
+    return result
+
+
+def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
+    """Parse ``-J 1-100:2%4`` into ArraySpec kwargs; a single ``N`` means ``N-N``."""
+    m = _ARRAY_RE.match(text.strip())
+    if not m:
+        raise _error(where, "-J", f"expected {ARRAY_FORMS}, got {text!r}")
+    start = int(m.group(1))
+    end = int(m.group(2)) if m.group(2) is not None else start
+    result = {"start": start, "end": end}
+    if m.group(3) is not None:
+        result["step"] = int(m.group(3))
+        if result["step"] < 1:
+            raise _error(where, "-J", f"the :step must be at least 1, got {text!r}")
+    if m.group(4) is not None:
+        result["limit"] = int(m.group(4))
+        if result["limit"] < 1:
+            raise _error(
+                where, "-J", f"the %limit (tasks at once) must be at least 1, got {text!r}"
+            )
+    if end < start:
+        raise _error(where, "-J", f"the range ends ({end}) before it starts ({start}) in {text!r}")
+    try:
+        ArraySpec(**result)
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise _error(where, "-J", message) from None
+    return result
+
+
+def _job_id(text: str, where: str | None) -> int:
+    m = _JOB_ID_RE.match(text.strip())
+    if not m or int(m.group(1)) < 1:
+        raise _error(where, "-W", f"expected a job id like 12, 12.server or 12[], got {text!r}")
+    return int(m.group(1))
+
+
+def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]:
+    """Parse ``-W depend=afterok:12:13,afterany:14`` into Dependency kwargs.
+
+    Ids may carry a server suffix (``12.server``) or an array marker (``12[]``);
+    both are stripped.  Repeated (kind, id) pairs are kept once.
+    """
+    attr, sep, value = text.strip().partition("=")
+    if not sep or attr.strip() != "depend":
+        raise _error(where, "-W", f"only {DEPEND_FORMS} is accepted, got {text!r}")
+    result: list[dict[str, Any]] = []
+    for item in value.split(","):
+        kind, *ids = item.strip().split(":")
+        if kind not in DEPENDENCY_KINDS:
+            raise _error(
+                where,
+                "-W",
+                f"unknown dependency type {kind!r}; known: {', '.join(DEPENDENCY_KINDS)}",
+            )
+        if not ids:
+            raise _error(where, "-W", f"{kind} needs at least one job id, like {kind}:12")
+        for raw in ids:
+            dep = {"kind": kind, "job_id": _job_id(raw, where)}
+            if dep not in result:
+                result.append(dep)
+    return result
+
+
+def _split_env(text: str) -> list[str]:
+    """Split ``A=1,B='x,y'`` on commas outside quotes, dropping the quotes."""
+    items, current, quote = [], [], ""
+    for char in text:
+        if quote:
+            if char == quote:
+                quote = ""
+            else:
+                current.append(char)
+        elif char in "'\"":
+            quote = char
+        elif char == ",":
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    if quote:
+        raise ValueError(f"unclosed {quote} quote in {text!r}")
+    items.append("".join(current))
+    return items
+
+
+def parse_env(
+    text: str, environ: Mapping[str, str] | None = None, *, where: str | None = None
+) -> dict[str, str]:
+    """Parse ``-v VAR=val,VAR2`` into a dict; a bare ``VAR`` takes its value from ``environ``
+    (the submitting environment, ``os.environ`` by default), as in PBS."""
+    environ = os.environ if environ is None else environ
+    try:
+        items = _split_env(text)
+    except ValueError as exc:
+        raise _error(where, "-v", str(exc)) from None
+    result: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not name and not sep:
+            continue
+        if not _ENV_NAME_RE.match(name):
+            raise _error(
+                where, "-v", f"expected VAR=value or VAR (a variable name), got {item.strip()!r}"
+            )
+        if not sep:
+            if name not in environ:
+                raise _error(where, "-v", f"{name} is not set in the submitting environment")
+            value = environ[name]
+        result[name] = value
+    return result
+
+
+def _strip_comment(line: str) -> str:
+    """Drop a trailing ``# comment`` (a ``#`` that starts a word, outside quotes)."""
+    quote, escaped = "", False
+    for i, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char == "\\":
+            escaped = True
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def parse_directives(script_text: str, *, source: str = "script") -> list[tuple[int, list[str]]]:
+    """Find the ``#EBB`` / ``#PBS`` lines at the top of a script, as ``(lineno, tokens)``.
+
+    Scanning skips an optional ``#!`` first line, blank lines and plain ``#`` comments,
+    and stops at the first line that is none of these (the first command).
+    """
+    found: list[tuple[int, list[str]]] = []
+    for lineno, line in enumerate(script_text.splitlines(), start=1):
+        stripped = line.strip()
+        if lineno == 1 and stripped.startswith("#!"):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        for prefix in DIRECTIVE_PREFIXES:
+            rest = stripped[len(prefix) :]
+            if stripped.startswith(prefix) and (not rest or rest[0].isspace()):
+                try:
+                    tokens = shlex.split(_strip_comment(rest))
+                except ValueError as exc:
+                    raise SpecError(f"{source} line {lineno}", f"cannot split: {exc}") from None
+                if tokens:
+                    found.append((lineno, tokens))
+                break
+    return found
+
+
+def parse_directive_tokens(tokens: list[str], where: str) -> QsubOptions:
+    """Parse one directive line's options (``-N train -l gpu=1``) into :class:`QsubOptions`.
+
+    Values are checked later, by :func:`build_spec_kwargs`, which names ``where``.
+    """
+    opts = QsubOptions()
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        option, value = token, None
+        if token.startswith("--") and "=" in token:
+            option, value = token.split("=", 1)
+        elif token[:2] in _DIRECTIVE_OPTIONS and len(token) > 2 and not token.startswith("--"):
+            option, value = token[:2], token[2:]
+        if option not in _DIRECTIVE_OPTIONS:
+            if token.startswith("-"):
+                raise SpecError(where, f"unknown directive option {option}")
+            raise SpecError(where, f"unexpected argument {token!r}; directives hold options only")
+        name, takes_value = _DIRECTIVE_OPTIONS[option]
+        if not takes_value:
+            if value is not None:
+                raise SpecError(where, f"{option} takes no value")
+            opts.hold = True
+            opts.origin[name] = where
+            i += 1
+            continue
+        if value is None:
+            if i + 1 >= len(tokens):
+                raise SpecError(where, f"{option} needs a value")
+            value = tokens[i + 1]
+            i += 1
+        i += 1
+        if name in _LIST_FIELDS:
+            entries = getattr(opts, name)
+            opts.origin[f"{name}.{len(entries)}"] = where
+            entries.append(value)
+        else:
+            setattr(opts, name, value)
+            opts.origin[name] = where
+    return opts
+
+
+def _accumulate(base: QsubOptions, top: QsubOptions) -> QsubOptions:
+    """Combine two option sets from one source: later values win, lists append."""
+    merged = QsubOptions(origin=dict(base.origin))
+    for f in fields(QsubOptions):
+        if f.name == "origin":
+            continue
+        old, new = getattr(base, f.name), getattr(top, f.name)
+        if f.name in _LIST_FIELDS:
+            setattr(merged, f.name, old + new)
+            for i in range(len(new)):
+                if f"{f.name}.{i}" in top.origin:
+                    merged.origin[f"{f.name}.{len(old) + i}"] = top.origin[f"{f.name}.{i}"]
+        elif new is not None and new is not False:
+            setattr(merged, f.name, new)
+            if f.name in top.origin:
+                merged.origin[f.name] = top.origin[f.name]
+        else:
+            setattr(merged, f.name, old)
+    return merged
+
+
+def parse_script_directives(script_text: str, *, source: str = "script") -> QsubOptions:
+    """All directive lines of a script as one :class:`QsubOptions` (later lines win)."""
+    opts = QsubOptions()
+    for lineno, tokens in parse_directives(script_text, source=source):
+        opts = _accumulate(opts, parse_directive_tokens(tokens, f"{source} line {lineno}"))
+    return opts
+
+
+def load_script(path: str | os.PathLike[str]) -> tuple[str, QsubOptions]:
+    """Read a job script; return its text and its directives (errors name ``SCRIPT``)."""
+    try:
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is a directory, not a script") from None
+    except OSError as exc:
+        raise SpecError("SCRIPT", f"cannot read {os.fspath(path)!r}: {exc.strerror}") from None
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is not a text file") from None
+    if not text.strip():
+        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is empty")
+    return text, parse_script_directives(text, source=os.fspath(path))
+
+
+def _int(name: str, value: str, where: str | None, flag: str) -> int:
+    low, high = _INT_RANGES[name]
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise _error(where, flag, f"expected a whole number from {low} to {high}, got {value!r}")
+    return number
+
+
+def build_spec_kwargs(
+    cli: QsubOptions,
+    directives: QsubOptions | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Merge script directives under command-line options and convert to JobSpec kwargs.
+
+    The command line wins field by field; ``-l`` resources merge key by key (the command
+    line winning), and within one source ``--deadline`` wins over ``-l deadline``.
+    ``-v`` and ``-W depend`` lists from the command line replace the script's.  Only
+    options that were given appear in the result, so JobSpec's defaults apply to the rest.
+    """
+    directives = directives if directives is not None else QsubOptions()
+    kwargs: dict[str, Any] = {}
+
+    def pick(name: str) -> tuple[Any, str | None]:
+        value = getattr(cli, name)
+        if value is not None:
+            return value, cli.origin.get(name)
+        return getattr(directives, name), directives.origin.get(name)
+
+    for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd"):
+        value, where = pick(name)
+        if value is None:
+            continue
+        if name == "kind" and value not in JOB_KINDS:
+            raise _error(where, "--kind", f"expected one of {', '.join(JOB_KINDS)}, got {value!r}")
+        if name == "signal":
+            try:
+                units.parse_signal(value)
+            except ValueError as exc:
+                raise _error(where, "--signal", str(exc)) from None
+        _probe({name: value}, where, _FLAGS[name])
+        kwargs[name] = value
+    for name in ("priority", "max_attempts"):
+        value, where = pick(name)
+        if value is not None:
+            kwargs[name] = _int(name, value, where, _FLAGS[name])
+
+    resources: dict[str, str] = {}
+    for src in (directives, cli):
+        for i, text in enumerate(src.resources):
+            resources.update(parse_resources(text, where=src.origin.get(f"resources.{i}")))
+        if src.deadline is not None:
+            where = src.origin.get("deadline")
+            _check_resource("deadline", src.deadline, where, "--deadline")
+            resources["deadline"] = src.deadline
+    kwargs.update(resources)
+
+    value, where = pick("array")
+    if value is not None:
+        kwargs["array"] = parse_array(value, where=where)
+
+    src = cli if cli.depend else directives
+    depends: list[dict[str, Any]] = []
+    for i, text in enumerate(src.depend):
+        for dep in parse_depend(text, where=src.origin.get(f"depend.{i}")):
+            if dep not in depends:
+                depends.append(dep)
+    if depends:
+        kwargs["depends"] = depends
+
+    src = cli if cli.env else directives
+    env: dict[str, str] = {}
+    for i, text in enumerate(src.env):
+        env.update(parse_env(text, environ, where=src.origin.get(f"env.{i}")))
+    if env:
+        kwargs["env"] = env
+
+    if cli.hold or directives.hold:
+        kwargs["hold"] = True
+    if cli.script is not None:
+        kwargs["script"] = cli.script
+    if cli.command is not None:
+        kwargs["command"] = cli.command
+    if cli.args:
+        kwargs["args"] = cli.args
+    return kwargs

@@ -1,0 +1,139 @@
+"""The Python SDK.
+
+    from ebbtide import Client, JobSpec
+
+    client = Client()                       # configured from EBBTIDE_* variables
+    job_id = client.submit(JobSpec(command=["python", "train.py"], gpu="25%", gpumem="8GiB"))
+    job = client.wait(job_id, timeout=3600)
+    print(job.state, job.exit_code)
+
+Jobs come back as :class:`ebbtide.queue.models.Job` rows; ``client.as_dict(job)`` gives
+the JSON shape that ``ebb qstat --json`` prints.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ebbtide.config.policy import Policy, load_policy
+from ebbtide.config.settings import Settings
+from ebbtide.errors import EbbtideError
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import FINAL_STATES, JobState
+from ebbtide.queue.store import Store, job_to_dict
+
+#: How often ``wait`` looks at the job, in seconds.
+WAIT_POLL_S = 0.2
+
+
+class WaitTimeout(EbbtideError):
+    """``Client.wait`` ran out of time; the job goes on."""
+
+
+class Client:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: Store | None = None,
+        policy: Policy | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.store = store or Store(self.settings.db_url)
+        self.policy = policy or load_policy(self.settings.policy_path)
+
+    @property
+    def user(self) -> str:
+        return self.settings.user
+
+    @property
+    def is_admin(self) -> bool:
+        return self.settings.is_admin() or self.user in self.policy.admins
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- submitting ---------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec | None = None, **fields: Any) -> int:
+        """Submit a job; return its id (for an array, the array id = its first task's id).
+
+        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``).
+        """
+        return self.submit_many(spec, **fields)[0]
+
+    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+        """Like :meth:`submit` but returns every task id of an array."""
+        if spec is None:
+            spec = JobSpec(**fields)
+        elif fields:
+            spec = spec.model_copy(update=fields)
+            spec = JobSpec(**spec.model_dump())
+        self.policy.check_queue(spec.queue)
+        queue = self.policy.queues[spec.queue]
+        if "priority" not in spec.model_fields_set and queue.priority:
+            spec = spec.model_copy(update={"priority": queue.priority})
+        return self.store.submit(
+            spec, self.user, defaults_deadline_s=self.policy.deadline_for(spec.queue)
+        )
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job:
+        return self.store.get(job_id)
+
+    def list(
+        self,
+        *,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+        array_id: int | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Job]:
+        states = None
+        if state is not None:
+            items = [state] if isinstance(state, str | JobState) else list(state)
+            states = [JobState(s) for s in items]
+        return self.store.list_jobs(
+            states=states, owner=owner, queue=queue, array_id=array_id, limit=limit
+        )
+
+    def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
+        return self.store.events(job_id)
+
+    @staticmethod
+    def as_dict(job: Job) -> dict[str, Any]:
+        return job_to_dict(job)
+
+    # -- acting -------------------------------------------------------------------------
+
+    def cancel(self, job_id: int) -> Job:
+        return self.store.cancel(job_id, user=self.user, admin=self.is_admin)
+
+    def hold(self, job_id: int) -> Job:
+        return self.store.hold(job_id, user=self.user, admin=self.is_admin)
+
+    def release(self, job_id: int) -> Job:
+        return self.store.release(job_id, user=self.user, admin=self.is_admin)
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job is succeeded, failed or cancelled; return it."""
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.store.get(job_id)
+            if job.state in {s.value for s in FINAL_STATES}:
+                return job
+            if give_up is not None and time.monotonic() >= give_up:
+                raise WaitTimeout(f"job {job_id} still {job.state} after {timeout:g}s")
+            time.sleep(WAIT_POLL_S)

@@ -1,0 +1,61 @@
+"""The exception tree: one root, a few branches.
+
+Everything ebbtide raises on purpose derives from :class:`EbbtideError`, so a caller
+can catch one class.  User mistakes (bad specs, bad files, bad flags) derive from
+:class:`UserError` and are reported by the CLI as one clear message, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class EbbtideError(Exception):
+    """Root of every error ebbtide raises on purpose."""
+
+
+class UserError(EbbtideError):
+    """Something the user wrote is wrong; the message says what and where."""
+
+
+class SpecError(UserError, ValueError):
+    """A job spec field is invalid (also a ``ValueError``).
+
+    Attributes:
+      field: dotted path of the offending field (``"slice.gpu"``).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class ConfigError(UserError):
+    """A settings value or a policy file is invalid."""
+
+
+class JobNotFound(UserError):
+    """No job has that id."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job with id {job_id}")
+        self.job_id = job_id
+
+
+class PermissionDenied(UserError):
+    """The caller may not act on that job (it belongs to someone else)."""
+
+
+class InvalidTransition(EbbtideError):
+    """A state change the transition table does not allow."""
+
+
+class StaleState(EbbtideError):
+    """The row was no longer in the expected state (or attempt) when we tried to change it.
+
+    This is the normal outcome of a race (two actors deciding about one job) or of a
+    late message from an attempt that was already given up on: the loser backs off.
+    """
+
+
+class BrokerUnavailable(EbbtideError):
+    """The message broker cannot be reached."""

@@ -1,0 +1,377 @@
+"""The API an offline job imports: ``import ebbtide.job as job``.
+
+A checkpointable job restores its state, works, checkpoints now and then, and when the
+node agent warns it (online load is rising and its slice is wanted back) checkpoints once
+more and exits with :data:`REQUEUE_EXIT_CODE`; ebbtide requeues it and a later attempt
+resumes from that checkpoint::
+
+    import ebbtide.job as job
+
+    state = job.restore({"step": 0})
+    while state["step"] < 1000:
+        train_one_step(state)
+        state["step"] += 1
+        if state["step"] % 100 == 0:
+            job.checkpoint(state)
+        if job.preempted():
+            job.checkpoint(state)
+            job.requeue()
+
+Jobs whose framework writes its own checkpoint files use :func:`checkpoint_dir`,
+:func:`resume_from` and :func:`checkpointed` instead of :func:`checkpoint` and
+:func:`restore`.
+
+The contract with the node agent (all of it; a job in another language can follow it
+directly, see ``examples/count.sh``):
+
+=========================== ================================================================
+``EBBTIDE_JOB_ID``          the job id (int)
+``EBBTIDE_ATTEMPT``         the attempt number, 1, 2, …
+``EBBTIDE_ARRAY_INDEX``     the index of an array task (array tasks only)
+``EBBTIDE_CHECKPOINT_DIR``  an existing directory where the job keeps its checkpoints
+``EBBTIDE_RESUME_FROM``     the last checkpoint reported, unset or empty on a fresh start
+``EBBTIDE_WARNING_SIGNAL``  the eviction warning signal, a name like ``TERM`` (default), ``USR1``
+``EBBTIDE_STATUS_FILE``     a file the job appends JSON lines to, one object per line
+=========================== ================================================================
+
+Status lines are ``{"type": "checkpoint", "path", "size_bytes", "duration_s", "time"}``
+and ``{"type": "progress", "done", "total", "time"}`` (``time`` in Unix seconds).  Exit
+code :data:`REQUEUE_EXIT_CODE` (99) means "checkpointed, requeue me".
+
+Outside ebbtide (none of these variables set) everything still works for local runs:
+checkpoints go to ``./.ebbtide-checkpoints``, status lines are dropped, and
+:func:`preempted` reacts to ``SIGTERM``.
+
+The warning handler is installed when this module is imported (and again on first use
+if the import happened off the main thread).  It only sets a flag: nothing is raised in
+the middle of the job's code, and the job decides when to stop by polling
+:func:`preempted`.  A job that ignores the warning is killed at the eviction deadline and
+resumes from its last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from ebbtide import units
+from ebbtide.queue.spec import REQUEUE_EXIT_CODE
+
+__all__ = [
+    "DEFAULT_CHECKPOINT_DIR",
+    "REQUEUE_EXIT_CODE",
+    "STATE_FILE_NAME",
+    "array_index",
+    "attempt",
+    "checkpoint",
+    "checkpoint_dir",
+    "checkpointed",
+    "job_id",
+    "preempted",
+    "progress",
+    "requeue",
+    "restore",
+    "resume_from",
+    "warning_signal",
+]
+
+#: Where checkpoints go when ``EBBTIDE_CHECKPOINT_DIR`` is not set (relative to the cwd).
+DEFAULT_CHECKPOINT_DIR = ".ebbtide-checkpoints"
+#: The file :func:`checkpoint` writes in the checkpoint directory (a pickle).
+STATE_FILE_NAME = "state.pkl"
+
+_TMP_PREFIX = f".{STATE_FILE_NAME}."
+_TMP_SUFFIX = ".tmp"
+
+_warned = False
+_handler_installed = False
+_install_lock = threading.Lock()
+_swept_temp_files = False
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def job_id() -> int | None:
+    """The ebbtide job id, or ``None`` outside ebbtide."""
+    _ensure_handler()
+    return _env_int("EBBTIDE_JOB_ID")
+
+
+def attempt() -> int:
+    """The attempt number (1 for the first run, 2 after one requeue, …); 1 outside ebbtide."""
+    _ensure_handler()
+    value = _env_int("EBBTIDE_ATTEMPT")
+    return 1 if value is None else value
+
+
+def array_index() -> int | None:
+    """The index of this array task, or ``None`` for a job that is not an array task."""
+    _ensure_handler()
+    return _env_int("EBBTIDE_ARRAY_INDEX")
+
+
+def warning_signal() -> signal.Signals:
+    """The signal the agent sends as the eviction warning (``EBBTIDE_WARNING_SIGNAL``)."""
+    raw = os.environ.get("EBBTIDE_WARNING_SIGNAL", "").strip() or "TERM"
+    try:
+        return signal.Signals(units.parse_signal(raw))
+    except ValueError as exc:
+        raise ValueError(f"EBBTIDE_WARNING_SIGNAL: {exc}") from None
+
+
+# ------------------------------------------------------------------------- preemption
+
+
+def preempted() -> bool:
+    """True once the eviction warning arrived: checkpoint now, then call :func:`requeue`."""
+    _ensure_handler()
+    return _warned
+
+
+def requeue() -> NoReturn:
+    """End this attempt as evicted, not failed: ``sys.exit(REQUEUE_EXIT_CODE)``.
+
+    ``finally`` blocks and ``atexit`` hooks run.  Call it from the main thread (in another
+    thread ``sys.exit`` only ends that thread), after a checkpoint.
+    """
+    _ensure_handler()
+    sys.exit(REQUEUE_EXIT_CODE)
+
+
+def _on_warning(signum: int, frame: FrameType | None) -> None:
+    global _warned
+    _warned = True
+
+
+def _ensure_handler() -> None:
+    """Install the warning handler once; retried later if not on the main thread now."""
+    global _handler_installed
+    if _handler_installed:
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal.signal only works on the main thread; the next call there installs it
+    with _install_lock:
+        if _handler_installed:
+            return
+        signum = warning_signal()
+        try:
+            signal.signal(signum, _on_warning)
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"EBBTIDE_WARNING_SIGNAL: cannot handle {signum.name} ({exc}); "
+                "use a catchable signal like TERM or USR1"
+            ) from None
+        _handler_installed = True
+
+
+# ------------------------------------------------------------ pickled state (simple API)
+
+
+def restore(default: Any = None) -> Any:
+    """The state saved by the last :func:`checkpoint`, or ``default`` on a fresh start.
+
+    Reads ``EBBTIDE_RESUME_FROM`` when set, otherwise the newest ``state.pkl`` under
+    :func:`checkpoint_dir` (so a local run that is stopped and rerun resumes too).
+
+    Raises:
+      ValueError: ``EBBTIDE_RESUME_FROM`` names something :func:`checkpoint` did not
+        write, e.g. a framework's checkpoint file (use :func:`resume_from` for those).
+      FileNotFoundError: ``EBBTIDE_RESUME_FROM`` names a path that does not exist.
+    """
+    _ensure_handler()
+    given = resume_from()
+    if given is not None:
+        if not given.exists():
+            raise FileNotFoundError(f"EBBTIDE_RESUME_FROM={given}: no such checkpoint")
+        path = given / STATE_FILE_NAME if given.is_dir() else given
+        if path.name != STATE_FILE_NAME or not path.is_file():
+            raise ValueError(_not_ours(given, f"it is not a {STATE_FILE_NAME}"))
+        return _load(path, given)
+    candidates = list(checkpoint_dir().rglob(STATE_FILE_NAME))
+    if not candidates:
+        return default
+    newest = max(candidates, key=lambda p: p.stat().st_mtime_ns)
+    return _load(newest, newest)
+
+
+def checkpoint(state: Any) -> Path:
+    """Save ``state`` (anything picklable) atomically and tell the agent; return its path.
+
+    The pickle is written to a temporary file in the checkpoint directory, flushed and
+    fsynced, renamed over ``state.pkl`` and the directory fsynced: a kill at any moment
+    leaves either the previous checkpoint or this one, never a damaged file.
+    """
+    _ensure_handler()
+    started = time.monotonic()
+    directory = checkpoint_dir()
+    _sweep_temp_files(directory)
+    target = directory / STATE_FILE_NAME
+    tmp = directory / f"{_TMP_PREFIX}{os.getpid()}{_TMP_SUFFIX}"
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+    _report_checkpoint(target, target.stat().st_size, time.monotonic() - started)
+    return target
+
+
+# ------------------------------------------------------- framework files (file-based API)
+
+
+def checkpoint_dir() -> Path:
+    """The directory where this job keeps its checkpoints (created if missing), absolute."""
+    _ensure_handler()
+    directory = Path(os.environ.get("EBBTIDE_CHECKPOINT_DIR") or DEFAULT_CHECKPOINT_DIR)
+    directory = directory.expanduser().absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def resume_from() -> Path | None:
+    """The checkpoint to resume from (``EBBTIDE_RESUME_FROM``), or ``None`` on a fresh start."""
+    _ensure_handler()
+    raw = os.environ.get("EBBTIDE_RESUME_FROM", "")
+    return Path(raw) if raw else None
+
+
+def checkpointed(path: str | os.PathLike[str], duration_s: float | None = None) -> None:
+    """Tell the agent that ``path`` is now the latest checkpoint.
+
+    ``path`` is a file or a directory the framework has finished writing (atomically,
+    e.g. a temporary name then a rename); a later attempt gets it from
+    :func:`resume_from`.  Give ``duration_s`` (how long saving took, in seconds) if
+    known; it is reported as ``null`` otherwise.
+    """
+    _ensure_handler()
+    target = Path(path).absolute()
+    if not target.exists():
+        raise FileNotFoundError(f"checkpointed({str(path)!r}): no such file or directory")
+    _report_checkpoint(target, _size_bytes(target), duration_s)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def progress(done: float, total: float | None = None) -> None:
+    """Report progress (``done`` of ``total`` units of work, any unit) to the agent.
+
+    Cheap, but meant for a few calls a second at most.
+    """
+    _ensure_handler()
+    _status(
+        {
+            "type": "progress",
+            "done": float(done),
+            "total": None if total is None else float(total),
+            "time": time.time(),
+        }
+    )
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def _not_ours(given: Path, why: str) -> str:
+    return (
+        f"EBBTIDE_RESUME_FROM={given} was not written by ebbtide.job.checkpoint() ({why}). "
+        "A job whose framework writes its own checkpoint files should save them under "
+        "job.checkpoint_dir(), report them with job.checkpointed(path) and load "
+        "job.resume_from() itself instead of calling job.restore()."
+    )
+
+
+def _load(path: Path, given: Path) -> Any:
+    with open(path, "rb") as f:
+        try:
+            return pickle.load(f)
+        except (pickle.UnpicklingError, EOFError) as exc:
+            raise ValueError(_not_ours(given, f"it does not unpickle: {exc}")) from None
+
+
+def _sweep_temp_files(directory: Path) -> None:
+    """Remove temporary files left by attempts killed in the middle of a checkpoint."""
+    global _swept_temp_files
+    if _swept_temp_files:
+        return
+    mine = f"{_TMP_PREFIX}{os.getpid()}{_TMP_SUFFIX}"
+    for leftover in directory.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+        if leftover.name != mine:
+            leftover.unlink(missing_ok=True)
+    _swept_temp_files = True
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _size_bytes(path: Path) -> int:
+    if not path.is_dir():
+        return path.stat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            entry = Path(root, name)
+            if not entry.is_symlink():
+                total += entry.stat().st_size
+    return total
+
+
+def _report_checkpoint(path: Path, size_bytes: int, duration_s: float | None) -> None:
+    _status(
+        {
+            "type": "checkpoint",
+            "path": str(path),
+            "size_bytes": size_bytes,
+            "duration_s": duration_s,
+            "time": time.time(),
+        }
+    )
+
+
+def _status(line: dict[str, Any]) -> None:
+    """Append one JSON line to ``EBBTIDE_STATUS_FILE`` in one write; dropped if unset."""
+    status_file = os.environ.get("EBBTIDE_STATUS_FILE")
+    if not status_file:
+        return
+    data = (json.dumps(line, separators=(", ", ": ")) + "\n").encode()
+    try:
+        fd = os.open(status_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        # The checkpoint itself is safe; a later attempt still finds it in checkpoint_dir().
+        print(f"ebbtide.job: cannot write status file {status_file}: {exc}", file=sys.stderr)
+
+
+_ensure_handler()

@@ -1,0 +1,138 @@
+"""The message bus: dramatiq queues between the scheduler and the node agents.
+
+- ``<namespace>.node.<name>``: commands for one node agent (``start``, ``evict``).
+- ``<namespace>.events``: events back to the scheduler (``changed``: wake up and replan).
+
+Messages are hints, never the truth: the SQL store is.  Handlers are idempotent and
+short (they queue the command for the agent's loop and return), a lost message is made
+good by the agent's and the scheduler's reconciliation against the store, and a message
+older than ``MESSAGE_MAX_AGE_MS`` is dropped.  We never rely on dramatiq's redelivery.
+
+``Bus.memory()`` uses dramatiq's in-memory ``StubBroker`` (embedded mode);
+``Bus.redis(url)`` the ``RedisBroker`` (distributed mode).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dramatiq
+from dramatiq.broker import Broker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.message import Message
+
+from ebbtide.errors import BrokerUnavailable
+
+log = logging.getLogger("ebbtide.bus")
+
+#: Commands older than this are dropped unread, in milliseconds.
+MESSAGE_MAX_AGE_MS = 60_000
+#: How long an idle consumer waits before polling again, in milliseconds.
+WORKER_TIMEOUT_MS = 50
+
+_NODE_ACTOR = "ebbtide_node_command"
+_EVENT_ACTOR = "ebbtide_scheduler_event"
+
+Handler = Callable[[dict[str, Any]], None]
+
+
+class Bus:
+    def __init__(self, broker: Broker, namespace: str = "ebbtide") -> None:
+        self.broker = broker
+        self.namespace = namespace
+        self._node_handlers: dict[str, Handler] = {}
+        self._event_handler: Handler | None = None
+        self._worker: dramatiq.Worker | None = None
+        register = dramatiq.actor(
+            broker=broker, actor_name=_NODE_ACTOR, queue_name=self.node_queue("_"), max_retries=0
+        )
+        register(self._on_node_command)
+        register = dramatiq.actor(
+            broker=broker, actor_name=_EVENT_ACTOR, queue_name=self.events_queue, max_retries=0
+        )
+        register(self._on_event)
+
+    @classmethod
+    def memory(cls, namespace: str = "ebbtide") -> Bus:
+        return cls(StubBroker(), namespace)
+
+    @classmethod
+    def redis(cls, url: str, namespace: str = "ebbtide") -> Bus:
+        import redis
+        from dramatiq.brokers.redis import RedisBroker
+
+        try:
+            client = redis.Redis.from_url(url)
+            client.ping()
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+        return cls(RedisBroker(client=client, namespace=namespace), namespace)
+
+    # -- names --------------------------------------------------------------------------
+
+    def node_queue(self, node: str) -> str:
+        return f"{self.namespace}.node.{node}"
+
+    @property
+    def events_queue(self) -> str:
+        return f"{self.namespace}.events"
+
+    # -- sending ------------------------------------------------------------------------
+
+    def _send(self, queue_name: str, actor: str, payload: dict[str, Any]) -> None:
+        self.broker.declare_queue(queue_name)
+        message: Message[Any] = Message(
+            queue_name=queue_name,
+            actor_name=actor,
+            args=(payload,),
+            kwargs={},
+            options={"max_age": MESSAGE_MAX_AGE_MS, "max_retries": 0},
+        )
+        try:
+            self.broker.enqueue(message)
+        except Exception as exc:  # a lost message is made good by reconciliation
+            log.warning("could not send %s to %s: %s", payload.get("op"), queue_name, exc)
+
+    def send_to_node(self, node: str, command: dict[str, Any]) -> None:
+        self._send(self.node_queue(node), _NODE_ACTOR, {**command, "node": node})
+
+    def notify_scheduler(self, event: dict[str, Any]) -> None:
+        self._send(self.events_queue, _EVENT_ACTOR, event)
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def _on_node_command(self, payload: dict[str, Any]) -> None:
+        handler = self._node_handlers.get(payload.get("node", ""))
+        if handler is None:
+            log.info("command for unknown node %s dropped", payload.get("node"))
+            return
+        handler(payload)
+
+    def _on_event(self, payload: dict[str, Any]) -> None:
+        if self._event_handler is not None:
+            self._event_handler(payload)
+
+    def serve(
+        self, *, nodes: Mapping[str, Handler] | None = None, events: Handler | None = None
+    ) -> None:
+        """Start consuming: the given nodes' command queues and, with ``events``, the
+        scheduler's event queue.  One dramatiq worker per process."""
+        self._node_handlers.update(nodes or {})
+        self._event_handler = events
+        queues = {self.node_queue(n) for n in self._node_handlers}
+        if events is not None:
+            queues.add(self.events_queue)
+        for q in queues:
+            self.broker.declare_queue(q)
+        self._worker = dramatiq.Worker(
+            self.broker, queues=queues, worker_threads=2, worker_timeout=WORKER_TIMEOUT_MS
+        )
+        self._worker.start()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        self.broker.close()

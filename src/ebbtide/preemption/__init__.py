@@ -1,0 +1,1 @@
+"""Eviction: who goes (pure victim selection), how (enforcement), and what comes after."""

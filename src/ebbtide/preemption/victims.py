@@ -1,0 +1,108 @@
+"""Victim selection: pure, shared by the scheduler, the agent's fast path and the simulator.
+
+When online usage plus offline slices on a device exceed capacity minus the margin, the
+victims are taken in this order: lowest priority first; then the least work lost since
+the last checkpoint; then the most recently started.  Attempts already being evicted
+count as freed (an in-flight set: nobody is evicted twice), and after picking, any victim
+the others already cover is spared, so the set is minimal in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ebbtide.scheduling.capacity import overflow
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
+from ebbtide.units import format_mib
+
+
+class EvictReason(StrEnum):
+    ONLINE_MEMORY = "online_memory"
+    ONLINE_COMPUTE = "online_compute"
+    CANCELLED = "cancelled"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A decision to take an attempt's slice back."""
+
+    job_id: int
+    attempt: int
+    node: str
+    reason: EvictReason
+    #: the longest time from now until the slice is free, in seconds
+    deadline_s: float
+    #: a sentence a person can act on
+    message: str
+
+
+def victim_order_key(a: ActiveAttempt, now: float) -> tuple[int, float, float]:
+    started = a.started_at or a.dispatched_at
+    return (a.priority, a.lost_work_s(now), -started)
+
+
+def select_victims(
+    active: Sequence[ActiveAttempt], need_compute: float, need_memory: float, now: float
+) -> list[ActiveAttempt]:
+    """The attempts to evict so that ``need_compute`` % and ``need_memory`` MiB come free."""
+    need_c, need_m = need_compute, need_memory
+    for a in active:
+        if a.evicting:
+            need_c -= a.compute_pct if a.gpus == 0 else 0.0
+            need_m -= a.memory_mib
+    if need_c <= 0 and need_m <= 0:
+        return []
+    candidates = sorted(
+        (a for a in active if not a.evicting), key=lambda a: victim_order_key(a, now)
+    )
+    picked: list[ActiveAttempt] = []
+    got_c = got_m = 0.0
+    for a in candidates:
+        if got_c >= need_c and got_m >= need_m:
+            break
+        gives_c = a.compute_pct if a.gpus == 0 else 0.0
+        useful = (got_c < need_c and gives_c > 0) or (got_m < need_m and a.memory_mib > 0)
+        if not useful:
+            continue
+        picked.append(a)
+        got_c += gives_c
+        got_m += a.memory_mib
+    # spare, latest pick first, any victim the others already cover
+    for a in list(reversed(picked)):
+        rest = [p for p in picked if p is not a]
+        c = sum(p.compute_pct for p in rest if p.gpus == 0)
+        m = sum(p.memory_mib for p in rest)
+        if c >= need_c and m >= need_m:
+            picked = rest
+    return picked
+
+
+def evictions_for_device(
+    device: DeviceView, active: Sequence[ActiveAttempt], margins: Margins, now: float
+) -> list[Eviction]:
+    """Evictions that bring ``device`` back within capacity minus the margin."""
+    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    over_c, over_m = overflow(device, here, margins)
+    if over_c <= 0 and over_m <= 0:
+        return []
+    out = []
+    where = f"{device.node}/{device.index}"
+    for a in select_victims(here, over_c, over_m, now):
+        if over_m > 0:
+            reason = EvictReason.ONLINE_MEMORY
+            message = (
+                f"online memory on {where} rose to {format_mib(device.online_memory_mib)}; "
+                f"offline slices must free {format_mib(over_m)} "
+                f"(margin {format_mib(margins.memory_mib)})"
+            )
+        else:
+            reason = EvictReason.ONLINE_COMPUTE
+            message = (
+                f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
+                f"offline slices must free {over_c:.0f}% (margin {margins.compute_pct:g}%)"
+            )
+        out.append(Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message))
+    return out

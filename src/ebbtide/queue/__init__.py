@@ -1,0 +1,1 @@
+"""Jobs: the model, the store, the state machine, submission and ordering."""

@@ -1,0 +1,146 @@
+"""Versioned schema migrations.
+
+Each migration is a function that takes a connection and moves the schema one version
+up; its DDL is frozen here, never derived from the current models, so an old database
+upgrades the same way a new one is built.  ``tests/integration/test_migrations.py``
+checks that the migrated schema matches the models (no drift) and that queued jobs
+survive an upgrade.
+
+To change the schema: change ``models.py``, append a migration below, bump nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ebbtide.errors import EbbtideError
+
+
+def _v1_initial(conn: Connection) -> None:
+    md = sa.MetaData()
+    f, i, s, b, t = sa.Float, sa.Integer, sa.String, sa.Boolean, sa.Text
+    sa.Table(
+        "jobs",
+        md,
+        sa.Column("id", i, primary_key=True, autoincrement=True),
+        sa.Column("name", s, nullable=False),
+        sa.Column("owner", s, nullable=False, index=True),
+        sa.Column("queue", s, nullable=False),
+        sa.Column("priority", i, nullable=False),
+        sa.Column("kind", s, nullable=False),
+        sa.Column("state", s, nullable=False),
+        sa.Column("reason", s, nullable=False),
+        sa.Column("spec_json", t, nullable=False),
+        sa.Column("compute_pct", f, nullable=False),
+        sa.Column("gpus", i, nullable=False),
+        sa.Column("memory_mib", i, nullable=False),
+        sa.Column("deadline_s", f, nullable=False),
+        sa.Column("signal", i, nullable=False),
+        sa.Column("array_id", i, index=True),
+        sa.Column("array_index", i),
+        sa.Column("array_limit", i),
+        sa.Column("depends_json", s, nullable=False),
+        sa.Column("submitted_at", f, nullable=False),
+        sa.Column("started_at", f),
+        sa.Column("finished_at", f),
+        sa.Column("attempts", i, nullable=False),
+        sa.Column("node", s),
+        sa.Column("devices", s),
+        sa.Column("exit_code", i),
+        sa.Column("checkpoint_path", s),
+        sa.Column("last_checkpoint_at", f),
+        sa.Column("evictions", i, nullable=False),
+        sa.Column("failures", i, nullable=False),
+        sa.Column("cancel_requested", b, nullable=False),
+        sa.Column("stdout_path", s),
+        sa.Column("stderr_path", s),
+        sa.Column("progress_done", f),
+        sa.Column("progress_total", f),
+        sa.Index("ix_jobs_state_priority", "state", "priority", "id"),
+    )
+    sa.Table(
+        "attempts",
+        md,
+        sa.Column("id", i, primary_key=True, autoincrement=True),
+        sa.Column("job_id", i, nullable=False, index=True),
+        sa.Column("number", i, nullable=False),
+        sa.Column("node", s, nullable=False),
+        sa.Column("devices", s, nullable=False),
+        sa.Column("compute_pct", f, nullable=False),
+        sa.Column("memory_mib", i, nullable=False),
+        sa.Column("dispatched_at", f, nullable=False),
+        sa.Column("started_at", f),
+        sa.Column("ended_at", f),
+        sa.Column("outcome", s),
+        sa.Column("exit_code", i),
+        sa.Column("pid", i),
+        sa.Column("last_checkpoint_at", f),
+        sa.Column("stdout_path", s),
+        sa.Column("stderr_path", s),
+        sa.UniqueConstraint("job_id", "number"),
+    )
+    sa.Table(
+        "events",
+        md,
+        sa.Column("id", i, primary_key=True, autoincrement=True),
+        sa.Column("job_id", i, nullable=False, index=True),
+        sa.Column("attempt", i),
+        sa.Column("type", s, nullable=False),
+        sa.Column("time", f, nullable=False),
+        sa.Column("data_json", s, nullable=False),
+    )
+    sa.Table(
+        "nodes",
+        md,
+        sa.Column("name", s, primary_key=True),
+        sa.Column("started_at", f, nullable=False),
+        sa.Column("heartbeat_at", f, nullable=False),
+        sa.Column("devices_json", s, nullable=False),
+        sa.Column("stopping", b, nullable=False),
+    )
+    md.create_all(conn)
+
+
+#: Migrations in order; the list index + 1 is the version a migration produces.
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial]
+LATEST_VERSION = len(MIGRATIONS)
+
+
+def _version_table() -> sa.Table:
+    return sa.Table(
+        "ebbtide_schema",
+        sa.MetaData(),
+        sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("applied_at", sa.Float, nullable=False),
+    )
+
+
+def current_version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table("ebbtide_schema"):
+        return 0
+    value = conn.execute(sa.select(sa.func.max(_version_table().c.version))).scalar()
+    return int(value or 0)
+
+
+def migrate(engine: sa.Engine) -> int:
+    """Bring the schema up to :data:`LATEST_VERSION`; return the version found before."""
+    table = _version_table()
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # one migrator at a time across processes
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(724311)"))
+        table.create(conn, checkfirst=True)
+        found = current_version(conn)
+        if found > LATEST_VERSION:
+            raise EbbtideError(
+                f"the database schema is version {found}, newer than this ebbtide "
+                f"understands ({LATEST_VERSION}); upgrade ebbtide"
+            )
+        for version in range(found + 1, LATEST_VERSION + 1):
+            MIGRATIONS[version - 1](conn)
+            conn.execute(table.insert().values(version=version, applied_at=time.time()))
+    return found

@@ -1,0 +1,99 @@
+"""The tables: jobs, attempts, events, nodes.  All database I/O lives in ``store.py``."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state_priority", "state", "priority", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    owner: str = Field(index=True)
+    queue: str
+    priority: int = 0
+    kind: str = "batch"
+    state: str
+    #: why the job is where it is, in words a person can act on
+    reason: str = ""
+    spec_json: str = Field(sa_column=Column(Text, nullable=False))
+    compute_pct: float
+    gpus: int = 0
+    memory_mib: int
+    deadline_s: float
+    signal: int
+    array_id: int | None = Field(default=None, index=True)
+    array_index: int | None = None
+    array_limit: int | None = None
+    depends_json: str = "[]"
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    #: number of attempts so far; the current attempt's number
+    attempts: int = 0
+    node: str | None = None
+    devices: str | None = None
+    exit_code: int | None = None
+    checkpoint_path: str | None = None
+    last_checkpoint_at: float | None = None
+    evictions: int = 0
+    failures: int = 0
+    cancel_requested: bool = False
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    progress_done: float | None = None
+    progress_total: float | None = None
+
+
+class Attempt(SQLModel, table=True):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(index=True)
+    number: int
+    node: str
+    devices: str
+    compute_pct: float
+    memory_mib: int
+    dispatched_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    outcome: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    last_checkpoint_at: float | None = None
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(index=True)
+    attempt: int | None = None
+    type: str
+    time: float
+    data_json: str = "{}"
+
+
+class Node(SQLModel, table=True):
+    __tablename__ = "nodes"
+
+    name: str = Field(primary_key=True)
+    started_at: float
+    heartbeat_at: float
+    #: JSON list of device views: index, memory_mib, online_compute_pct, online_memory_mib
+    devices_json: str = "[]"
+    stopping: bool = False
+
+
+class SchemaVersion(SQLModel, table=True):
+    __tablename__ = "ebbtide_schema"
+
+    version: int = Field(primary_key=True)
+    applied_at: float

@@ -1,0 +1,196 @@
+"""``JobSpec``: what a user submits, validated.
+
+A bad spec raises :class:`~ebbtide.errors.SpecError` naming the field and the allowed
+values.  Sizes and durations accept the forms people write (``"4GiB"``, ``"30s"``,
+``"02:00:00"``, ``"25%"``) and are stored normalised (MiB, seconds, percent).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ebbtide import units
+from ebbtide.errors import SpecError
+
+JobKind = Literal["training", "inference", "batch"]
+DependencyKind = Literal["afterok", "afternotok", "afterany"]
+
+#: Eviction deadline when neither the job nor its queue says otherwise, in seconds.
+DEFAULT_DEADLINE_S = 30.0
+#: GPU memory requested when the job does not say, in MiB.
+DEFAULT_MEMORY_MIB = 1024
+#: Compute share of one GPU requested when the job does not say, in percent.
+DEFAULT_COMPUTE_PCT = 10.0
+#: Exit code by which a job says "I checkpointed, requeue me" (as in Grid Engine).
+REQUEUE_EXIT_CODE = 99
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,128}$")
+
+
+class Dependency(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: DependencyKind
+    job_id: Annotated[int, Field(gt=0)]
+
+
+class ArraySpec(BaseModel):
+    """``-J 1-100:2%4``: indices ``start..end`` by ``step``, at most ``limit`` at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: Annotated[int, Field(ge=0)]
+    end: Annotated[int, Field(ge=0)]
+    step: Annotated[int, Field(ge=1)] = 1
+    limit: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ArraySpec:
+        if self.end < self.start:
+            raise ValueError(f"array end {self.end} is before its start {self.start}")
+        if len(self.indices()) > 100_000:
+            raise ValueError("an array may have at most 100000 tasks")
+        return self
+
+    def indices(self) -> range:
+        return range(self.start, self.end + 1, self.step)
+
+
+class JobSpec(BaseModel):
+    """A job as submitted.
+
+    Give either ``command`` (an argv list) or ``script`` (the text of a script, run with
+    its ``#!`` interpreter or ``/bin/sh``; ``args`` are passed to it).
+
+    The slice request is ``gpu`` — a share of one GPU (``"25%"``, ``0.25``) or a whole
+    number of GPUs (``1``, ``2``) — and ``gpumem``, GPU memory per device (``"4GiB"``).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    name: str | None = None
+    command: list[str] | None = None
+    script: str | None = None
+    args: list[str] = Field(default_factory=list)
+    kind: JobKind = "batch"
+    #: compute share per device, in percent of one GPU's SMs (100 for whole GPUs)
+    compute_pct: Annotated[float, Field(gt=0, le=100)] = DEFAULT_COMPUTE_PCT
+    #: number of whole GPUs; 0 means a fractional slice of one GPU
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    #: GPU memory per device, in MiB
+    memory_mib: Annotated[int, Field(gt=0)] = DEFAULT_MEMORY_MIB
+    queue: str = "default"
+    priority: Annotated[int, Field(ge=-1024, le=1023)] = 0
+    #: wall-clock limit of one attempt, in seconds
+    walltime_s: Annotated[float, Field(gt=0)] | None = None
+    #: eviction deadline (decision → slice free), in seconds; None: the queue's default
+    deadline_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    #: the warning signal sent at eviction (a number; names are accepted on input)
+    signal: int = int(signal.SIGTERM)
+    #: how often the job checkpoints, in seconds, if it says (used by admission)
+    checkpoint_interval_s: Annotated[float, Field(gt=0)] | None = None
+    checkpoint_dir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    #: attempts that may fail before the job fails; evictions do not count
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 1
+    depends: list[Dependency] = Field(default_factory=list)
+    array: ArraySpec | None = None
+    hold: bool = False
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise spec_error(exc) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _convenience_forms(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "gpu" in data:
+            try:
+                pct, whole = units.parse_gpu(data.pop("gpu"))
+            except ValueError as exc:
+                raise ValueError(f"gpu: {exc}") from None
+            data["compute_pct"], data["gpus"] = pct, whole
+        for key, parse, target in (
+            ("gpumem", units.parse_memory_mib, "memory_mib"),
+            ("walltime", units.parse_duration_s, "walltime_s"),
+            ("deadline", units.parse_duration_s, "deadline_s"),
+            ("checkpoint_interval", units.parse_duration_s, "checkpoint_interval_s"),
+        ):
+            if key in data:
+                raw = data.pop(key)
+                if raw is None:
+                    continue
+                try:
+                    data[target] = parse(raw)
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
+        return data
+
+    @field_validator("signal", mode="before")
+    @classmethod
+    def _signal(cls, value: Any) -> int:
+        return units.parse_signal(value)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_RE.match(value):
+            raise ValueError("use 1-128 letters, digits, '_', '-', '.' (no spaces)")
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", value):
+            raise ValueError("use 1-64 letters, digits, '_' or '-'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0]):
+            raise ValueError("must be a non-empty argv list, like ['python', 'train.py']")
+        return value
+
+    @model_validator(mode="after")
+    def _one_of_command_script(self) -> JobSpec:
+        if (self.command is None) == (self.script is None):
+            raise ValueError(
+                "command: give exactly one of command (an argv list) or script (its text)"
+            )
+        if self.gpus >= 1 and self.compute_pct != 100:
+            raise ValueError("whole GPUs take all their compute; leave compute_pct at 100")
+        return self
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.command:
+            return re.sub(r"[^A-Za-z0-9_.\-]", "_", self.command[0].rsplit("/", 1)[-1])[:64]
+        return "script"
+
+
+def spec_error(exc: ValidationError) -> SpecError:
+    """Turn pydantic's error list into one :class:`SpecError` naming each field."""
+    messages = []
+    first_field = ""
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "spec"
+        msg = err["msg"].removeprefix("Value error, ")
+        if ": " in msg and loc == "spec":
+            loc, msg = msg.split(": ", 1)
+        first_field = first_field or loc
+        messages.append(f"{loc}: {msg}")
+    error = SpecError(first_field, "; ".join(m.split(": ", 1)[1] for m in messages[:1]))
+    error.args = ("; ".join(messages),)
+    return error

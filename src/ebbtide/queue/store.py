@@ -1,0 +1,893 @@
+"""The store: every read and write of jobs, attempts, events and nodes.
+
+SQLite under ``$EBBTIDE_HOME`` by default, PostgreSQL via ``EBBTIDE_DB_URL``.  The store
+is the source of truth: messages may be lost or duplicated, state may not.
+
+Every state change goes through :meth:`Store._transition`: it checks the transition
+table, updates the row only if it is still in the expected state (and, for reports from
+an attempt, only if that attempt is still the job's current one), and appends an event,
+all in one database transaction.  Losing a race raises :class:`StaleState`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ebbtide.clock import SYSTEM_CLOCK, Clock
+from ebbtide.errors import (
+    InvalidTransition,
+    JobNotFound,
+    PermissionDenied,
+    SpecError,
+    StaleState,
+    UserError,
+)
+from ebbtide.queue import migrations
+from ebbtide.queue.models import Attempt, Event, Job, Node
+from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
+from ebbtide.queue.states import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    AttemptOutcome,
+    EventType,
+    JobState,
+    check_transition,
+)
+from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
+
+JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
+ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
+EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
+NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
+
+#: SQLite waits this long for a lock held by another process, in milliseconds.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _sqlite_engine(url: str) -> sa.Engine:
+    path = url.removeprefix("sqlite:///")
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # take the write lock up front: no deadlock upgrading a read lock
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """The JSON shape of a job in ``qstat --json`` and the SDK."""
+    data = job.model_dump()
+    data.pop("spec_json", None)
+    data["depends"] = json.loads(data.pop("depends_json") or "[]")
+    data["device"] = job.devices
+    data["slice"] = {
+        "compute_pct": job.compute_pct,
+        "gpus": job.gpus,
+        "memory_mib": job.memory_mib,
+    }
+    data["checkpoint"] = job.checkpoint_path
+    return data
+
+
+class Store:
+    """All job database I/O.  Safe to share between threads."""
+
+    def __init__(self, url: str, *, clock: Clock = SYSTEM_CLOCK, migrate: bool = True) -> None:
+        self.url = url
+        self.clock = clock
+        if url.startswith("sqlite"):
+            self.engine = _sqlite_engine(url)
+        else:
+            self.engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5)
+        if migrate:
+            migrations.migrate(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    # -- submission ---------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, owner: str, *, defaults_deadline_s: float) -> list[int]:
+        """Insert the job (or the tasks of an array); return their ids, first task first."""
+        now = self.clock.time()
+        indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
+        base_name = spec.display_name()
+        depends = [d.model_dump() for d in spec.depends]
+        with self._tx() as conn:
+            if depends:
+                wanted = {d["job_id"] for d in depends}
+                found = {
+                    r[0] for r in conn.execute(sa.select(JOBS.c.id).where(JOBS.c.id.in_(wanted)))
+                }
+                missing = sorted(wanted - found)
+                if missing:
+                    raise SpecError("depends", f"no job with id {missing[0]}")
+            state = (
+                JobState.HELD if spec.hold else (JobState.WAITING if depends else JobState.QUEUED)
+            )
+            check_transition(None, state)
+            reason = (
+                "held at submission"
+                if spec.hold
+                else ("waiting for dependencies" if depends else "")
+            )
+            row = {
+                "owner": owner,
+                "queue": spec.queue,
+                "priority": spec.priority,
+                "kind": spec.kind,
+                "state": state.value,
+                "reason": reason,
+                "spec_json": spec.model_dump_json(),
+                "compute_pct": spec.compute_pct,
+                "gpus": spec.gpus,
+                "memory_mib": spec.memory_mib,
+                "deadline_s": spec.deadline_s or defaults_deadline_s,
+                "signal": spec.signal,
+                "array_limit": spec.array.limit if spec.array else None,
+                "depends_json": json.dumps(depends),
+                "submitted_at": now,
+                "attempts": 0,
+                "evictions": 0,
+                "failures": 0,
+                "cancel_requested": False,
+            }
+            ids: list[int] = []
+            first_id: int | None = None
+            for index in indices:
+                name = base_name if index is None else f"{base_name}[{index}]"
+                values = dict(row, name=name, array_index=index, array_id=first_id)
+                new_id = int(conn.execute(JOBS.insert().values(**values)).inserted_primary_key[0])  # type: ignore[index]
+                if spec.array and first_id is None:
+                    first_id = new_id
+                    conn.execute(JOBS.update().where(JOBS.c.id == new_id).values(array_id=new_id))
+                ids.append(new_id)
+            conn.execute(
+                EVENTS.insert(),
+                [
+                    {
+                        "job_id": jid,
+                        "attempt": None,
+                        "type": EventType.SUBMITTED.value,
+                        "time": now,
+                        "data_json": json.dumps({"state": state.value, "owner": owner}),
+                    }
+                    for jid in ids
+                ],
+            )
+        return ids
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job:
+        with self._read() as conn:
+            row = conn.execute(sa.select(JOBS).where(JOBS.c.id == job_id)).mappings().first()
+        if row is None:
+            raise JobNotFound(job_id)
+        return Job.model_validate(dict(row))
+
+    def spec(self, job_id: int) -> JobSpec:
+        return JobSpec.model_validate_json(self.get(job_id).spec_json)
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[JobState] | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+        array_id: int | None = None,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> list[Job]:
+        stmt = sa.select(JOBS).order_by(JOBS.c.id)
+        if states is not None:
+            stmt = stmt.where(JOBS.c.state.in_([s.value for s in states]))
+        if owner is not None:
+            stmt = stmt.where(JOBS.c.owner == owner)
+        if queue is not None:
+            stmt = stmt.where(JOBS.c.queue == queue)
+        if array_id is not None:
+            stmt = stmt.where(JOBS.c.array_id == array_id)
+        if ids is not None:
+            stmt = stmt.where(JOBS.c.id.in_(list(ids)))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [Job.model_validate(dict(r)) for r in rows]
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        """The job's events, oldest first: ``type``, ``time`` (Unix s), ``attempt`` and data."""
+        self.get(job_id)
+        stmt = sa.select(EVENTS).where(EVENTS.c.job_id == job_id).order_by(EVENTS.c.id)
+        with self._read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        out = []
+        for r in rows:
+            event = {"type": r["type"], "time": r["time"], "attempt": r["attempt"]}
+            event.update(json.loads(r["data_json"] or "{}"))
+            out.append(event)
+        return out
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        stmt = sa.select(ATTEMPTS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.number)
+        with self._read() as conn:
+            return [Attempt.model_validate(dict(r)) for r in conn.execute(stmt).mappings()]
+
+    def queue_stats(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue and state (``qstat -Q``)."""
+        stmt = sa.select(JOBS.c.queue, JOBS.c.state, sa.func.count()).group_by(
+            JOBS.c.queue, JOBS.c.state
+        )
+        out: dict[str, dict[str, int]] = {}
+        with self._read() as conn:
+            for queue, state, count in conn.execute(stmt):
+                out.setdefault(queue, {})[state] = count
+        return out
+
+    # -- the one way a state changes ----------------------------------------------------
+
+    def _transition(
+        self,
+        conn: Connection,
+        job_id: int,
+        source: JobState,
+        target: JobState,
+        *,
+        event: EventType,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None:
+        check_transition(source, target)
+        stmt = JOBS.update().where(JOBS.c.id == job_id, JOBS.c.state == source.value)
+        if attempt is not None:
+            stmt = stmt.where(JOBS.c.attempts == attempt)
+        result = conn.execute(stmt.values(state=target.value, **(changes or {})))
+        if result.rowcount != 1:
+            fence = f" attempt {attempt}" if attempt is not None else ""
+            raise StaleState(f"job {job_id}{fence} is no longer {source.value}")
+        self._event(conn, job_id, event, attempt=attempt, data=data, now=now)
+
+    def _event(
+        self,
+        conn: Connection,
+        job_id: int,
+        event: EventType,
+        *,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None:
+        conn.execute(
+            EVENTS.insert().values(
+                job_id=job_id,
+                attempt=attempt,
+                type=event.value,
+                time=self.clock.time() if now is None else now,
+                data_json=json.dumps(data or {}),
+            )
+        )
+
+    def transition(
+        self,
+        job_id: int,
+        source: JobState,
+        target: JobState,
+        *,
+        event: EventType,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+    ) -> None:
+        """Move one job from ``source`` to ``target`` and record ``event``; see module doc."""
+        with self._tx() as conn:
+            self._transition(
+                conn,
+                job_id,
+                source,
+                target,
+                event=event,
+                attempt=attempt,
+                data=data,
+                changes=changes,
+            )
+
+    # -- user actions -------------------------------------------------------------------
+
+    def _check_owner(self, job: Job, user: str, admin: bool) -> None:
+        if not admin and job.owner != user:
+            raise PermissionDenied(
+                f"job {job.id} belongs to {job.owner}; only its owner or an admin may change it"
+            )
+
+    def hold(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        state = JobState(job.state)
+        if state == JobState.HELD:
+            return job
+        if state not in (JobState.QUEUED, JobState.WAITING):
+            raise UserError(
+                f"job {job_id} is {state.value}; only queued or waiting jobs can be held"
+            )
+        self.transition(
+            job_id,
+            state,
+            JobState.HELD,
+            event=EventType.HELD,
+            data={"by": user},
+            changes={"reason": f"held by {user}"},
+        )
+        return self.get(job_id)
+
+    def release(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        if job.state != JobState.HELD:
+            raise UserError(f"job {job_id} is {job.state}, not held")
+        target = JobState.WAITING if json.loads(job.depends_json) else JobState.QUEUED
+        self.transition(
+            job_id,
+            JobState.HELD,
+            target,
+            event=EventType.RELEASED,
+            data={"by": user},
+            changes={"reason": ""},
+        )
+        return self.get(job_id)
+
+    def cancel(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+        """Cancel now, or ask for an eviction if the job holds a slice (it ends ``cancelled``)."""
+        for _ in range(5):
+            job = self.get(job_id)
+            self._check_owner(job, user, admin)
+            state = JobState(job.state)
+            if state in FINAL_STATES:
+                raise UserError(f"job {job_id} already {state.value}")
+            try:
+                if state in (JobState.RUNNING, JobState.EVICTING):
+                    with self._tx() as conn:
+                        result = conn.execute(
+                            JOBS.update()
+                            .where(JOBS.c.id == job_id, JOBS.c.state == state.value)
+                            .values(cancel_requested=True, reason=f"cancel requested by {user}")
+                        )
+                        if result.rowcount != 1:
+                            raise StaleState("moved")
+                        self._event(
+                            conn,
+                            job_id,
+                            EventType.CANCEL_REQUESTED,
+                            attempt=job.attempts,
+                            data={"by": user},
+                        )
+                else:
+                    changes: dict[str, Any] = {
+                        "reason": f"cancelled by {user}",
+                        "finished_at": self.clock.time(),
+                    }
+                    with self._tx() as conn:
+                        self._transition(
+                            conn,
+                            job_id,
+                            state,
+                            JobState.CANCELLED,
+                            event=EventType.CANCELLED,
+                            data={"by": user},
+                            changes=changes,
+                        )
+                        if state == JobState.DISPATCHED:
+                            self._end_attempt(
+                                conn, job_id, job.attempts, AttemptOutcome.CANCELLED, None
+                            )
+                return self.get(job_id)
+            except StaleState:
+                continue
+        raise StaleState(f"job {job_id} kept changing; try again")
+
+    # -- scheduling ---------------------------------------------------------------------
+
+    def queued_jobs(self, limit: int | None = None) -> list[QueuedJob]:
+        """Queued jobs in scheduling order: priority (high first), then submission order.
+
+        A requeued job keeps its id, so it goes ahead of later submissions of its priority.
+        """
+        c = JOBS.c
+        stmt = (
+            sa.select(
+                c.id,
+                c.priority,
+                c.queue,
+                c.owner,
+                c.compute_pct,
+                c.gpus,
+                c.memory_mib,
+                c.array_id,
+                c.array_limit,
+                c.attempts,
+            )
+            .where(c.state == JobState.QUEUED.value)
+            .order_by(c.priority.desc(), c.id)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            return [QueuedJob(*row) for row in conn.execute(stmt)]  # type: ignore[call-arg]
+
+    def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
+        c = JOBS.c
+        stmt = (
+            sa.select(
+                c.id,
+                c.attempts,
+                c.state,
+                c.priority,
+                c.queue,
+                c.node,
+                c.devices,
+                c.compute_pct,
+                c.memory_mib,
+                c.deadline_s,
+                c.signal,
+                ATTEMPTS.c.dispatched_at,
+                ATTEMPTS.c.started_at,
+                ATTEMPTS.c.last_checkpoint_at,
+                c.cancel_requested,
+                c.array_id,
+                c.gpus,
+            )
+            .join(ATTEMPTS, sa.and_(ATTEMPTS.c.job_id == c.id, ATTEMPTS.c.number == c.attempts))
+            .where(c.state.in_([s.value for s in ACTIVE_STATES]))
+            .order_by(c.id)
+        )
+        if node is not None:
+            stmt = stmt.where(c.node == node)
+        out = []
+        with self._read() as conn:
+            for r in conn.execute(stmt):
+                devices = tuple(int(d) for d in r[6].split(",")) if r[6] else ()
+                out.append(
+                    ActiveAttempt(
+                        job_id=r[0],
+                        attempt=r[1],
+                        state=JobState(r[2]),
+                        priority=r[3],
+                        queue=r[4],
+                        node=r[5],
+                        devices=devices,
+                        compute_pct=r[7],
+                        memory_mib=r[8],
+                        deadline_s=r[9],
+                        signal=r[10],
+                        dispatched_at=r[11],
+                        started_at=r[12],
+                        last_checkpoint_at=r[13],
+                        cancel_requested=bool(r[14]),
+                        array_id=r[15],
+                        gpus=r[16],
+                    )
+                )
+        return out
+
+    def dispatch(
+        self,
+        job_id: int,
+        *,
+        expected_attempts: int,
+        node: str,
+        devices: tuple[int, ...],
+        compute_pct: float,
+        memory_mib: int,
+    ) -> int:
+        """Grant a slice: queued → dispatched, create the next attempt; return its number."""
+        now = self.clock.time()
+        number = expected_attempts + 1
+        devs = ",".join(str(d) for d in devices)
+        with self._tx() as conn:
+            result = conn.execute(
+                JOBS.update()
+                .where(
+                    JOBS.c.id == job_id,
+                    JOBS.c.state == JobState.QUEUED.value,
+                    JOBS.c.attempts == expected_attempts,
+                )
+                .values(
+                    state=JobState.DISPATCHED.value,
+                    attempts=number,
+                    node=node,
+                    devices=devs,
+                    reason=f"dispatched to {node} device {devs}",
+                )
+            )
+            if result.rowcount != 1:
+                raise StaleState(f"job {job_id} is no longer queued at attempt {expected_attempts}")
+            check_transition(JobState.QUEUED, JobState.DISPATCHED)
+            conn.execute(
+                ATTEMPTS.insert().values(
+                    job_id=job_id,
+                    number=number,
+                    node=node,
+                    devices=devs,
+                    compute_pct=compute_pct,
+                    memory_mib=memory_mib,
+                    dispatched_at=now,
+                )
+            )
+            self._event(
+                conn,
+                job_id,
+                EventType.DISPATCHED,
+                attempt=number,
+                now=now,
+                data={
+                    "node": node,
+                    "devices": list(devices),
+                    "compute_pct": compute_pct,
+                    "memory_mib": memory_mib,
+                },
+            )
+        return number
+
+    def mark_started(
+        self, job_id: int, attempt: int, *, pid: int, stdout_path: str, stderr_path: str
+    ) -> None:
+        now = self.clock.time()
+        with self._tx() as conn:
+            self._transition(
+                conn,
+                job_id,
+                JobState.DISPATCHED,
+                JobState.RUNNING,
+                event=EventType.STARTED,
+                attempt=attempt,
+                now=now,
+                data={"pid": pid},
+                changes={
+                    "started_at": now,
+                    "stdout_path": stdout_path,
+                    "stderr_path": stderr_path,
+                    "reason": "",
+                },
+            )
+            conn.execute(
+                ATTEMPTS.update()
+                .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == attempt)
+                .values(started_at=now, pid=pid, stdout_path=stdout_path, stderr_path=stderr_path)
+            )
+
+    def _fenced_update(self, conn: Connection, job_id: int, attempt: int, **values: Any) -> None:
+        result = conn.execute(
+            JOBS.update()
+            .where(
+                JOBS.c.id == job_id,
+                JOBS.c.attempts == attempt,
+                JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
+            )
+            .values(**values)
+        )
+        if result.rowcount != 1:
+            raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
+
+    def record_checkpoint(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        path: str,
+        at: float,
+        size_bytes: int | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        with self._tx() as conn:
+            self._fenced_update(conn, job_id, attempt, checkpoint_path=path, last_checkpoint_at=at)
+            conn.execute(
+                ATTEMPTS.update()
+                .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == attempt)
+                .values(last_checkpoint_at=at)
+            )
+            self._event(
+                conn,
+                job_id,
+                EventType.CHECKPOINTED,
+                attempt=attempt,
+                now=at,
+                data={
+                    "path": path,
+                    "size_bytes": size_bytes,
+                    "duration_s": duration_s,
+                },
+            )
+
+    def record_progress(self, job_id: int, attempt: int, done: float, total: float | None) -> None:
+        with self._tx() as conn:
+            self._fenced_update(conn, job_id, attempt, progress_done=done, progress_total=total)
+
+    def begin_eviction(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        reason: str,
+        deadline_s: float,
+        spike_at: float,
+        source: str,
+    ) -> None:
+        """running → evicting, recording why and by when the slice will be free."""
+        self.transition(
+            job_id,
+            JobState.RUNNING,
+            JobState.EVICTING,
+            event=EventType.EVICT_REQUESTED,
+            attempt=attempt,
+            data={
+                "reason": reason,
+                "deadline_s": deadline_s,
+                "spike_at": spike_at,
+                "source": source,
+            },
+            changes={"reason": f"evicting: {reason}"},
+        )
+
+    def _end_attempt(
+        self,
+        conn: Connection,
+        job_id: int,
+        attempt: int,
+        outcome: AttemptOutcome,
+        exit_code: int | None,
+    ) -> None:
+        conn.execute(
+            ATTEMPTS.update()
+            .where(
+                ATTEMPTS.c.job_id == job_id,
+                ATTEMPTS.c.number == attempt,
+                ATTEMPTS.c.outcome.is_(None),
+            )
+            .values(outcome=outcome.value, exit_code=exit_code, ended_at=self.clock.time())
+        )
+
+    def finish_attempt(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        exit_code: int | None,
+        eviction: dict[str, Any] | None = None,
+        max_attempts: int | None = None,
+    ) -> JobState:
+        """Record the end of an attempt's process and move the job on; return its new state.
+
+        Exit 0 succeeds.  An exit during an eviction, or exit code 99 at any time, is an
+        eviction: the job is requeued (or cancelled, if that was asked).  Any other exit is
+        a failure, requeued while attempts remain.
+        """
+        job = self.get(job_id)
+        if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
+            raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
+        source = JobState(job.state)
+        now = self.clock.time()
+        if max_attempts is None:
+            max_attempts = self.spec(job_id).max_attempts
+        evicted = source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE
+        data: dict[str, Any] = {"exit_code": exit_code}
+        changes: dict[str, Any] = {"exit_code": exit_code, "node": None, "devices": None}
+        with self._tx() as conn:
+            if exit_code == 0:
+                target, event, outcome = (
+                    JobState.SUCCEEDED,
+                    EventType.SUCCEEDED,
+                    AttemptOutcome.SUCCEEDED,
+                )
+                changes.update(finished_at=now, reason="")
+            elif job.cancel_requested:
+                target, event, outcome = (
+                    JobState.CANCELLED,
+                    EventType.CANCELLED,
+                    AttemptOutcome.CANCELLED,
+                )
+                changes.update(finished_at=now, reason="cancelled")
+            elif evicted:
+                outcome = AttemptOutcome.EVICTED
+                why = (eviction or {}).get("reason") or "the job asked to be requeued (exit 99)"
+                self._event(
+                    conn,
+                    job_id,
+                    EventType.EVICTED,
+                    attempt=attempt,
+                    now=now,
+                    data={"reason": why, **(eviction or {}), "exit_code": exit_code},
+                )
+                target, event = JobState.QUEUED, EventType.REQUEUED
+                changes.update(evictions=job.evictions + 1, reason=f"requeued: {why}")
+                data["reason"] = why
+            else:
+                failures = job.failures + 1
+                changes["failures"] = failures
+                outcome = AttemptOutcome.FAILED
+                if failures < max_attempts:
+                    self._event(
+                        conn,
+                        job_id,
+                        EventType.FAILED,
+                        attempt=attempt,
+                        now=now,
+                        data={"exit_code": exit_code, "final": False},
+                    )
+                    target, event = JobState.QUEUED, EventType.REQUEUED
+                    why = (
+                        f"attempt {attempt} failed (exit {exit_code}); "
+                        f"{failures} of {max_attempts} failures"
+                    )
+                    changes["reason"] = f"requeued: {why}"
+                    data["reason"] = why
+                else:
+                    target, event = JobState.FAILED, EventType.FAILED
+                    changes.update(finished_at=now, reason=f"exit code {exit_code}")
+                    data["final"] = True
+            self._transition(
+                conn,
+                job_id,
+                source,
+                target,
+                event=event,
+                attempt=attempt,
+                data=data,
+                changes=changes,
+                now=now,
+            )
+            self._end_attempt(conn, job_id, attempt, outcome, exit_code)
+        return target
+
+    def requeue_lost(self, job_id: int, attempt: int, *, why: str) -> None:
+        """Give up on an attempt whose agent is gone or whose start never happened."""
+        job = self.get(job_id)
+        if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
+            raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
+        source = JobState(job.state)
+        with self._tx() as conn:
+            self._event(conn, job_id, EventType.LOST, attempt=attempt, data={"reason": why})
+            if job.cancel_requested:
+                self._transition(
+                    conn,
+                    job_id,
+                    source,
+                    JobState.CANCELLED,
+                    event=EventType.CANCELLED,
+                    attempt=attempt,
+                    changes={
+                        "reason": "cancelled",
+                        "node": None,
+                        "devices": None,
+                        "finished_at": self.clock.time(),
+                    },
+                )
+            else:
+                self._transition(
+                    conn,
+                    job_id,
+                    source,
+                    JobState.QUEUED,
+                    event=EventType.REQUEUED,
+                    attempt=attempt,
+                    data={"reason": why},
+                    changes={"reason": f"requeued: {why}", "node": None, "devices": None},
+                )
+            self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None)
+
+    def promote_waiting(self) -> list[int]:
+        """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""
+        waiting = self.list_jobs(states=[JobState.WAITING])
+        if not waiting:
+            return []
+        dep_ids = {d["job_id"] for j in waiting for d in json.loads(j.depends_json)}
+        with self._read() as conn:
+            dep_state = dict(
+                conn.execute(sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(dep_ids))).all()
+            )
+        changed = []
+        for job in waiting:
+            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state)
+            try:
+                if verdict == "met":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.QUEUED,
+                        event=EventType.DEPENDENCIES_MET,
+                        changes={"reason": ""},
+                    )
+                elif verdict == "never":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.CANCELLED,
+                        event=EventType.CANCELLED,
+                        data={"reason": why},
+                        changes={"reason": why, "finished_at": self.clock.time()},
+                    )
+                else:
+                    continue
+            except (StaleState, InvalidTransition):
+                continue
+            changed.append(job.id or 0)
+        return changed
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def heartbeat(
+        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+    ) -> None:
+        now = self.clock.time()
+        values = {"heartbeat_at": now, "devices_json": json.dumps(devices), "stopping": stopping}
+        with self._tx() as conn:
+            result = conn.execute(
+                NODES.update().where(NODES.c.name == node).values(started_at=started_at, **values)
+            )
+            if result.rowcount == 0:
+                conn.execute(NODES.insert().values(name=node, started_at=started_at, **values))
+
+    def nodes(self) -> list[Node]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(NODES).order_by(NODES.c.name)).mappings().all()
+        return [Node.model_validate(dict(r)) for r in rows]
+
+    def forget_node(self, node: str) -> None:
+        with self._tx() as conn:
+            conn.execute(NODES.delete().where(NODES.c.name == node))
+
+
+def dependencies_verdict(
+    depends: list[dict[str, Any]], dep_state: dict[int, str]
+) -> tuple[str, str]:
+    """``("met" | "pending" | "never", why)`` for a job's dependency list."""
+    pending = False
+    for dep in depends:
+        state = dep_state.get(dep["job_id"])
+        kind = dep["kind"]
+        label = f"{kind}:{dep['job_id']}"
+        if state is None:
+            return "never", f"dependency {label} names no job"
+        final = state in {s.value for s in FINAL_STATES}
+        if not final:
+            pending = True
+            continue
+        ok = {
+            "afterok": state == JobState.SUCCEEDED,
+            "afternotok": state in (JobState.FAILED, JobState.CANCELLED),
+            "afterany": True,
+        }[kind]
+        if not ok:
+            return "never", f"dependency {label} can never be met (job {dep['job_id']} {state})"
+    return ("pending", "waiting for dependencies") if pending else ("met", "")

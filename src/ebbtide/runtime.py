@@ -1,0 +1,124 @@
+"""Run modes: wire the store, the bus, the scheduler and the node agent together.
+
+- embedded (``ebb up``): scheduler and one agent in one process, SQLite, dramatiq's
+  in-memory broker.  Nothing else to install.
+- distributed: ``ebb scheduler`` and ``ebb worker`` as separate processes on Redis and
+  PostgreSQL (or SQLite on one host).
+
+SIGINT/SIGTERM is graceful everywhere: running attempts are evicted within their
+deadline and requeued, never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ebbtide.config.policy import Policy, load_policy
+from ebbtide.config.settings import Settings
+from ebbtide.errors import ConfigError
+from ebbtide.messaging.bus import Bus
+from ebbtide.queue.store import Store
+from ebbtide.scheduling.loop import Scheduler
+from ebbtide.workers.agent import NodeAgent
+from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
+
+log = logging.getLogger("ebbtide")
+
+
+@dataclass
+class Runtime:
+    """The parts of one ebbtide process; :meth:`stop` takes them down gracefully."""
+
+    settings: Settings
+    store: Store
+    bus: Bus
+    policy: Policy
+    scheduler: Scheduler | None = None
+    agent: NodeAgent | None = None
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        nodes = {self.agent.name: self.agent.command} if self.agent else {}
+        events = self.scheduler.wake if self.scheduler else None
+        self.bus.serve(nodes=nodes, events=events)
+        if self.agent:
+            self.agent.start()
+        if self.scheduler:
+            self.scheduler.start()
+
+    def stop(self) -> None:
+        if self.agent:
+            log.info("evicting running attempts before leaving")
+            self.agent.shutdown()
+        if self.scheduler:
+            self.scheduler.stop()
+        self.bus.close()
+        for fn in self.on_stop:
+            fn()
+        self.store.close()
+
+    def run_until_signalled(self) -> None:
+        done = threading.Event()
+
+        def _handler(signum: int, _frame: object) -> None:
+            log.info("received %s; shutting down", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGINT, _handler)
+        signal.signal(signal.SIGTERM, _handler)
+        self.start()
+        done.wait()
+        self.stop()
+
+
+def _bus(settings: Settings, *, embedded: bool) -> Bus:
+    if settings.redis_url:
+        return Bus.redis(settings.redis_url, settings.namespace)
+    if embedded:
+        return Bus.memory(settings.namespace)
+    raise ConfigError(
+        "distributed mode needs a broker: set EBBTIDE_REDIS_URL (e.g. redis://127.0.0.1:6379/0)"
+        " or run `ebb up` for the embedded mode"
+    )
+
+
+def build(
+    settings: Settings,
+    *,
+    scheduler: bool,
+    agent_name: str | None = None,
+    source: HeadroomSource | None = None,
+    mps: bool = False,
+    policy_path: Path | None = None,
+) -> Runtime:
+    policy = load_policy(policy_path or settings.policy_path)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_url)
+    bus = _bus(settings, embedded=scheduler and agent_name is not None)
+    rt = Runtime(settings=settings, store=store, bus=bus, policy=policy)
+    if scheduler:
+        rt.scheduler = Scheduler(store, policy=policy, send=bus.send_to_node)
+    if agent_name is not None:
+        assert source is not None
+        rt.agent = NodeAgent(
+            agent_name,
+            store,
+            source,
+            home=settings.home,
+            margins=policy.defaults.margins,
+            notify=bus.notify_scheduler,
+            mps=mps,
+        )
+        rt.on_stop.append(source.close)
+    return rt
+
+
+def describe_devices(devices: list[DeviceInfo]) -> str:
+    from ebbtide.units import format_mib
+
+    return ", ".join(f"{d.index}:{format_mib(d.memory_mib)}" for d in devices)

@@ -1,0 +1,68 @@
+"""Capacity arithmetic shared by the planner, the agent's fast path and the simulator.
+
+A device has 100 compute units (percent of SMs) and its memory.  Headroom is
+capacity − online usage − expected online growth − safety margin − offline slices.
+A whole-GPU slice (``gpus >= 1``) holds the device's compute exclusively for offline
+work, but yields to online compute without eviction (only memory forces it out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
+
+#: Compute capacity of one device, in percent.
+DEVICE_COMPUTE_PCT = 100.0
+
+
+def allocated(device: DeviceView, active: Iterable[ActiveAttempt]) -> tuple[float, float]:
+    """Compute (percent) and memory (MiB) that offline slices hold on ``device``."""
+    compute = memory = 0.0
+    for a in active:
+        if a.node == device.node and device.index in a.devices:
+            compute += a.compute_pct
+            memory += a.memory_mib
+    return compute, memory
+
+
+def headroom(
+    device: DeviceView, alloc_compute: float, alloc_memory: float, margins: Margins
+) -> tuple[float, float]:
+    """Compute and memory still free for new offline slices (may be negative)."""
+    compute = (
+        DEVICE_COMPUTE_PCT
+        - device.online_compute_pct
+        - device.reserve_compute_pct
+        - margins.compute_pct
+        - alloc_compute
+    )
+    memory = (
+        device.memory_mib
+        - device.online_memory_mib
+        - device.reserve_memory_mib
+        - margins.memory_mib
+        - alloc_memory
+    )
+    return compute, memory
+
+
+def overflow(
+    device: DeviceView, active: Iterable[ActiveAttempt], margins: Margins
+) -> tuple[float, float]:
+    """How much offline compute and memory must leave ``device`` (0 when none).
+
+    Online usage plus offline slices may not exceed capacity minus the margin.  The
+    expected-growth reserve is not counted here: it guards admission, not eviction.
+    Whole-GPU slices yield compute to online work, so only their memory counts.
+    """
+    compute = memory = 0.0
+    for a in active:
+        if a.node == device.node and device.index in a.devices:
+            memory += a.memory_mib
+            if a.gpus == 0:
+                compute += a.compute_pct
+    over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
+    over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
+    # compute overflow only matters while some fractional slice can give it back
+    return (max(0.0, over_c) if compute > 0 else 0.0), max(0.0, over_m)

@@ -1,0 +1,190 @@
+"""The scheduler loop: snapshot the store, call the pure planner, apply its decisions.
+
+Applying is idempotent: a dispatch is a fenced store transition (``queued`` at the
+attempt count the planner saw) followed by a message to the node; an eviction is a
+fenced ``running → evicting`` followed by a message.  Losing a race is normal and skipped.
+
+Each pass also reconciles: waiting jobs whose dependencies are met are queued; the
+attempts of nodes that stopped heartbeating are requeued; dispatched attempts that never
+started are requeued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ebbtide.clock import SYSTEM_CLOCK, Clock
+from ebbtide.config.policy import Policy
+from ebbtide.errors import StaleState
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import Store
+from ebbtide.scheduling.planner import Plan, plan
+from ebbtide.scheduling.snapshot import DeviceView, Snapshot
+
+log = logging.getLogger("ebbtide.scheduler")
+
+#: How often the scheduler plans when nothing wakes it earlier, in seconds.
+PLAN_PERIOD_S = 0.5
+
+Send = Callable[[str, dict[str, Any]], None]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        policy: Policy | None = None,
+        send: Send | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.store = store
+        self.policy = policy or Policy()
+        self.send = send or (lambda node, cmd: None)
+        self.clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wake(self, _event: dict[str, Any] | None = None) -> None:
+        self._wake.set()
+
+    # -- one pass -----------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        timeout = self.policy.defaults.heartbeat_timeout_s
+        devices = []
+        for node in self.store.nodes():
+            if node.stopping or now - node.heartbeat_at > timeout:
+                continue
+            for d in json.loads(node.devices_json):
+                devices.append(
+                    DeviceView(
+                        node=node.name,
+                        index=int(d["index"]),
+                        memory_mib=float(d["memory_mib"]),
+                        online_compute_pct=float(d["online_compute_pct"]),
+                        online_memory_mib=float(d["online_memory_mib"]),
+                        # the recent peak above the latest sample guards admission
+                        reserve_compute_pct=max(
+                            0.0, d.get("peak_compute_pct", 0.0) - d["online_compute_pct"]
+                        ),
+                        reserve_memory_mib=max(
+                            0.0, d.get("peak_memory_mib", 0.0) - d["online_memory_mib"]
+                        ),
+                        sampled_at=float(d.get("sampled_at") or 0.0),
+                    )
+                )
+        return Snapshot(
+            now=now,
+            queued=self.store.queued_jobs(),
+            active=self.store.active_attempts(),
+            devices=devices,
+            margins=self.policy.defaults.margins,
+        )
+
+    def run_once(self) -> Plan:
+        now = self.clock.time()
+        self.store.promote_waiting()
+        self.reconcile(now)
+        decisions = plan(self.snapshot(now))
+        self.apply(decisions, now)
+        return decisions
+
+    def apply(self, decisions: Plan, now: float) -> None:
+        active = {(a.job_id, a.attempt): a for a in self.store.active_attempts()}
+        for ev in decisions.evictions:
+            a = active.get((ev.job_id, ev.attempt))
+            if a is None:
+                continue
+            try:
+                if a.state == JobState.DISPATCHED:
+                    self.store.requeue_lost(
+                        ev.job_id, ev.attempt, why=f"taken back before it started: {ev.message}"
+                    )
+                    self.send(ev.node, {"op": "evict", "job_id": ev.job_id, "attempt": ev.attempt})
+                    continue
+                self.store.begin_eviction(
+                    ev.job_id,
+                    ev.attempt,
+                    reason=ev.message,
+                    deadline_s=ev.deadline_s,
+                    spike_at=now,
+                    source="scheduler",
+                )
+            except StaleState:
+                continue
+            log.info("evict job %s attempt %s: %s", ev.job_id, ev.attempt, ev.message)
+            self.send(
+                ev.node,
+                {
+                    "op": "evict",
+                    "job_id": ev.job_id,
+                    "attempt": ev.attempt,
+                    "reason": ev.reason.value,
+                    "message": ev.message,
+                    "spike_at": now,
+                    "deadline_s": ev.deadline_s,
+                },
+            )
+        for d in decisions.dispatches:
+            try:
+                number = self.store.dispatch(
+                    d.job_id,
+                    expected_attempts=d.expected_attempts,
+                    node=d.node,
+                    devices=d.devices,
+                    compute_pct=d.compute_pct,
+                    memory_mib=d.memory_mib,
+                )
+            except StaleState:
+                continue
+            log.info("dispatch job %s attempt %s to %s/%s", d.job_id, number, d.node, d.devices)
+            self.send(d.node, {"op": "start", "job_id": d.job_id, "attempt": number})
+
+    def reconcile(self, now: float) -> None:
+        """Requeue attempts whose node is gone, or whose start never happened."""
+        defaults = self.policy.defaults
+        nodes = {n.name: n for n in self.store.nodes()}
+        for a in self.store.active_attempts():
+            node = nodes.get(a.node)
+            why = None
+            if node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
+                why = f"node {a.node} stopped heartbeating"
+            elif (
+                a.state == JobState.DISPATCHED
+                and now - a.dispatched_at > defaults.dispatch_timeout_s
+            ):
+                why = f"node {a.node} did not start it within {defaults.dispatch_timeout_s:g}s"
+            if why is None:
+                continue
+            try:
+                self.store.requeue_lost(a.job_id, a.attempt, why=why)
+                log.warning("job %s attempt %s lost: %s", a.job_id, a.attempt, why)
+            except StaleState:
+                pass
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("scheduler pass failed")
+            self._wake.wait(PLAN_PERIOD_S)
+            self._wake.clear()

@@ -1,0 +1,104 @@
+"""The plain values the planner and the victim policy decide on.
+
+No I/O and no clock here: the live scheduler, the node agent's fast path and the
+simulator all build these and call the same pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ebbtide.queue.states import JobState
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting for a slice."""
+
+    id: int
+    priority: int
+    queue: str
+    owner: str
+    compute_pct: float
+    gpus: int
+    memory_mib: int
+    array_id: int | None
+    array_limit: int | None
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ActiveAttempt:
+    """An attempt that holds a slice (dispatched, running or evicting)."""
+
+    job_id: int
+    attempt: int
+    state: JobState
+    priority: int
+    queue: str
+    node: str
+    devices: tuple[int, ...]
+    compute_pct: float
+    memory_mib: int
+    deadline_s: float
+    signal: int
+    dispatched_at: float
+    started_at: float | None
+    last_checkpoint_at: float | None
+    cancel_requested: bool = False
+    array_id: int | None = None
+    gpus: int = 0
+
+    @property
+    def evicting(self) -> bool:
+        return self.state == JobState.EVICTING
+
+    def lost_work_s(self, now: float) -> float:
+        """Work an eviction now would throw away: time since the last checkpoint."""
+        since = self.last_checkpoint_at or self.started_at or self.dispatched_at
+        return max(0.0, now - since)
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """One device as the planner sees it: capacity and the latest online usage."""
+
+    node: str
+    index: int
+    memory_mib: float
+    online_compute_pct: float = 0.0
+    online_memory_mib: float = 0.0
+    #: online growth expected within the eviction deadline (a forecast), in percent
+    reserve_compute_pct: float = 0.0
+    #: online memory growth expected within the eviction deadline, in MiB
+    reserve_memory_mib: float = 0.0
+    #: Unix seconds of the sample these figures come from
+    sampled_at: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.node, self.index)
+
+
+@dataclass(frozen=True)
+class Margins:
+    """Headroom never handed out, so a small online rise needs no eviction."""
+
+    #: compute kept free on every device, in percent
+    compute_pct: float = 5.0
+    #: memory kept free on every device, in MiB
+    memory_mib: float = 2048.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    queued: Sequence[QueuedJob]
+    active: Sequence[ActiveAttempt]
+    devices: Sequence[DeviceView]
+    margins: Margins = field(default_factory=Margins)
+    #: False while no window admits offline work (the policy issue fills this in)
+    offline_allowed: bool = True
+    #: at most this many dispatches per pass (keeps one pass short)
+    max_dispatches: int = 1000

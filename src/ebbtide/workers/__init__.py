@@ -1,0 +1,1 @@
+"""The node agent, its executors and its headroom sources."""
