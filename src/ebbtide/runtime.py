@@ -23,6 +23,7 @@ from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError
 from ebbtide.messaging.bus import Bus
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.loop import Scheduler
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
@@ -102,7 +103,12 @@ def build(
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy)
     if scheduler:
-        rt.scheduler = Scheduler(store, policy=policy, send=bus.send_to_node)
+        rt.scheduler = Scheduler(
+            store,
+            policy=policy,
+            send=bus.send_to_node,
+            leader=LeaderLock(store.engine, settings.home),
+        )
     if agent_name is not None:
         assert source is not None
         rt.agent = NodeAgent(

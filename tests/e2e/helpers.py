@@ -68,9 +68,15 @@ def job(env: dict[str, str], job_id: int) -> dict[str, Any]:
     return ebb_json(env, "qstat", "-f", str(job_id))
 
 
+def jobs_by_id(env: dict[str, str]) -> dict[int, dict[str, Any]]:
+    """Every job, from one ``qstat --json``."""
+    return {j["id"]: j for j in ebb_json(env, "qstat")}
+
+
 def wait_final(env: dict[str, str], job_ids: list[int], timeout: float) -> dict[int, dict]:
     def done() -> dict[int, dict] | None:
-        jobs = {j: job(env, j) for j in job_ids}
+        every = jobs_by_id(env)
+        jobs = {j: every[j] for j in job_ids}
         return jobs if all(j["state"] in FINAL for j in jobs.values()) else None
 
     return wait_for(done, timeout, f"jobs {job_ids} to finish", interval=0.5)

@@ -102,7 +102,7 @@ def evictions_for_device(
             reason = EvictReason.ONLINE_COMPUTE
             message = (
                 f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
-                f"offline slices must free {over_c:.0f}% (margin {margins.compute_pct:g}%)"
+                f"offline slices must free {over_c:.1f}% (margin {margins.compute_pct:g}%)"
             )
         out.append(Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message))
     return out

@@ -22,6 +22,7 @@ from ebbtide.config.policy import Policy
 from ebbtide.errors import StaleState
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.planner import Plan, plan
 from ebbtide.scheduling.snapshot import DeviceView, Snapshot
 
@@ -29,6 +30,8 @@ log = logging.getLogger("ebbtide.scheduler")
 
 #: How often the scheduler plans when nothing wakes it earlier, in seconds.
 PLAN_PERIOD_S = 0.5
+#: How often a standby scheduler tries to become the active one, in seconds.
+LEADER_RETRY_S = 1.0
 
 Send = Callable[[str, dict[str, Any]], None]
 
@@ -41,6 +44,7 @@ class Scheduler:
         policy: Policy | None = None,
         send: Send | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        leader: LeaderLock | None = None,
     ) -> None:
         self.store = store
         self.policy = policy or Policy()
@@ -49,6 +53,7 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.leader = leader
 
     def wake(self, _event: dict[str, Any] | None = None) -> None:
         self._wake.set()
@@ -179,8 +184,19 @@ class Scheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        if self.leader is not None:
+            self.leader.release()
 
     def _run(self) -> None:
+        if self.leader is not None:
+            waiting_logged = False
+            while not self.leader.try_acquire():
+                if not waiting_logged:
+                    log.info("another scheduler is active; standing by")
+                    waiting_logged = True
+                if self._stop.wait(LEADER_RETRY_S):
+                    return
+            log.info("this scheduler is the active one")
         while not self._stop.is_set():
             try:
                 self.run_once()

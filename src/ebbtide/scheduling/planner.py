@@ -98,8 +98,9 @@ def plan(snapshot: Snapshot) -> Plan:
         alloc_c = sum(a.compute_pct for a in here)
         alloc_m = sum(a.memory_mib for a in here)
         c, m = headroom(device, alloc_c, alloc_m, snapshot.margins)
-        # a device with an eviction decided this pass takes nothing new
-        if any((a.job_id, a.attempt) in chosen for a in here):
+        # a device under pressure (an eviction decided now or still in flight) takes
+        # nothing new until its slices are free
+        if any(a.evicting or (a.job_id, a.attempt) in chosen for a in here):
             c = m = 0.0
         free[device.key] = _Free(device, c, m, len(here))
     by_node: dict[str, list[_Free]] = {}
@@ -110,7 +111,8 @@ def plan(snapshot: Snapshot) -> Plan:
 
     # 3. nominate, 4. admit
     misfits: set[tuple[float, int, int]] = set()
-    for job in snapshot.queued:
+    # timsort is linear on the store's already-ordered list
+    for job in sorted(snapshot.queued, key=_nomination_key):
         if len(out.dispatches) >= snapshot.max_dispatches:
             break
         shape = (job.compute_pct, job.memory_mib, job.gpus)
@@ -133,6 +135,11 @@ def plan(snapshot: Snapshot) -> Plan:
         if job.array_id is not None:
             running_per_array[job.array_id] += 1
     return out
+
+
+def _nomination_key(job: QueuedJob) -> tuple[int, int]:
+    """Priority (high first), then submission order: a requeued job keeps its id."""
+    return (-job.priority, job.id)
 
 
 def _place_fraction(

@@ -246,6 +246,7 @@ class NodeAgent:
                         source="agent",
                     )
                     active = [a.view(self.name) for a in self.attempts.values()]
+                    self._next_heartbeat = 0.0  # let the scheduler see the spike at once
 
     # -- commands -----------------------------------------------------------------------
 
