@@ -137,12 +137,12 @@ def test_dispatch_carries_slice_and_attempt_fence() -> None:
         pytest.param([job(1, c=60), job(2, c=60)], [1], id="submission-order"),
         pytest.param(
             [job(3, prio=1, c=40), job(1, prio=1, c=40), job(2, prio=0, c=40)],
-            [3, 1],
-            id="list-order-within-priority",
+            [1, 3],
+            id="id-order-within-priority",
         ),
     ],
 )
-def test_order_as_the_store_gives_it(queued: list[QueuedJob], expected: list[int]) -> None:
+def test_priority_then_submission_order(queued: list[QueuedJob], expected: list[int]) -> None:
     assert [d.job_id for d in plan(snap(queued, devices=[dev()])).dispatches] == expected
 
 
@@ -437,7 +437,7 @@ def test_online_compute_rise() -> None:
     (ev,) = plan(s).evictions
     assert ev.reason == EvictReason.ONLINE_COMPUTE
     assert ev.message == (
-        "online compute on n/0 rose to 90%; offline slices must free 15% (margin 5%)"
+        "online compute on n/0 rose to 90%; offline slices must free 15.0% (margin 5%)"
     )
 
 
