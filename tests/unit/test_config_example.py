@@ -1,0 +1,17 @@
+"""The example policy users copy must stay valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ebbtide.config.policy import load_policy
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ebbtide.yaml"
+
+
+def test_example_policy_loads_with_its_documented_values() -> None:
+    policy = load_policy(EXAMPLE)
+    assert policy.defaults.margin_memory_mib == 2048
+    assert policy.deadline_for("research") == 10.0
+    assert policy.deadline_for("default") == 30.0
+    assert policy.queues["urgent"].priority == 100
