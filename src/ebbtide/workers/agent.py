@@ -46,6 +46,8 @@ log = logging.getLogger("ebbtide.agent")
 
 #: How often the agent samples headroom and checks its attempts, in seconds (≥ 10 Hz).
 SAMPLE_PERIOD_S = 0.05
+#: How often the agent looks at attempts being evicted, in seconds.
+EVICTING_PERIOD_S = 0.005
 #: How often the agent heartbeats and reconciles with the store, in seconds.
 HEARTBEAT_PERIOD_S = 0.5
 #: Window over which the agent reports the recent online peak, in seconds.
@@ -175,7 +177,9 @@ class NodeAgent:
             if self._stopping and not self.attempts:
                 self._finish_shutdown()
                 return
-            self._wake.wait(SAMPLE_PERIOD_S)
+            # while a slice is being taken back, look at it more often
+            evicting = any(a.eviction for a in self.attempts.values())
+            self._wake.wait(EVICTING_PERIOD_S if evicting else SAMPLE_PERIOD_S)
             self._wake.clear()
 
     # -- one tick -----------------------------------------------------------------------
@@ -197,8 +201,11 @@ class NodeAgent:
                 self._finish(local, code)
             elif local.eviction and local.eviction.due(self.clock.time()):
                 local.eviction.killed = True
-                self.executor.signal(local.handle, signal.SIGKILL)
-                log.info("job %s attempt %s: deadline reached, killed", local.job_id, local.attempt)
+                log.info(
+                    "job %s attempt %s: deadline reached, killing", local.job_id, local.attempt
+                )
+                self.executor.sweep(local.handle)  # free by the deadline, not a tick later
+                self._finish(local, self.executor.poll(local.handle) or 128 + signal.SIGKILL)
             elif (
                 local.walltime_s is not None
                 and not local.eviction

@@ -55,7 +55,7 @@ class Executor(Protocol):
         ...
 
     def sweep(self, handle: Handle) -> None:
-        """Kill whatever is left of the group and wait until it is gone."""
+        """Kill whatever is left of the group, reap it, and wait until it is gone."""
         ...
 
 
@@ -104,6 +104,8 @@ class LocalExecutor:
         self.signal(handle, signal.SIGKILL)
         give_up = time.monotonic() + GROUP_SWEEP_TIMEOUT_S
         while time.monotonic() < give_up:
+            if handle.popen is not None:
+                handle.popen.poll()  # reap the leader: a zombie still counts in its group
             try:
                 os.killpg(handle.pgid, 0)
             except (ProcessLookupError, PermissionError):
