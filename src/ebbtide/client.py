@@ -43,6 +43,7 @@ class Client:
         policy: Policy | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self._owns_store = store is None
         self.store = store or Store(self.settings.db_url)
         self.policy = policy or load_policy(self.settings.policy_path)
 
@@ -55,7 +56,9 @@ class Client:
         return self.settings.is_admin() or self.user in self.policy.admins
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store, unless it was handed in by the caller."""
+        if self._owns_store:
+            self.store.close()
 
     def __enter__(self) -> Client:
         return self
@@ -76,9 +79,8 @@ class Client:
         """Like :meth:`submit` but returns every task id of an array."""
         if spec is None:
             spec = JobSpec(**fields)
-        elif fields:
-            spec = spec.model_copy(update=fields)
-            spec = JobSpec(**spec.model_dump())
+        elif fields:  # re-validate, keeping what the spec left unset unset
+            spec = JobSpec(**{**spec.model_dump(exclude_unset=True), **fields})
         self.policy.check_queue(spec.queue)
         queue = self.policy.queues[spec.queue]
         if "priority" not in spec.model_fields_set and queue.priority:

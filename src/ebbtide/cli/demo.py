@@ -53,7 +53,9 @@ POLL_PERIOD_S = 0.1
 #: how often a line of online load is printed when the output is not a terminal, in seconds
 LOAD_PERIOD_S = 2.0
 #: one step of a demo job, in trace seconds
-STEP_TRACE_S = 0.1
+STEP_TRACE_S = 0.05
+#: how long the agent watches the online load before the jobs are submitted, in trace seconds
+WARMUP_TRACE_S = 4.0
 #: give up when the jobs are not done after this many trace seconds (the trace loops)
 GIVE_UP_TRACE_S = 300.0
 #: resolution of the integral of the spare compute the trace left, in wall seconds
@@ -75,22 +77,26 @@ class DemoJob:
     #: eviction deadline, in wall seconds
     deadline_s: float
     ignore_warning: bool = False
+    priority: int = 0
 
     def describe(self) -> str:
         text = (
             f"{self.gpu_pct:g}% · {self.gpumem_gib:g}GiB, {self.work_s:g} s of work, "
             f"checkpoints every {self.every_s:g} s, deadline {self.deadline_s:g} s"
         )
-        return text + (" — ignores the warning" if self.ignore_warning else "")
+        if self.ignore_warning:
+            text += f", priority {self.priority}, ignores the warning"
+        return text
 
 
 #: the jobs submitted, in order (``--jobs N`` takes the first N, cycling)
 JOB_MIX: tuple[DemoJob, ...] = (
-    DemoJob("finetune-a", "training", 35, 16, 40, 1, 5),
-    DemoJob("embed", "inference", 20, 24, 30, 1, 5),
-    DemoJob("eval-stubborn", "batch", 20, 8, 30, 3, 3, ignore_warning=True),
-    DemoJob("finetune-b", "training", 30, 12, 35, 1, 5),
-    DemoJob("batch-infer", "inference", 25, 12, 25, 1, 5),
+    DemoJob("finetune-a", "training", 30, 16, 50, 1, 5),
+    DemoJob("embed", "inference", 20, 40, 40, 1, 5),
+    # low priority, so it is the first victim on its device; ignores the warning
+    DemoJob("eval-stubborn", "batch", 20, 8, 45, 3, 3, ignore_warning=True, priority=-1),
+    DemoJob("finetune-b", "training", 25, 12, 45, 1, 5),
+    DemoJob("batch-infer", "inference", 20, 12, 30, 1, 5),
     DemoJob("sweep", "training", 15, 6, 20, 1, 5),
 )
 
@@ -115,6 +121,7 @@ def job_spec(job: DemoJob, speedup: float, cwd: Path) -> JobSpec:
         compute_pct=job.gpu_pct,
         memory_mib=round(job.gpumem_gib * 1024),
         deadline_s=job.deadline_s,
+        priority=job.priority,
         checkpoint_interval_s=job.every_s / speedup,
         cwd=str(cwd),
     )
@@ -176,13 +183,13 @@ class Feed:
             done, total = job.progress_done or 0, job.progress_total
             where = f"step {done:.0f} of {total:.0f}" if total else "its checkpoint"
             return "resumed", f"attempt {attempt} on {_gpu(self._device.get(job_id))} from {where}"
-        if kind == "started":
-            return "started", f"attempt {attempt} on {_gpu(self._device.get(job_id))}"
         if kind == "evict_requested":
             return "evict", f"{data.get('reason')} [by the {data.get('source')}]"
         if kind == "evicted":
-            how = "killed at the deadline" if data.get("killed") else "exited"
-            how += ", checkpointed" if data.get("checkpointed") else ""
+            if data.get("killed"):
+                how = "killed at the deadline"
+            else:
+                how = "exited" + (" after a checkpoint" if data.get("checkpointed") else "")
             miss = " — DEADLINE MISSED" if data.get("deadline_missed") else ""
             lost = f"lost {data.get('lost_work_s', 0):.1f} s of work"
             return "evicted", f"slice free in {_ms(data.get('latency_s', 0))} ({how}); {lost}{miss}"
@@ -266,7 +273,7 @@ def summarize(
         "jobs_succeeded": sum(s == JobState.SUCCEEDED for s in states.values()),
         "jobs_failed": sum(s == JobState.FAILED for s in states.values()),
         "evictions": len(evicted),
-        "checkpointed": sum(bool(e.get("checkpointed")) for e in evicted),
+        "checkpointed": sum(bool(e.get("checkpointed")) and not e.get("killed") for e in evicted),
         "killed_at_deadline": sum(bool(e.get("killed")) for e in evicted),
         "deadline_misses": sum(
             bool(e.get("deadline_missed")) or e.get("latency_s", 0) > e.get("deadline_s", 1e9)
@@ -297,7 +304,10 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
     )
     rows = [
         ("jobs done", f"{s['jobs_succeeded']} / {s['jobs_submitted']}"),
-        ("evictions", f"{s['evictions']} ({s['checkpointed']} checkpointed on the warning)"),
+        (
+            "evictions",
+            f"{s['evictions']} ({s['checkpointed']} checkpointed on the warning and exited)",
+        ),
         ("killed at the deadline", str(s["killed_at_deadline"])),
         ("deadline misses", str(s["deadline_misses"])),
         ("eviction latency", lat + " (spike seen → slice free)"),
@@ -364,8 +374,10 @@ def _tour(
     client = Client(rt.settings, store=rt.store, policy=rt.policy)
     t0 = time.time()
     rt.start()
-    jobs = {client.submit(job_spec(j, speedup, home)): j for j in pick_jobs(count)}
+    jobs: dict[int, DemoJob] = {}
     feed = Feed(rt.store, console, t0, jobs)
+    warmup_s = WARMUP_TRACE_S / speedup
+    feed.line(t0, "watching", f"the online load for {warmup_s:.1f} s before submitting jobs")
     fancy = console.is_terminal and not as_json
     live = Live(console=console, transient=True, refresh_per_second=4) if fancy else None
     give_up = t0 + GIVE_UP_TRACE_S / speedup
@@ -374,7 +386,10 @@ def _tour(
     try:
         if live is not None:
             live.start()
-        while len(feed.final) < len(jobs) and time.time() < give_up:
+        while not jobs or (len(feed.final) < len(jobs) and time.time() < give_up):
+            if not jobs and time.time() >= t0 + warmup_s:
+                for j in pick_jobs(count):
+                    jobs[client.submit(job_spec(j, speedup, home))] = j
             feed.poll()
             now = time.time()
             if live is not None or now >= next_load:

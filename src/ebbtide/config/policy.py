@@ -71,6 +71,12 @@ class Policy(_Strict):
     queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
     admins: list[str] = Field(default_factory=list)
 
+    @field_validator("queues")
+    @classmethod
+    def _default_queue(cls, queues: dict[str, QueueConfig]) -> dict[str, QueueConfig]:
+        # jobs that name no queue go to "default": it always exists
+        return queues if "default" in queues else {"default": QueueConfig(), **queues}
+
     def deadline_for(self, queue: str) -> float:
         q = self.queues.get(queue)
         return (q.deadline_s if q and q.deadline_s else None) or self.defaults.deadline_s

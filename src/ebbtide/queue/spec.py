@@ -7,6 +7,7 @@ values.  Sizes and durations accept the forms people write (``"4GiB"``, ``"30s"`
 
 from __future__ import annotations
 
+import difflib
 import re
 import signal
 from typing import Annotated, Any, Literal
@@ -169,7 +170,7 @@ class JobSpec(BaseModel):
                 "command: give exactly one of command (an argv list) or script (its text)"
             )
         if self.gpus >= 1 and self.compute_pct != 100:
-            raise ValueError("whole GPUs take all their compute; leave compute_pct at 100")
+            raise ValueError("compute_pct: whole GPUs take all their compute; leave it at 100")
         return self
 
     def display_name(self) -> str:
@@ -187,6 +188,8 @@ def spec_error(exc: ValidationError) -> SpecError:
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "spec"
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = _unknown_field_message(loc)
         if ": " in msg and loc == "spec":
             loc, msg = msg.split(": ", 1)
         first_field = first_field or loc
@@ -194,3 +197,14 @@ def spec_error(exc: ValidationError) -> SpecError:
     error = SpecError(first_field, "; ".join(m.split(": ", 1)[1] for m in messages[:1]))
     error.args = ("; ".join(messages),)
     return error
+
+
+#: Inputs accepted besides the fields themselves (converted by ``_convenience_forms``).
+CONVENIENCE_INPUTS = ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval")
+
+
+def _unknown_field_message(name: str) -> str:
+    known = sorted({*JobSpec.model_fields, *CONVENIENCE_INPUTS})
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown field; {hint}known fields: {', '.join(known)}"

@@ -100,7 +100,11 @@ class Store:
         else:
             self.engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5)
         if migrate:
-            migrations.migrate(self.engine)
+            try:
+                migrations.migrate(self.engine)
+            except BaseException:
+                self.engine.dispose()
+                raise
 
     def close(self) -> None:
         self.engine.dispose()

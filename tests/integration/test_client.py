@@ -1,0 +1,235 @@
+"""The SDK against a real SQLite store under a temporary EBBTIDE_HOME."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ebbtide import client as client_module
+from ebbtide.client import Client, WaitTimeout
+from ebbtide.config.policy import parse_policy
+from ebbtide.config.settings import Settings
+from ebbtide.errors import ConfigError, EbbtideError, PermissionDenied, SpecError
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import EventType, JobState
+
+S = JobState
+POLICY = """
+queues:
+  default: {}
+  fast:
+    priority: 7
+    deadline_s: 5s
+admins: [carol]
+"""
+
+
+def _settings(tmp_path: Path, user: str = "alice", **extra: str) -> Settings:
+    return Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": user, **extra})
+
+
+@pytest.fixture
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
+    monkeypatch.setattr(client_module, "WAIT_POLL_S", 0.02)
+    policy_path = tmp_path / "ebbtide.yaml"
+    policy_path.write_text(POLICY)
+    with Client(_settings(tmp_path, EBBTIDE_POLICY=str(policy_path))) as c:
+        yield c
+
+
+def _run_to_end(client: Client, job_id: int, exit_code: int) -> None:
+    """Play the scheduler and the node agent on the store."""
+    store = client.store
+    attempt = store.dispatch(
+        job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1
+    )
+    store.mark_started(job_id, attempt, pid=42, stdout_path="o", stderr_path="e")
+    store.finish_attempt(job_id, attempt, exit_code=exit_code)
+
+
+def test_settings_from_a_dict(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    assert settings.user == "alice"
+    assert settings.home == tmp_path
+    assert settings.db_url == f"sqlite:///{tmp_path / 'ebbtide.db'}"
+    assert settings.policy_path is None
+
+
+def test_default_client_uses_the_home(tmp_path: Path) -> None:
+    with Client(_settings(tmp_path)) as c:
+        job_id = c.submit(command=["true"])
+        assert c.get(job_id).owner == "alice"
+        assert c.policy.queues.keys() == {"default"}
+    assert (tmp_path / "ebbtide.db").exists()
+
+
+def test_submit_with_keywords(client: Client) -> None:
+    job_id = client.submit(command=["python", "train.py"], gpu="25%", gpumem="4GiB", name="t")
+    job = client.get(job_id)
+    assert (job.name, job.owner, job.queue, job.state) == ("t", "alice", "default", S.QUEUED)
+    assert (job.compute_pct, job.memory_mib) == (25.0, 4096)
+    assert job.deadline_s == 30.0  # the policy default
+
+
+def test_submit_a_jobspec(client: Client) -> None:
+    spec = JobSpec(command=["python", "infer.py"], kind="inference", gpu=1, deadline="20s")
+    job = client.get(client.submit(spec))
+    assert (job.kind, job.gpus, job.compute_pct, job.deadline_s) == ("inference", 1, 100.0, 20.0)
+    assert client.store.spec(job.id or 0) == spec
+
+
+def test_queue_priority_and_deadline_apply(client: Client) -> None:
+    job = client.get(client.submit(command=["x"], queue="fast"))
+    assert (job.priority, job.deadline_s) == (7, 5.0)
+    job = client.get(client.submit(JobSpec(command=["x"], queue="fast")))
+    assert job.priority == 7
+    job = client.get(client.submit(command=["x"], queue="fast", priority=1))
+    assert job.priority == 1  # an explicit priority wins
+
+
+def test_jobspec_with_keyword_overrides(client: Client) -> None:
+    """``submit(spec, **fields)`` is the spec with those fields changed, as if given to it."""
+    base = JobSpec(command=["x"])
+    job = client.get(client.submit(base, queue="fast", name="over"))
+    assert (job.queue, job.name) == ("fast", "over")
+    assert job.priority == 7  # the queue's priority, as when the spec says queue="fast"
+
+
+def test_jobspec_with_convenience_overrides(client: Client) -> None:
+    """The user-facing forms (``gpu``, ``gpumem``) work as overrides too, not silently dropped."""
+    job = client.get(client.submit(JobSpec(command=["x"]), gpu="50%", gpumem="2GiB"))
+    assert (job.compute_pct, job.memory_mib) == (50.0, 2048)
+
+
+def test_jobspec_with_bad_override(client: Client) -> None:
+    with pytest.raises(SpecError) as info:
+        client.submit(JobSpec(command=["x"]), priority=5000)
+    assert info.value.field == "priority"
+    assert client.list() == []
+
+
+def test_submit_many_returns_every_task(client: Client) -> None:
+    ids = client.submit_many(command=["x"], name="a", array={"start": 0, "end": 2, "limit": 1})
+    assert len(ids) == 3
+    assert client.submit(command=["x"], array={"start": 0, "end": 1}) == ids[-1] + 1
+    assert [j.name for j in client.list(array_id=ids[0])] == ["a[0]", "a[1]", "a[2]"]
+
+
+def test_unknown_queue(client: Client) -> None:
+    with pytest.raises(ConfigError) as info:
+        client.submit(command=["x"], queue="nope")
+    assert "nope" in str(info.value) and "default, fast" in str(info.value)
+    with pytest.raises(ConfigError):
+        client.submit(JobSpec(command=["x"], queue="nope"))
+    assert client.list() == []
+
+
+def test_bad_spec_is_a_spec_error(client: Client) -> None:
+    with pytest.raises(SpecError) as info:
+        client.submit(command=["x"], gpu="lots")
+    assert info.value.field == "gpu"
+
+
+def test_list_with_filters(client: Client) -> None:
+    a = client.submit(command=["x"])
+    b = client.submit(command=["x"], queue="fast", hold=True)
+    c = client.submit(command=["x"], queue="fast")
+    ids = lambda jobs: [j.id for j in jobs]  # noqa: E731
+    assert ids(client.list()) == [a, b, c]
+    assert ids(client.list(state="held")) == [b]
+    assert ids(client.list(state=S.QUEUED)) == [a, c]
+    assert ids(client.list(state=["queued", S.HELD])) == [a, b, c]
+    assert ids(client.list(queue="fast")) == [b, c]
+    assert ids(client.list(queue="fast", state="queued")) == [c]
+    assert ids(client.list(owner="alice")) == [a, b, c]
+    assert ids(client.list(owner="bob")) == []
+    assert ids(client.list(limit=1)) == [a]
+    with pytest.raises(ValueError):
+        client.list(state="sleeping")
+
+
+def test_as_dict(client: Client) -> None:
+    data = client.as_dict(client.get(client.submit(command=["x"], gpu="25%")))
+    assert data["state"] == "queued"
+    assert data["slice"]["compute_pct"] == 25.0
+
+
+def test_wait_timeout(client: Client) -> None:
+    job_id = client.submit(command=["x"])
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout) as info:
+        client.wait(job_id, timeout=0.1)
+    assert 0.1 <= time.monotonic() - started < 2
+    assert "queued" in str(info.value)
+    assert isinstance(info.value, EbbtideError)
+    assert client.get(job_id).state == S.QUEUED  # the job goes on
+
+
+def test_wait_returns_a_finished_job_at_once(client: Client) -> None:
+    job_id = client.submit(command=["x"])
+    _run_to_end(client, job_id, 0)
+    assert client.wait(job_id, timeout=0).state == S.SUCCEEDED
+
+
+@pytest.mark.parametrize(("exit_code", "state"), [(0, S.SUCCEEDED), (3, S.FAILED)])
+def test_wait_returns_when_the_job_ends(client: Client, exit_code: int, state: JobState) -> None:
+    job_id = client.submit(command=["x"])
+    timer = threading.Timer(0.15, _run_to_end, args=(client, job_id, exit_code))
+    timer.start()
+    try:
+        job = client.wait(job_id, timeout=10)
+    finally:
+        timer.join()
+    assert (job.state, job.exit_code) == (state, exit_code)
+
+
+def test_wait_returns_when_cancelled(client: Client) -> None:
+    job_id = client.submit(command=["x"])
+    timer = threading.Timer(0.1, client.cancel, args=(job_id,))
+    timer.start()
+    try:
+        assert client.wait(job_id, timeout=10).state == S.CANCELLED
+    finally:
+        timer.join()
+
+
+def test_events(client: Client) -> None:
+    job_id = client.submit(command=["x"])
+    client.hold(job_id)
+    client.release(job_id)
+    _run_to_end(client, job_id, 0)
+    events = client.events(job_id)
+    assert [e["type"] for e in events] == [
+        EventType.SUBMITTED,
+        EventType.HELD,
+        EventType.RELEASED,
+        EventType.DISPATCHED,
+        EventType.STARTED,
+        EventType.SUCCEEDED,
+    ]
+    times = [e["time"] for e in events]
+    assert times == sorted(times)
+    assert [e["attempt"] for e in events] == [None, None, None, 1, 1, 1]
+
+
+def test_actions_check_the_owner(client: Client, tmp_path: Path) -> None:
+    job_id = client.submit(command=["x"])
+    policy = parse_policy(POLICY, "p.yaml")
+    # the other clients share the store, so they are not closed here
+    bob = Client(_settings(tmp_path, "bob"), store=client.store, policy=policy)
+    assert not bob.is_admin
+    with pytest.raises(PermissionDenied):
+        bob.hold(job_id)
+    with pytest.raises(PermissionDenied):
+        bob.cancel(job_id)
+    assert client.get(job_id).state == S.QUEUED
+    carol = Client(_settings(tmp_path, "carol"), store=client.store, policy=policy)
+    assert carol.is_admin  # an admin by the policy
+    assert carol.hold(job_id).state == S.HELD
+    root = Client(_settings(tmp_path, "root"), store=client.store, policy=policy)
+    assert root.is_admin  # an admin by the settings
+    assert root.cancel(job_id).state == S.CANCELLED

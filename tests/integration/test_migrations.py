@@ -1,0 +1,243 @@
+"""Schema migrations on SQLite and PostgreSQL: fresh builds, re-runs, refusals, no drift."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import SQLModel
+
+import ebbtide.queue.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from ebbtide.clock import FakeClock
+from ebbtide.errors import EbbtideError
+from ebbtide.queue import migrations
+from ebbtide.queue.migrations import LATEST_VERSION, current_version, migrate
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import Store
+
+MODEL_TABLES = sorted(SQLModel.metadata.tables)
+
+
+@pytest.fixture
+def bare(db_url: str) -> Iterator[Store]:
+    """A store on an empty database, not migrated."""
+    store = Store(db_url, clock=FakeClock(), migrate=False)
+    yield store
+    store.close()
+
+
+def _versions(engine: sa.Engine) -> list[int]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT version FROM ebbtide_schema ORDER BY version"))
+        return [r[0] for r in rows]
+
+
+def test_fresh_database_migrates_to_latest(bare: Store) -> None:
+    assert sa.inspect(bare.engine).get_table_names() == []
+    assert migrate(bare.engine) == 0  # the version found before
+    assert _versions(bare.engine) == list(range(1, LATEST_VERSION + 1))
+    with bare.engine.connect() as conn:
+        assert current_version(conn) == LATEST_VERSION
+    assert sorted(sa.inspect(bare.engine).get_table_names()) == MODEL_TABLES
+
+
+def test_latest_version_counts_the_migrations() -> None:
+    assert LATEST_VERSION == len(migrations.MIGRATIONS) >= 1
+
+
+def test_store_migrates_on_open(db_url: str) -> None:
+    store = Store(db_url, clock=FakeClock())
+    try:
+        assert _versions(store.engine)[-1] == LATEST_VERSION
+    finally:
+        store.close()
+
+
+def test_migrating_again_is_a_no_op_and_keeps_jobs(db_url: str) -> None:
+    first = Store(db_url, clock=FakeClock())
+    ids = [
+        first.submit(JobSpec(command=["x"], priority=p), "alice", defaults_deadline_s=30.0)[0]
+        for p in (0, 5, 0)
+    ]
+    first.hold(ids[2], user="alice")
+    before = [job.model_dump() for job in first.list_jobs()]
+    queued = first.queued_jobs()
+    versions = _versions(first.engine)
+    first.close()
+
+    engine = sa.create_engine(db_url)
+    try:
+        assert migrate(engine) == LATEST_VERSION
+    finally:
+        engine.dispose()
+    second = Store(db_url, clock=FakeClock())
+    try:
+        assert _versions(second.engine) == versions
+        assert [job.model_dump() for job in second.list_jobs()] == before
+        assert second.queued_jobs() == queued
+        assert [q.id for q in queued] == [ids[1], ids[0]]
+        assert second.get(ids[2]).state == JobState.HELD
+        # and it still works
+        new = second.submit(JobSpec(command=["y"]), "bob", defaults_deadline_s=30.0)[0]
+        assert new > max(ids)
+    finally:
+        second.close()
+
+
+def test_newer_schema_is_refused(bare: Store) -> None:
+    migrate(bare.engine)
+    with bare.engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO ebbtide_schema (version, applied_at) VALUES (:v, 0)"),
+            {"v": LATEST_VERSION + 1},
+        )
+    with pytest.raises(EbbtideError) as info:
+        migrate(bare.engine)
+    message = str(info.value)
+    assert str(LATEST_VERSION + 1) in message
+    assert "upgrade ebbtide" in message
+    assert _versions(bare.engine) == [*range(1, LATEST_VERSION + 1), LATEST_VERSION + 1]
+
+
+def test_store_refuses_a_newer_schema_and_closes_its_connections(bare: Store) -> None:
+    """Opening a store on a too-new database raises, and leaves no connection open behind."""
+    migrate(bare.engine)
+    with bare.engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO ebbtide_schema (version, applied_at) VALUES (:v, 0)"),
+            {"v": LATEST_VERSION + 1},
+        )
+    with pytest.raises(EbbtideError):
+        Store(bare.url, migrate=True)
+    # a connection left in the pool of the abandoned engine warns (an error here) when freed
+    gc.collect()
+
+
+def test_newer_schema_on_an_otherwise_empty_database_is_refused(bare: Store) -> None:
+    with bare.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE ebbtide_schema"
+                " (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL)"
+            )
+        )
+        conn.execute(
+            sa.text("INSERT INTO ebbtide_schema (version, applied_at) VALUES (:v, 0)"),
+            {"v": LATEST_VERSION + 7},
+        )
+    with pytest.raises(EbbtideError, match=str(LATEST_VERSION + 7)):
+        migrate(bare.engine)
+    # nothing was built on top of a schema this version does not understand
+    assert sa.inspect(bare.engine).get_table_names() == ["ebbtide_schema"]
+
+
+def test_concurrent_migrators_apply_each_version_once(bare: Store) -> None:
+    engines = [bare.engine, Store(bare.url, migrate=False).engine]
+    barrier = threading.Barrier(len(engines))
+    errors: list[BaseException] = []
+
+    def run(engine: sa.Engine) -> None:
+        barrier.wait()
+        try:
+            migrate(engine)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    engines[1].dispose()
+    assert errors == []
+    assert _versions(bare.engine) == list(range(1, LATEST_VERSION + 1))
+
+
+# ------------------------------------------------------------------ drift
+#
+# One database per backend for all tables: creating a PostgreSQL database costs most of a
+# second, so the checks loop over the tables and compare whole dicts (the diff names them).
+
+
+@pytest.fixture
+def migrated(bare: Store) -> sa.Inspector:
+    migrate(bare.engine)
+    return sa.inspect(bare.engine)
+
+
+def _kind(column_type: sa.types.TypeEngine) -> str:
+    """The family of a column type, the same whether declared or reflected."""
+    if isinstance(column_type, sa.types.TypeDecorator):  # SQLModel's AutoString
+        column_type = column_type.impl_instance
+    for family, name in (
+        (sa.Boolean, "bool"),
+        (sa.Integer, "int"),
+        (sa.Float, "float"),
+        (sa.Numeric, "float"),
+        (sa.Text, "text"),
+        (sa.String, "str"),
+    ):
+        if isinstance(column_type, family):
+            return name
+    return type(column_type).__name__
+
+
+def test_no_drift_in_columns(migrated: sa.Inspector) -> None:
+    """Every model table exists with the same column names and nullability."""
+    assert sorted(migrated.get_table_names()) == MODEL_TABLES
+    expected = {
+        t: sorted((c.name, c.nullable) for c in SQLModel.metadata.tables[t].columns)
+        for t in MODEL_TABLES
+    }
+    actual = {
+        t: sorted((c["name"], c["nullable"]) for c in migrated.get_columns(t)) for t in MODEL_TABLES
+    }
+    assert actual == expected
+
+
+def test_no_drift_in_column_types(migrated: sa.Inspector) -> None:
+    expected = {
+        t: {c.name: _kind(c.type) for c in SQLModel.metadata.tables[t].columns}
+        for t in MODEL_TABLES
+    }
+    actual = {
+        t: {c["name"]: _kind(c["type"]) for c in migrated.get_columns(t)} for t in MODEL_TABLES
+    }
+    assert actual == expected
+
+
+def test_no_drift_in_keys_and_indexes(migrated: sa.Inspector) -> None:
+    def declared(t: str) -> dict[str, object]:
+        model = SQLModel.metadata.tables[t]
+        return {
+            "pk": [c.name for c in model.primary_key.columns],
+            "indexes": sorted(
+                (ix.name, tuple(c.name for c in ix.columns), bool(ix.unique))
+                for ix in model.indexes
+            ),
+            "unique": sorted(
+                tuple(c.name for c in uc.columns)
+                for uc in model.constraints
+                if isinstance(uc, sa.UniqueConstraint)
+            ),
+        }
+
+    def reflected(t: str) -> dict[str, object]:
+        return {
+            "pk": migrated.get_pk_constraint(t)["constrained_columns"],
+            "indexes": sorted(
+                (ix["name"], tuple(ix["column_names"]), bool(ix["unique"]))
+                for ix in migrated.get_indexes(t)
+                # PostgreSQL backs a unique constraint with an index; checked as "unique"
+                if not ix.get("duplicates_constraint")
+            ),
+            "unique": sorted(
+                tuple(uc["column_names"]) for uc in migrated.get_unique_constraints(t)
+            ),
+        }
+
+    assert {t: reflected(t) for t in MODEL_TABLES} == {t: declared(t) for t in MODEL_TABLES}

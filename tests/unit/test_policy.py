@@ -1,0 +1,185 @@
+"""The policy file: defaults, strictness, and errors that say file, line and column."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ebbtide.config.policy import API_VERSION, Policy, load_policy, parse_policy
+from ebbtide.errors import ConfigError, UserError
+
+
+def _yaml(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def test_defaults_without_a_file() -> None:
+    policy = load_policy(None)
+    assert policy == Policy()
+    assert policy.apiVersion == API_VERSION
+    assert policy.defaults.margin_compute_pct == 5.0
+    assert policy.defaults.margin_memory_mib == 2048
+    assert policy.defaults.deadline_s == 30.0
+    assert policy.defaults.heartbeat_timeout_s == 10.0
+    assert policy.defaults.dispatch_timeout_s == 30.0
+    assert list(policy.queues) == ["default"]
+    assert policy.queues["default"].priority == 0
+    assert policy.admins == []
+    assert policy.deadline_for("default") == 30.0
+    margins = policy.defaults.margins
+    assert (margins.compute_pct, margins.memory_mib) == (5.0, 2048.0)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "apiVersion: ebbtide/v1\n"])
+def test_empty_file_means_defaults(text: str) -> None:
+    assert parse_policy(text, "p.yaml") == Policy()
+
+
+def test_full_file_with_units() -> None:
+    policy = parse_policy(
+        _yaml(
+            """
+            apiVersion: ebbtide/v1
+            defaults:
+              margin_compute_pct: 10
+              margin_memory_mib: 4GiB
+              deadline_s: 2m
+              heartbeat_timeout_s: 15s
+              dispatch_timeout_s: 45
+            queues:
+              default: {}
+              fast:
+                priority: 10
+                deadline_s: 5s
+            admins: [bob, carol]
+            """
+        ),
+        "p.yaml",
+    )
+    d = policy.defaults
+    assert (d.margin_compute_pct, d.margin_memory_mib, d.deadline_s) == (10, 4096, 120.0)
+    assert (d.heartbeat_timeout_s, d.dispatch_timeout_s) == (15.0, 45.0)
+    assert policy.queues["fast"].priority == 10
+    assert policy.deadline_for("fast") == 5.0
+    assert policy.deadline_for("default") == 120.0  # no queue deadline: the default's
+    assert policy.admins == ["bob", "carol"]
+
+
+def test_load_policy_reads_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "ebbtide.yaml"
+    path.write_text("queues:\n  gpu:\n    priority: 3\n")
+    assert load_policy(path).queues["gpu"].priority == 3
+
+
+def test_load_policy_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=re.escape(str(path))):
+        load_policy(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "path"),
+    [
+        ("bogus: 1\n", "p.yaml:1:1", "bogus"),
+        ("defaults:\n  margin_cpu_pct: 5\n", "p.yaml:2:3", "defaults.margin_cpu_pct"),
+        ("queues:\n  gpu:\n    priorty: 3\n", "p.yaml:3:5", "queues.gpu.priorty"),
+    ],
+)
+def test_unknown_keys_are_errors(text: str, where: str, path: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    assert str(info.value) == f"{where}: {path}: unknown key"
+
+
+def test_all_errors_are_reported_at_once() -> None:
+    text = _yaml(
+        """
+        apiVersion: ebbtide/v1
+        defaults:
+          margin_compute_pct: 150
+          bogus: 1
+        queues:
+          gpu:
+            priority: 5000
+            deadline_s: 10s
+        extra_top: true
+        """
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "ebbtide.yaml")
+    lines = str(info.value).splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        assert re.match(r"^ebbtide\.yaml:\d+:\d+: \S+: .+", line), line
+    by_path = {line.split(": ")[1]: line.split(": ")[0] for line in lines}
+    assert by_path == {
+        "defaults.margin_compute_pct": "ebbtide.yaml:3:3",
+        "defaults.bogus": "ebbtide.yaml:4:3",
+        "queues.gpu.priority": "ebbtide.yaml:7:5",
+        "extra_top": "ebbtide.yaml:9:1",
+    }
+    assert "100" in next(x for x in lines if "margin_compute_pct" in x)
+    assert "1023" in next(x for x in lines if "priority" in x)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        ("defaults:\n  deadline_s: 0\n", "p.yaml:2:3", ["defaults.deadline_s", "0"]),
+        ("defaults:\n  margin_memory_mib: lots\n", "p.yaml:2:3", ["4GiB", "lots"]),
+        ("defaults:\n  heartbeat_timeout_s: soon\n", "p.yaml:2:3", ["30s", "soon"]),
+        ("apiVersion: ebbtide/v2\n", "p.yaml:1:1", ["apiVersion", "ebbtide/v1"]),
+        ("admins: bob\n", "p.yaml:1:1", ["admins"]),
+    ],
+)
+def test_bad_values_name_place_and_allowed_values(text: str, where: str, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    message = str(info.value)
+    assert message.startswith(where + ": ")
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("defaults:\n  deadline_s: 30s\n  margin: a: b\n", 3),
+        ("queues:\n  gpu: {priority: 1\nadmins: []\n", 3),
+        ("admins:\n\t- bob\n", 2),
+    ],
+)
+def test_yaml_syntax_error_has_the_line(text: str, line: int) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    message = str(info.value)
+    assert re.match(rf"^p\.yaml:{line}:\d+: YAML syntax error: ", message), message
+
+
+def test_not_a_mapping() -> None:
+    with pytest.raises(ConfigError, match=r"^p\.yaml:1:1: .*mapping"):
+        parse_policy("- 1\n- 2\n", "p.yaml")
+
+
+def test_config_error_is_a_user_error() -> None:
+    assert issubclass(ConfigError, UserError)
+
+
+def test_policy_is_frozen() -> None:
+    policy = Policy()
+    with pytest.raises(ValueError):
+        policy.admins = ["x"]  # type: ignore[misc]
+
+
+def test_check_queue() -> None:
+    policy = parse_policy("queues:\n  default: {}\n  gpu: {priority: 5}\n", "p.yaml")
+    policy.check_queue("gpu")
+    policy.check_queue("default")
+    with pytest.raises(ConfigError) as info:
+        policy.check_queue("nope")
+    message = str(info.value)
+    assert "'nope'" in message
+    assert "default, gpu" in message  # the known queues, so the user can pick one
