@@ -45,6 +45,7 @@ class Bus:
         self._node_handlers: dict[str, Handler] = {}
         self._event_handler: Handler | None = None
         self._worker: dramatiq.Worker | None = None
+        self._redis: Any = None
         register = dramatiq.actor(
             broker=broker, actor_name=_NODE_ACTOR, queue_name=self.node_queue("_"), max_retries=0
         )
@@ -68,7 +69,9 @@ class Bus:
             client.ping()
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
-        return cls(RedisBroker(client=client, namespace=namespace), namespace)
+        bus = cls(RedisBroker(client=client, namespace=namespace), namespace)
+        bus._redis = client
+        return bus
 
     # -- names --------------------------------------------------------------------------
 
@@ -136,3 +139,6 @@ class Bus:
             self._worker.stop()
             self._worker = None
         self.broker.close()
+        if self._redis is not None:
+            self._redis.close()
+            self._redis.connection_pool.disconnect()

@@ -1,0 +1,122 @@
+"""The node agent against a real store and real processes, without a scheduler or broker:
+messages lost, duplicated or stale never lose a job or run it twice."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.workers.agent import NodeAgent
+from ebbtide.workers.devices import parse_devices
+from ebbtide.workers.headroom.static import StaticSource
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(30)"]
+
+
+def wait_until(predicate, timeout=10.0):  # type: ignore[no-untyped-def]
+    give_up = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def node(tmp_path):  # type: ignore[no-untyped-def]
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("2x80GiB"))
+    agent = NodeAgent("n1", store, source, home=tmp_path)
+    agent.start()
+    yield store, agent, source
+    agent.shutdown(timeout_s=20)
+    store.close()
+
+
+def _dispatch(store: Store, command: list[str], **spec: object) -> tuple[int, int]:
+    [job_id] = store.submit(JobSpec(command=command, **spec), "tester", defaults_deadline_s=5)
+    attempt = store.dispatch(
+        job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1024
+    )
+    return job_id, attempt
+
+
+def test_duplicate_start_runs_the_attempt_once(node):  # type: ignore[no-untyped-def]
+    store, agent, _ = node
+    job_id, attempt = _dispatch(store, SLEEPER)
+    for _ in range(3):
+        agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
+    wait_until(lambda: store.get(job_id).state == "running")
+    time.sleep(0.3)
+    started = [e for e in store.events(job_id) if e["type"] == "started"]
+    assert len(started) == 1
+    assert len(agent.attempts) == 1
+
+
+def test_lost_start_message_is_made_good_by_reconciliation(node):  # type: ignore[no-untyped-def]
+    store, _agent, _ = node
+    job_id, _attempt = _dispatch(store, SLEEPER)  # no message sent at all
+    wait_until(lambda: store.get(job_id).state == "running", timeout=5)
+
+
+def test_stale_start_for_an_old_attempt_is_ignored(node):  # type: ignore[no-untyped-def]
+    store, agent, _ = node
+    job_id, attempt = _dispatch(store, SLEEPER)
+    store.requeue_lost(job_id, attempt, why="test: given up on")
+    agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
+    time.sleep(0.8)  # a tick and a reconciliation
+    assert store.get(job_id).state == "queued"
+    assert agent.attempts == {}
+
+
+def test_attempt_the_store_gave_away_is_killed(node):  # type: ignore[no-untyped-def]
+    store, agent, _ = node
+    job_id, attempt = _dispatch(store, SLEEPER)
+    wait_until(lambda: store.get(job_id).state == "running")
+    pid = agent.attempts[job_id].handle.pid
+    store.requeue_lost(job_id, attempt, why="test: the scheduler thought the node was gone")
+    wait_until(lambda: job_id not in agent.attempts, timeout=5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_fast_path_evicts_on_a_memory_spike_and_requeues(node):  # type: ignore[no-untyped-def]
+    store, _agent, source = node
+    job_id, _ = _dispatch(store, SLEEPER, deadline_s=1)
+    wait_until(lambda: store.get(job_id).state == "running")
+    source.set(0, 10.0, 80_000)  # online memory leaves no room on device 0
+    wait_until(lambda: store.get(job_id).state == "queued", timeout=5)
+    [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+    assert ev["reason_code"] == "online_memory"
+    # SIGTERM ends the sleeper at once: not killed, well within the deadline
+    assert ev["killed"] is False and ev["latency_s"] < 1.0
+
+
+def test_exit_code_99_requeues_and_other_failures_count(node):  # type: ignore[no-untyped-def]
+    store, _agent, _ = node
+    requeue, _ = _dispatch(store, [sys.executable, "-c", "raise SystemExit(99)"])
+    fail, _ = _dispatch(store, [sys.executable, "-c", "raise SystemExit(3)"])
+    ok, _ = _dispatch(store, [sys.executable, "-c", "print('done')"])
+    wait_until(
+        lambda: (
+            store.get(requeue).state == "queued"
+            and store.get(fail).state == "failed"
+            and store.get(ok).state == "succeeded"
+        )
+    )
+    assert store.get(fail).exit_code == 3
+    stdout = store.get(ok).stdout_path
+    assert stdout is not None
+    with open(stdout) as f:
+        assert f.read() == "done\n"
+
+
+def test_missing_executable_fails_with_a_message(node):  # type: ignore[no-untyped-def]
+    store, _agent, _ = node
+    job_id, _ = _dispatch(store, ["/nonexistent/binary"])
+    wait_until(lambda: store.get(job_id).state == "failed")
+    assert store.get(job_id).exit_code == 127

@@ -1,0 +1,51 @@
+"""The dramatiq bus: commands reach the named node's agent, events reach the scheduler,
+over the in-memory broker and over the real Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from ebbtide.messaging.bus import Bus
+
+
+def _roundtrip(bus: Bus) -> None:
+    got: list[tuple[str, dict]] = []
+    bus.serve(
+        nodes={"a": lambda m: got.append(("a", m)), "b": lambda m: got.append(("b", m))},
+        events=lambda m: got.append(("sched", m)),
+    )
+    try:
+        bus.send_to_node("a", {"op": "start", "job_id": 1, "attempt": 1})
+        bus.send_to_node("b", {"op": "evict", "job_id": 2, "attempt": 3})
+        bus.send_to_node("nobody", {"op": "start", "job_id": 9, "attempt": 1})
+        bus.notify_scheduler({"op": "changed", "job_id": 1})
+        give_up = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < give_up:
+            time.sleep(0.01)
+        time.sleep(0.2)
+    finally:
+        bus.close()
+    assert sorted((who, m["op"], m["job_id"]) for who, m in got) == [
+        ("a", "start", 1),
+        ("b", "evict", 2),
+        ("sched", "changed", 1),
+    ]
+
+
+def test_memory_bus_roundtrip() -> None:
+    _roundtrip(Bus.memory())
+
+
+@pytest.mark.redis
+def test_redis_bus_roundtrip(redis_url: str) -> None:
+    _roundtrip(Bus.redis(redis_url, f"ebbtest-{uuid.uuid4().hex[:8]}"))
+
+
+def test_unreachable_redis_is_a_clear_error() -> None:
+    from ebbtide.errors import BrokerUnavailable
+
+    with pytest.raises(BrokerUnavailable, match="cannot reach Redis"):
+        Bus.redis("redis://127.0.0.1:1/0")
