@@ -13,6 +13,7 @@ eviction deadlines stay in wall seconds (they are the hard bound the product pro
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -21,7 +22,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +56,17 @@ LOAD_PERIOD_S = 2.0
 STEP_TRACE_S = 0.05
 #: how long the agent watches the online load before the jobs are submitted, in trace seconds
 WARMUP_TRACE_S = 4.0
-#: give up when the jobs are not done after this many trace seconds (the trace loops)
-GIVE_UP_TRACE_S = 300.0
+#: give up when the jobs are not done after this many trace seconds (the trace loops)...
+GIVE_UP_TRACE_S = 400.0
+#: ...plus this many wall seconds (admission waits out recent peaks in wall time)
+GIVE_UP_S = 60.0
 #: resolution of the integral of the spare compute the trace left, in wall seconds
 SPARE_STEP_S = 0.05
 
 log = logging.getLogger("ebbtide")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DemoJob:
     name: str
     kind: str
@@ -105,7 +107,7 @@ def pick_jobs(count: int) -> list[DemoJob]:
     out = []
     for i, job in zip(range(count), itertools.cycle(JOB_MIX), strict=False):
         lap = i // len(JOB_MIX)
-        out.append(job if lap == 0 else DemoJob(**{**job.__dict__, "name": f"{job.name}-{lap}"}))
+        out.append(job if lap == 0 else dataclasses.replace(job, name=f"{job.name}-{lap}"))
     return out
 
 
@@ -143,7 +145,7 @@ class Feed:
 
     STYLES = {"evict": "bold red", "evicted": "magenta", "resumed": "cyan", "succeeded": "green"}
 
-    def __init__(self, store: Store, console: Console, t0: float, jobs: dict[int, DemoJob]):
+    def __init__(self, store: Store, console: Console, t0: float, jobs: dict[int, DemoJob]) -> None:
         self.store, self.console, self.t0, self.jobs = store, console, t0, jobs
         self.last_id = 0
         self.final: dict[int, str] = {}
@@ -171,7 +173,9 @@ class Feed:
         text.append(f"{label:<19} {detail}")
         self.console.print(text)
 
-    def _describe(self, job_id: int, kind: str, attempt: int | None, data: dict[str, Any]) -> Any:
+    def _describe(
+        self, job_id: int, kind: str, attempt: int | None, data: dict[str, Any]
+    ) -> tuple[str, str] | None:
         if kind == "submitted":
             return "submitted", self.jobs[job_id].describe()
         if kind == "dispatched":
@@ -181,8 +185,11 @@ class Feed:
         if kind == "started" and (attempt or 1) > 1:
             job = self.store.get(job_id)
             done, total = job.progress_done or 0, job.progress_total
-            where = f"step {done:.0f} of {total:.0f}" if total else "its checkpoint"
-            return "resumed", f"attempt {attempt} on {_gpu(self._device.get(job_id))} from {where}"
+            if job.checkpoint_path is None:
+                start = "from the start (no checkpoint yet)"
+            else:
+                start = "from its checkpoint" + (f" at {100 * done / total:.0f}%" if total else "")
+            return "resumed", f"attempt {attempt} on {_gpu(self._device.get(job_id))} {start}"
         if kind == "evict_requested":
             return "evict", f"{data.get('reason')} [by the {data.get('source')}]"
         if kind == "evicted":
@@ -223,15 +230,28 @@ def load_line(samples: list[DeviceSample], active: list[ActiveAttempt]) -> str:
     )
 
 
-def load_table(samples: list[DeviceSample], active: list[ActiveAttempt]) -> Table:
-    table = Table(title="online load and offline slices", title_justify="left")
-    for column in ("device", "online compute", "online memory", "offline slices held"):
+def _bar(online_pct: float, offline_pct: float, width: int = 20) -> Text:
+    online = min(width, round(online_pct / 100 * width))
+    offline = min(width - online, round(offline_pct / 100 * width))
+    bar = Text("█" * online, style="red")
+    bar.append("▒" * offline, style="cyan")
+    bar.append("·" * (width - online - offline), style="dim")
+    return bar
+
+
+def load_table(samples: list[DeviceSample], active: list[ActiveAttempt], t: float) -> Table:
+    table = Table(
+        title=f"{t:6.1f}s  compute: █ online  ▒ offline slices  · idle",
+        title_justify="left",
+    )
+    for column in ("device", "compute", "online", "online memory", "offline slices held"):
         table.add_column(column)
     for s in samples:
-        bar = "█" * round(s.online_compute_pct / 5)
+        offline = sum(a.compute_pct for a in active if s.index in a.devices)
         table.add_row(
             f"gpu{s.index}",
-            f"{s.online_compute_pct:5.1f}% {bar}",
+            _bar(s.online_compute_pct, offline),
+            f"{s.online_compute_pct:3.0f}%",
             f"{format_mib(s.online_memory_mib)} of {format_mib(DEVICE_MEMORY_MIB)}",
             _held(active, s.index),
         )
@@ -304,18 +324,15 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
     )
     rows = [
         ("jobs done", f"{s['jobs_succeeded']} / {s['jobs_submitted']}"),
-        (
-            "evictions",
-            f"{s['evictions']} ({s['checkpointed']} checkpointed on the warning and exited)",
-        ),
+        ("evictions", f"{s['evictions']} ({s['checkpointed']} checkpointed on the warning)"),
         ("killed at the deadline", str(s["killed_at_deadline"])),
         ("deadline misses", str(s["deadline_misses"])),
         ("eviction latency", lat + " (spike seen → slice free)"),
-        ("work lost", f"{s['lost_work_s']:.1f} s (since the last checkpoint, all evictions)"),
+        ("work lost", f"{s['lost_work_s']:.1f} s (since the last checkpoints)"),
         (
             "GPU time harvested",
-            f"{s['harvested_gpu_s']:.1f} GPU-s = {s['harvested_pct_of_spare']}% of the "
-            f"{s['spare_gpu_s']:.0f} GPU-s of compute the online pods left idle",
+            f"{s['harvested_gpu_s']:.1f} GPU-s, {s['harvested_pct_of_spare'] or 0:.0f}% of the "
+            f"{s['spare_gpu_s']:.0f} GPU-s online left idle",
         ),
         ("wall time", f"{s['wall_s']:.0f} s"),
     ]
@@ -380,7 +397,7 @@ def _tour(
     feed.line(t0, "watching", f"the online load for {warmup_s:.1f} s before submitting jobs")
     fancy = console.is_terminal and not as_json
     live = Live(console=console, transient=True, refresh_per_second=4) if fancy else None
-    give_up = t0 + GIVE_UP_TRACE_S / speedup
+    give_up = t0 + GIVE_UP_TRACE_S / speedup + GIVE_UP_S
     next_load = t0
     interrupted = False
     try:
@@ -396,7 +413,7 @@ def _tour(
                 samples = source.sample(now)
                 active = rt.store.active_attempts(node=NODE)
                 if live is not None:
-                    live.update(load_table(samples, active))
+                    live.update(load_table(samples, active, now - t0))
                 else:
                     feed.line(now, "online", load_line(samples, active))
                     next_load += LOAD_PERIOD_S

@@ -88,21 +88,22 @@ def evictions_for_device(
     over_c, over_m = overflow(device, here, margins)
     if over_c <= 0 and over_m <= 0:
         return []
-    out = []
     where = f"{device.node}/{device.index}"
-    for a in select_victims(here, over_c, over_m, now):
-        if over_m > 0:
-            reason = EvictReason.ONLINE_MEMORY
-            message = (
-                f"online memory on {where} rose to {format_mib(device.online_memory_mib)}; "
-                f"offline slices must free {format_mib(over_m)} "
-                f"(margin {format_mib(margins.memory_mib)})"
-            )
-        else:
-            reason = EvictReason.ONLINE_COMPUTE
-            message = (
-                f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
-                f"offline slices must free {over_c:.1f}% (margin {margins.compute_pct:g}%)"
-            )
-        out.append(Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message))
-    return out
+    parts = []
+    if over_m > 0:
+        parts.append(
+            f"online memory on {where} rose to {format_mib(device.online_memory_mib)}; "
+            f"offline slices must free {format_mib(over_m)} "
+            f"(margin {format_mib(margins.memory_mib)})"
+        )
+    if over_c > 0:
+        parts.append(
+            f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
+            f"offline slices must free {over_c:.1f}% (margin {margins.compute_pct:g}%)"
+        )
+    reason = EvictReason.ONLINE_MEMORY if over_m > 0 else EvictReason.ONLINE_COMPUTE
+    message = "; and ".join(parts)
+    return [
+        Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message)
+        for a in select_victims(here, over_c, over_m, now)
+    ]

@@ -708,6 +708,8 @@ class Store:
         data: dict[str, Any] = {"exit_code": exit_code}
         changes: dict[str, Any] = {"exit_code": exit_code, "node": None, "devices": None}
         with self._tx() as conn:
+            if exit_code == 0 and eviction:
+                data["finished_during_eviction"] = eviction  # its latency stays on record
             if exit_code == 0:
                 target, event, outcome = (
                     JobState.SUCCEEDED,
