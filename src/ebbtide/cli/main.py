@@ -411,6 +411,20 @@ def up(
     SQLite in $EBBTIDE_HOME and dramatiq's in-memory broker: nothing else to install.
     SIGINT/SIGTERM evicts running attempts within their deadline and requeues them.
     """
+    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=True)
+
+
+def _run_node(
+    node: str | None,
+    devices: str | None,
+    headroom: str,
+    mps: bool,
+    policy: str | None,
+    log_level: str,
+    *,
+    with_scheduler: bool,
+) -> None:
+    """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
     from pathlib import Path
 
     from ebbtide.config.settings import Settings
@@ -422,14 +436,15 @@ def up(
     name = node or socket.gethostname()
     rt = build(
         settings,
-        scheduler=True,
+        scheduler=with_scheduler,
         agent_name=name,
         source=source,
         mps=mps,
         policy_path=Path(policy) if policy else None,
     )
     log.info(
-        "ebbtide up: node %s, devices %s, headroom %s, home %s",
+        "ebbtide %s: node %s, devices %s, headroom %s, home %s",
+        "up" if with_scheduler else "worker",
         name,
         describe_devices(source.devices()),
         headroom,
@@ -467,30 +482,7 @@ def worker(
     log_level: str,
 ) -> None:
     """Run a node agent (distributed mode: needs EBBTIDE_REDIS_URL)."""
-    from pathlib import Path
-
-    from ebbtide.config.settings import Settings
-    from ebbtide.runtime import build, describe_devices
-
-    _setup_logging(log_level)
-    settings = Settings.from_env()
-    source = _open_source(devices, headroom)
-    name = node or socket.gethostname()
-    rt = build(
-        settings,
-        scheduler=False,
-        agent_name=name,
-        source=source,
-        mps=mps,
-        policy_path=Path(policy) if policy else None,
-    )
-    log.info(
-        "ebbtide worker %s: devices %s, headroom %s",
-        name,
-        describe_devices(source.devices()),
-        headroom,
-    )
-    rt.run_until_signalled()
+    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=False)
 
 
 @cli.command("demo")
