@@ -1,51 +1,51 @@
 """The policy file (``ebbtide.yaml``): typed, versioned and strict.
 
-This release knows the ``defaults`` (safety margins, eviction deadline), the ``queues``
-(priority, default deadline) and the ``admins``.  Time windows come later and plug in
-beside them.  Unknown keys are errors; every error names the file, the line and the
-field path, and all errors are reported at once.
+- ``defaults``: safety margins, the eviction deadline, timeouts, anti-thrash settings;
+- ``queues``: priority, preemptibility, deadlines, shares, limits, protections;
+- ``windows``: when offline work may run (see :mod:`ebbtide.config.windows`);
+- ``devices``: named pools of devices that windows can be limited to;
+- ``admins``: users who may act on anyone's jobs.
+
+Unknown keys are errors; every error names the file, the line and column and the field
+path, and all errors are reported at once.  ``ebb policy schema`` prints the JSON Schema.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from ebbtide import units
+from ebbtide.config.base import Strict
+from ebbtide.config.types import Duration, SizeMiB
+from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
 from ebbtide.scheduling.snapshot import Margins
 
 API_VERSION: Final = "ebbtide/v1"
+_QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Defaults(_Strict):
+class Defaults(Strict):
     #: compute kept free on every device, in percent
     margin_compute_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
     #: memory kept free on every device, in MiB (``"2GiB"`` accepted)
-    margin_memory_mib: Annotated[int, Field(ge=0)] = 2048
+    margin_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 2048
     #: eviction deadline of a job that gives none, in seconds (``"30s"`` accepted)
-    deadline_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    deadline_s: Annotated[Duration, Field(gt=0, le=3600)] = 30.0
     #: a node whose heartbeat is older than this is gone, in seconds
-    heartbeat_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    heartbeat_timeout_s: Annotated[Duration, Field(gt=0)] = 10.0
     #: a dispatched attempt not started within this is requeued, in seconds
-    dispatch_timeout_s: Annotated[float, Field(gt=0)] = 30.0
-
-    @field_validator("margin_memory_mib", mode="before")
-    @classmethod
-    def _mem(cls, v: Any) -> Any:
-        return units.parse_memory_mib(v) if isinstance(v, str) else v
-
-    @field_validator("deadline_s", "heartbeat_timeout_s", "dispatch_timeout_s", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return units.parse_duration_s(v) if isinstance(v, str) else v
+    dispatch_timeout_s: Annotated[Duration, Field(gt=0)] = 30.0
+    #: after an eviction on a device, nothing new is dispatched there for this long
+    eviction_cooldown_s: Annotated[Duration, Field(ge=0)] = 30.0
+    #: a job evicted k ≥ 2 times waits backoff_base_s × 2^(k-2) before it runs again ...
+    backoff_base_s: Annotated[Duration, Field(ge=0)] = 30.0
+    #: ... but never longer than this
+    backoff_max_s: Annotated[Duration, Field(ge=0)] = 1800.0
 
     @property
     def margins(self) -> Margins:
@@ -53,22 +53,51 @@ class Defaults(_Strict):
             compute_pct=self.margin_compute_pct, memory_mib=float(self.margin_memory_mib)
         )
 
+    def backoff_s(self, evictions: int) -> float:
+        """How long a job evicted ``evictions`` times waits before it may run again."""
+        if evictions < 2:
+            return 0.0
+        return min(self.backoff_max_s, self.backoff_base_s * 2 ** (evictions - 2))
 
-class QueueConfig(_Strict):
+
+class QueueConfig(Strict):
+    #: default priority of the queue's jobs (``-p`` overrides it)
     priority: Annotated[int, Field(ge=-1024, le=1023)] = 0
+    #: False: evicted for online pressure only when memory is short (never for compute)
+    preemptible: bool = True
     #: default eviction deadline of the queue's jobs, in seconds
-    deadline_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    deadline_s: Annotated[Duration, Field(gt=0, le=3600)] | None = None
+    #: the longest eviction deadline a job of the queue may ask for, in seconds
+    max_deadline_s: Annotated[Duration, Field(gt=0, le=3600)] | None = None
+    #: fraction of the fleet's compute the queue's slices may hold together
+    max_fleet_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    #: fraction of the fleet's compute one user's slices in the queue may hold
+    max_user_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    #: attempts of the queue that may hold slices at once
+    max_running: Annotated[int, Field(ge=1)] | None = None
+    #: an attempt is not evicted in its first N seconds unless memory is short online
+    min_runtime_s: Annotated[Duration, Field(ge=0)] = 0.0
+    #: after this many evictions a job is held (qrls to try again)
+    max_preemptions: Annotated[int, Field(ge=1)] | None = None
 
-    @field_validator("deadline_s", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> Any:
-        return units.parse_duration_s(v) if isinstance(v, str) else v
+
+class DevicesConfig(Strict):
+    #: named pools: lists of ``node/index`` patterns (``gpu-a-*/0``, ``node3/*``)
+    pools: dict[str, list[str]] = Field(default_factory=dict)
+
+    def in_pool(self, pool: str, node: str, index: int) -> bool:
+        key = f"{node}/{index}"
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.pools.get(pool, []))
 
 
-class Policy(_Strict):
+class Policy(Strict):
     apiVersion: Literal["ebbtide/v1"] = "ebbtide/v1"
     defaults: Defaults = Field(default_factory=Defaults)
-    queues: dict[str, QueueConfig] = Field(default_factory=lambda: {"default": QueueConfig()})
+    queues: dict[Annotated[str, Field(pattern=_QUEUE_NAME)], QueueConfig] = Field(
+        default_factory=lambda: {"default": QueueConfig()}
+    )
+    windows: list[Window] = Field(default_factory=list)
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
     admins: list[str] = Field(default_factory=list)
 
     @field_validator("queues")
@@ -85,6 +114,60 @@ class Policy(_Strict):
         if queue not in self.queues:
             known = ", ".join(sorted(self.queues))
             raise ConfigError(f"queue: unknown queue {queue!r}; known queues: {known}")
+
+    @property
+    def cron_windows(self) -> list[CronWindow]:
+        return [w for w in self.windows if isinstance(w, CronWindow)]
+
+    @property
+    def lull_windows(self) -> list[LullWindow]:
+        return [w for w in self.windows if isinstance(w, LullWindow)]
+
+    @property
+    def blackouts(self) -> list[BlackoutWindow]:
+        return [w for w in self.windows if isinstance(w, BlackoutWindow)]
+
+    def summary(self) -> str:
+        kinds = {k: sum(w.kind == k for w in self.windows) for k in ("cron", "lull", "blackout")}
+        return (
+            f"{len(self.queues)} queue(s), {kinds['cron']} cron window(s), "
+            f"{kinds['lull']} lull window(s), {kinds['blackout']} blackout(s), "
+            f"{len(self.devices.pools)} device pool(s)"
+        )
+
+
+def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
+    """Problems pydantic cannot see field by field: names and references."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    seen: dict[str, int] = {}
+    for i, w in enumerate(policy.windows):
+        if w.name in seen:
+            problems.append(
+                (
+                    ("windows", i, "name"),
+                    f"window name {w.name!r} is already used by window {seen[w.name]}",
+                )
+            )
+        seen.setdefault(w.name, i)
+        if w.pool is not None and w.pool not in policy.devices.pools:
+            known = ", ".join(sorted(policy.devices.pools)) or "none defined"
+            problems.append(
+                (("windows", i, "pool"), f"unknown device pool {w.pool!r} (pools: {known})")
+            )
+        for j, q in enumerate(getattr(w, "queues", None) or []):
+            if q not in policy.queues:
+                problems.append(
+                    (
+                        ("windows", i, "queues", j),
+                        f"unknown queue {q!r}; known queues: " + ", ".join(sorted(policy.queues)),
+                    )
+                )
+    for name, q in policy.queues.items():
+        if q.deadline_s and q.max_deadline_s and q.deadline_s > q.max_deadline_s:
+            problems.append(
+                (("queues", name, "deadline_s"), "is longer than the queue's max_deadline_s")
+            )
+    return problems
 
 
 def load_policy(path: Path | None) -> Policy:
@@ -111,17 +194,48 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
     if not isinstance(data, dict):
         raise ConfigError(f"{filename}:1:1: the policy must be a mapping of keys to values")
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
-        lines = []
+        problems = []
         for err in exc.errors():
-            loc = [str(p) for p in err["loc"]]
-            line, col = _position(node, loc)
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
-            lines.append(f"{filename}:{line}:{col}: {'.'.join(loc) or '(top)'}: {msg}")
-        raise ConfigError("\n".join(lines)) from None
+            problems.append((_yaml_loc(err["loc"]), msg))
+        raise ConfigError(_format(problems, node, filename)) from None
+    problems = cross_check(policy)
+    if problems:
+        raise ConfigError(_format(problems, node, filename))
+    return policy
+
+
+def _yaml_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
+    """pydantic's error path → the path in the file (drop union tags like ``cron``)."""
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if i > 0 and loc[i - 1] == "windows" and isinstance(part, int):
+            out.append(part)
+            continue
+        if (
+            isinstance(part, str)
+            and i >= 2
+            and loc[i - 2] == "windows"
+            and part in ("cron", "lull", "blackout")
+        ):
+            continue  # the discriminated union's branch name is not in the file
+        out.append(part)
+    return tuple(out)
+
+
+def _format(
+    problems: list[tuple[tuple[str | int, ...], str]], node: yaml.Node | None, filename: str
+) -> str:
+    lines = []
+    for loc, msg in problems:
+        line, col = _position(node, [str(p) for p in loc])
+        path = ".".join(str(p) for p in loc) or "(top)"
+        lines.append(f"{filename}:{line}:{col}: {path}: {msg}")
+    return "\n".join(lines)
 
 
 def _position(node: yaml.Node | None, loc: list[str]) -> tuple[int, int]:
