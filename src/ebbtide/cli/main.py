@@ -533,6 +533,15 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     sys.exit(run(Path(home) if home else None, speedup, count, as_json))
 
 
+def _register_policy() -> None:
+    from ebbtide.cli.policy_cmd import policy_group
+
+    cli.add_command(policy_group)
+
+
+_register_policy()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     cli.main(args=list(argv) if argv is not None else None, prog_name="ebb")
 

@@ -1,0 +1,167 @@
+"""``ebb policy check | explain | schema``: validate, explain and describe policy files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ebbtide.errors import UserError
+
+RULE = (
+    "offline work may run on a device while any window admitting its queue is open there "
+    "(union); an open blackout always wins; with no cron or lull windows, always"
+)
+
+
+def _load(path: str | None) -> Any:
+    from ebbtide.config.policy import Policy, load_policy
+
+    chosen = path or os.environ.get("EBBTIDE_POLICY")
+    return load_policy(Path(chosen)) if chosen else Policy()
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None or math.isinf(t):
+        return None
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat()
+
+
+def _parse_at(text: str | None) -> float:
+    if text is None:
+        return dt.datetime.now(dt.UTC).timestamp()
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(
+            f"--at: expected an ISO time like 2026-12-01T22:30+01:00, got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # this machine's local time
+    return when.timestamp()
+
+
+def _parse_device(text: str | None) -> tuple[str, int] | None:
+    if text is None:
+        return None
+    node, _, index = text.rpartition("/")
+    if not node or not index.isdigit():
+        raise UserError(f"--device: expected NODE/INDEX like gpu-a/0, got {text!r}")
+    return node, int(index)
+
+
+def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict[str, Any]:
+    """What ``explain --json`` prints (lull windows count as closed: no live samples here)."""
+    from ebbtide.scheduling.windows import Gatekeeper
+
+    keeper = Gatekeeper(policy)
+    where = device or ("", -1)
+    gates = keeper.gates(at, [where])[where]
+    windows = []
+    for w in policy.windows:
+        entry: dict[str, Any] = {"name": w.name, "kind": w.kind, "pool": w.pool}
+        if w.kind == "lull":
+            entry.update(
+                open=False,
+                next_change=None,
+                note="opens on live load; not evaluated without samples",
+            )
+        else:
+            sched = keeper.schedules[w.name]
+            applies = (
+                (device is None
+                and w.pool is None)
+                or (device is not None and keeper._applies(w.pool, *device))
+            )
+            occ = sched.occurrence_at(at)
+            entry.update(
+                open=occ is not None and applies,
+                next_change=_iso(occ.end if occ else sched.next_start(at)),
+                timezone=w.timezone,
+            )
+        windows.append(entry)
+    queues = {}
+    for q in policy.queues:
+        if q in gates.open:
+            g = gates.open[q]
+            queues[q] = {"allowed": True, "open_until": _iso(g.open_until), "share": g.share}
+        else:
+            queues[q] = {"allowed": False, "reason": gates.closed.get(q, "")}
+    shares = [g.share for g in gates.open.values()]
+    return {
+        "at": _iso(at),
+        "device": f"{device[0]}/{device[1]}" if device else None,
+        "allowed": bool(gates.open),
+        "offline_share": max(shares, default=0.0),
+        "rule": RULE,
+        "windows": windows,
+        "queues": queues,
+    }
+
+
+@click.group("policy")
+def policy_group() -> None:
+    """Check, explain and describe policy files (ebbtide.yaml)."""
+
+
+@policy_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def check(file: str) -> None:
+    """Validate FILE: exit 0 with a one-line summary, or 1 with every error."""
+    from ebbtide.config.policy import load_policy
+
+    policy = load_policy(Path(file))
+    click.echo(f"{file}: ok: {policy.summary()}")
+
+
+@policy_group.command("explain")
+@click.option(
+    "--policy",
+    "path",
+    type=click.Path(dir_okay=False),
+    help="Policy file (default: $EBBTIDE_POLICY, else built-in defaults).",
+)
+@click.option(
+    "--at", "at_text", help="ISO time to explain (default: now), e.g. 2026-12-01T23:00+01:00."
+)
+@click.option("--device", "device_text", help="NODE/INDEX, for pool and per-device windows.")
+@click.option("--json", "as_json", is_flag=True)
+def explain(path: str | None, at_text: str | None, device_text: str | None, as_json: bool) -> None:
+    """Which windows are open and why, the next change, and the share allowed per queue."""
+    policy = _load(path)
+    data = explain_data(policy, _parse_at(at_text), _parse_device(device_text))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(
+        f"at {data['at']}{' on ' + data['device'] if data['device'] else ''}: "
+        f"offline work {'allowed' if data['allowed'] else 'not allowed'}"
+        f" (share up to {data['offline_share']:g})"
+    )
+    click.echo(f"rule: {data['rule']}")
+    for w in data["windows"]:
+        state = "open" if w["open"] else "closed"
+        nxt = f", next change {w['next_change']}" if w.get("next_change") else ""
+        note = f" ({w['note']})" if w.get("note") else ""
+        click.echo(f"  {w['kind']:<8} {w['name']:<20} {state}{nxt}{note}")
+    for q, info in data["queues"].items():
+        if info["allowed"]:
+            until = info["open_until"] or "no known end"
+            click.echo(f"  queue {q}: allowed until {until}, share {info['share']:g}")
+        else:
+            click.echo(f"  queue {q}: not allowed: {info['reason']}")
+
+
+@policy_group.command("schema")
+def schema() -> None:
+    """Print the policy file's JSON Schema (for editor completion)."""
+    from ebbtide.config.policy import Policy
+
+    json.dump(Policy.model_json_schema(by_alias=True), sys.stdout, indent=2)
+    click.echo()
