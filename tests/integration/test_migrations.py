@@ -241,3 +241,35 @@ def test_no_drift_in_keys_and_indexes(migrated: sa.Inspector) -> None:
         }
 
     assert {t: reflected(t) for t in MODEL_TABLES} == {t: declared(t) for t in MODEL_TABLES}
+
+
+def test_upgrade_from_version_1_keeps_queued_jobs(db_url: str) -> None:
+    """A database left at version 1 with a queued job upgrades without losing it."""
+    import time
+
+    import sqlalchemy as sa
+
+    from ebbtide.queue import migrations as m
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            m._version_table().create(conn)
+            m.MIGRATIONS[0](conn)
+            conn.execute(m._version_table().insert().values(version=1, applied_at=time.time()))
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (name, owner, queue, priority, kind, state, reason, spec_json,"
+                    " compute_pct, gpus, memory_mib, deadline_s, signal, depends_json, submitted_at,"
+                    " attempts, evictions, failures, cancel_requested) VALUES ('old', 'alice',"
+                    " 'default', 0, 'batch', 'queued', '', '{\"command\": [\"true\"]}', 10, 0, 1024,"
+                    " 30, 15, '[]', 1.0, 0, 0, 0, false)"
+                )
+            )
+        assert m.migrate(engine) == 1
+        with engine.connect() as conn:
+            assert m.current_version(conn) == m.LATEST_VERSION
+            row = conn.execute(sa.text("SELECT name, state, requeued_at FROM jobs")).one()
+        assert tuple(row) == ("old", "queued", None)
+    finally:
+        engine.dispose()

@@ -105,8 +105,14 @@ def _v1_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v2_backoff_and_admission(conn: Connection) -> None:
+    """Policies: requeue time (backoff) and time to the first checkpoint (admission)."""
+    for column in ("requeued_at", "first_checkpoint_s"):
+        conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {column} FLOAT"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_backoff_and_admission]
 LATEST_VERSION = len(MIGRATIONS)
 
 

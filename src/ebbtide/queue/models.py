@@ -46,6 +46,12 @@ class Job(SQLModel, table=True):
     stderr_path: str | None = None
     progress_done: float | None = None
     progress_total: float | None = None
+    # -- schema version 2 --
+    #: Unix seconds of the last requeue (backoff counts from it)
+    requeued_at: float | None = None
+    #: seconds from start to the first checkpoint, if the job says (checkpoint interval,
+    #: else walltime): admission before a window closes
+    first_checkpoint_s: float | None = None
 
 
 class Attempt(SQLModel, table=True):

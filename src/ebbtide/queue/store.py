@@ -441,6 +441,10 @@ class Store:
                 c.array_id,
                 c.array_limit,
                 c.attempts,
+                c.deadline_s,
+                c.first_checkpoint_s,
+                c.requeued_at,
+                c.evictions,
             )
             .where(c.state == JobState.QUEUED.value)
             .order_by(c.priority.desc(), c.id)
@@ -448,7 +452,16 @@ class Store:
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._read() as conn:
-            return [QueuedJob(*row) for row in conn.execute(stmt)]  # type: ignore[call-arg]
+            return [
+                QueuedJob(
+                    *row[:10],
+                    deadline_s=row[10],
+                    first_checkpoint_s=row[11],
+                    requeued_at=row[12],
+                    evictions=row[13],
+                )
+                for row in conn.execute(stmt)
+            ]
 
     def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
         c = JOBS.c
@@ -471,6 +484,7 @@ class Store:
                 c.cancel_requested,
                 c.array_id,
                 c.gpus,
+                c.owner,
             )
             .join(ATTEMPTS, sa.and_(ATTEMPTS.c.job_id == c.id, ATTEMPTS.c.number == c.attempts))
             .where(c.state.in_([s.value for s in ACTIVE_STATES]))
@@ -501,6 +515,7 @@ class Store:
                         cancel_requested=bool(r[14]),
                         array_id=r[15],
                         gpus=r[16],
+                        owner=r[17],
                     )
                 )
         return out
@@ -736,7 +751,9 @@ class Store:
                     data={"reason": why, **(eviction or {}), "exit_code": exit_code},
                 )
                 target, event = JobState.QUEUED, EventType.REQUEUED
-                changes.update(evictions=job.evictions + 1, reason=f"requeued: {why}")
+                changes.update(
+                    evictions=job.evictions + 1, reason=f"requeued: {why}", requeued_at=now
+                )
                 data["reason"] = why
             else:
                 failures = job.failures + 1
@@ -756,7 +773,7 @@ class Store:
                         f"attempt {attempt} failed (exit {exit_code}); "
                         f"{failures} of {max_attempts} failures"
                     )
-                    changes["reason"] = f"requeued: {why}"
+                    changes.update(reason=f"requeued: {why}", requeued_at=now)
                     data["reason"] = why
                 else:
                     target, event = JobState.FAILED, EventType.FAILED
@@ -808,7 +825,12 @@ class Store:
                     event=EventType.REQUEUED,
                     attempt=attempt,
                     data={"reason": why},
-                    changes={"reason": f"requeued: {why}", "node": None, "devices": None},
+                    changes={
+                        "reason": f"requeued: {why}",
+                        "node": None,
+                        "devices": None,
+                        "requeued_at": self.clock.time(),
+                    },
                 )
             self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None)
 
@@ -849,6 +871,63 @@ class Store:
                 continue
             changed.append(job.id or 0)
         return changed
+
+    def set_reasons(self, reasons: dict[int, str]) -> int:
+        """Record why queued jobs wait (policy, quota, room); only rows whose reason
+        changed are written.  Returns how many changed."""
+        if not reasons:
+            return 0
+        changed = 0
+        with self._tx() as conn:
+            current = dict(
+                conn.execute(
+                    sa.select(JOBS.c.id, JOBS.c.reason).where(
+                        JOBS.c.id.in_(list(reasons)), JOBS.c.state == JobState.QUEUED.value
+                    )
+                ).all()
+            )
+            for job_id, reason in reasons.items():
+                if job_id in current and current[job_id] != reason:
+                    conn.execute(
+                        JOBS.update()
+                        .where(JOBS.c.id == job_id, JOBS.c.state == JobState.QUEUED.value)
+                        .values(reason=reason)
+                    )
+                    changed += 1
+        return changed
+
+    def hold_overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
+        """Hold the queue's queued jobs evicted ``max_preemptions`` times or more."""
+        with self._read() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    sa.select(JOBS.c.id).where(
+                        JOBS.c.state == JobState.QUEUED.value,
+                        JOBS.c.queue == queue,
+                        JOBS.c.evictions >= max_preemptions,
+                    )
+                )
+            ]
+        held = []
+        for job_id in ids:
+            why = (
+                f"held: evicted {max_preemptions} or more times (queue {queue!r} allows "
+                f"max_preemptions {max_preemptions}); qrls to try again"
+            )
+            try:
+                self.transition(
+                    job_id,
+                    JobState.QUEUED,
+                    JobState.HELD,
+                    event=EventType.HELD,
+                    data={"by": "policy", "reason": why},
+                    changes={"reason": why},
+                )
+                held.append(job_id)
+            except StaleState:
+                continue
+        return held
 
     # -- nodes --------------------------------------------------------------------------
 

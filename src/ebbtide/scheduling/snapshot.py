@@ -26,6 +26,13 @@ class QueuedJob:
     array_id: int | None
     array_limit: int | None
     attempts: int
+    #: eviction deadline, in seconds (admission before a window closes)
+    deadline_s: float = 30.0
+    #: seconds from start to the first checkpoint, if known
+    first_checkpoint_s: float | None = None
+    #: Unix seconds of its last requeue (backoff after repeated evictions counts from it)
+    requeued_at: float | None = None
+    evictions: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class ActiveAttempt:
     cancel_requested: bool = False
     array_id: int | None = None
     gpus: int = 0
+    owner: str = ""
 
     @property
     def evicting(self) -> bool:
@@ -75,6 +83,8 @@ class DeviceView:
     reserve_memory_mib: float = 0.0
     #: Unix seconds of the sample these figures come from
     sampled_at: float = 0.0
+    #: nothing new is dispatched here before this (Unix seconds): eviction cooldown
+    cooldown_until: float = 0.0
 
     @property
     def key(self) -> tuple[str, int]:
