@@ -259,11 +259,12 @@ def test_upgrade_from_version_1_keeps_queued_jobs(db_url: str) -> None:
             conn.execute(m._version_table().insert().values(version=1, applied_at=time.time()))
             conn.execute(
                 sa.text(
-                    "INSERT INTO jobs (name, owner, queue, priority, kind, state, reason, spec_json,"
-                    " compute_pct, gpus, memory_mib, deadline_s, signal, depends_json, submitted_at,"
-                    " attempts, evictions, failures, cancel_requested) VALUES ('old', 'alice',"
-                    " 'default', 0, 'batch', 'queued', '', '{\"command\": [\"true\"]}', 10, 0, 1024,"
-                    " 30, 15, '[]', 1.0, 0, 0, 0, false)"
+                    "INSERT INTO jobs (name, owner, queue, priority, kind, state, reason,"
+                    " spec_json, compute_pct, gpus, memory_mib, deadline_s, signal,"
+                    " depends_json, submitted_at, attempts, evictions, failures,"
+                    " cancel_requested) VALUES ('old', 'alice', 'default', 0, 'batch',"
+                    " 'queued', '', '{\"command\": [\"true\"]}', 10, 0, 1024, 30, 15,"
+                    " '[]', 1.0, 0, 0, 0, false)"
                 )
             )
         assert m.migrate(engine) == 1
