@@ -23,7 +23,7 @@ from ebbtide.config.base import Strict
 from ebbtide.config.types import Duration, SizeMiB
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
-from ebbtide.scheduling.snapshot import Margins
+from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
 
 API_VERSION: Final = "ebbtide/v1"
 _QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -55,9 +55,7 @@ class Defaults(Strict):
 
     def backoff_s(self, evictions: int) -> float:
         """How long a job evicted ``evictions`` times waits before it may run again."""
-        if evictions < 2:
-            return 0.0
-        return min(self.backoff_max_s, self.backoff_base_s * 2 ** (evictions - 2))
+        return backoff_s(evictions, self.backoff_base_s, self.backoff_max_s)
 
 
 class QueueConfig(Strict):
@@ -79,6 +77,16 @@ class QueueConfig(Strict):
     min_runtime_s: Annotated[Duration, Field(ge=0)] = 0.0
     #: after this many evictions a job is held (qrls to try again)
     max_preemptions: Annotated[int, Field(ge=1)] | None = None
+
+    @property
+    def limits(self) -> QueueLimits:
+        return QueueLimits(
+            preemptible=self.preemptible,
+            min_runtime_s=self.min_runtime_s,
+            max_fleet_share=self.max_fleet_share,
+            max_user_share=self.max_user_share,
+            max_running=self.max_running,
+        )
 
 
 class DevicesConfig(Strict):

@@ -9,7 +9,7 @@ the others already cover is spared, so the set is minimal in that order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -23,6 +23,9 @@ class EvictReason(StrEnum):
     ONLINE_COMPUTE = "online_compute"
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
+    WINDOW_CLOSING = "window_closing"  # drained so the slice is free by the close
+    WINDOW_CLOSED = "window_closed"  # no open window admits it here any more
+    SHARE = "offline_share"  # over the share the open windows allow
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,17 @@ def victim_order_key(a: ActiveAttempt, now: float) -> tuple[int, float, float]:
 
 
 def select_victims(
-    active: Sequence[ActiveAttempt], need_compute: float, need_memory: float, now: float
+    active: Sequence[ActiveAttempt],
+    need_compute: float,
+    need_memory: float,
+    now: float,
+    is_protected: Callable[[ActiveAttempt], bool] | None = None,
 ) -> list[ActiveAttempt]:
-    """The attempts to evict so that ``need_compute`` % and ``need_memory`` MiB come free."""
+    """The attempts to evict so that ``need_compute`` % and ``need_memory`` MiB come free.
+
+    Protected attempts (not preemptible, or inside their queue's min-runtime) are never
+    taken for compute, and taken for memory only after every unprotected one.
+    """
     need_c, need_m = need_compute, need_memory
     for a in active:
         if a.evicting:
@@ -55,8 +66,10 @@ def select_victims(
             need_m -= a.memory_mib
     if need_c <= 0 and need_m <= 0:
         return []
+    guarded = {id(a) for a in active if is_protected is not None and is_protected(a)}
     candidates = sorted(
-        (a for a in active if not a.evicting), key=lambda a: victim_order_key(a, now)
+        (a for a in active if not a.evicting),
+        key=lambda a: (id(a) in guarded, *victim_order_key(a, now)),
     )
     picked: list[ActiveAttempt] = []
     got_c = got_m = 0.0
@@ -64,7 +77,8 @@ def select_victims(
         if got_c >= need_c and got_m >= need_m:
             break
         gives_c = a.compute_pct if a.gpus == 0 else 0.0
-        useful = (got_c < need_c and gives_c > 0) or (got_m < need_m and a.memory_mib > 0)
+        for_compute = got_c < need_c and gives_c > 0 and id(a) not in guarded
+        useful = for_compute or (got_m < need_m and a.memory_mib > 0)
         if not useful:
             continue
         picked.append(a)
@@ -81,7 +95,11 @@ def select_victims(
 
 
 def evictions_for_device(
-    device: DeviceView, active: Sequence[ActiveAttempt], margins: Margins, now: float
+    device: DeviceView,
+    active: Sequence[ActiveAttempt],
+    margins: Margins,
+    now: float,
+    is_protected: Callable[[ActiveAttempt], bool] | None = None,
 ) -> list[Eviction]:
     """Evictions that bring ``device`` back within capacity minus the margin."""
     here = [a for a in active if a.node == device.node and device.index in a.devices]
@@ -105,5 +123,5 @@ def evictions_for_device(
     message = "; and ".join(parts)
     return [
         Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message)
-        for a in select_victims(here, over_c, over_m, now)
+        for a in select_victims(here, over_c, over_m, now, is_protected)
     ]

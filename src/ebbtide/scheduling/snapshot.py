@@ -6,10 +6,11 @@ simulator all build these and call the same pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ebbtide.queue.states import JobState
+from ebbtide.scheduling.windows import DeviceGates
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,32 @@ class Margins:
 
 
 @dataclass(frozen=True)
+class QueueLimits:
+    """A queue's quotas and protections, as the planner and the victim policy see them."""
+
+    #: False: evicted for online pressure only when memory is short, never for compute
+    preemptible: bool = True
+    #: not evicted in its first seconds unless memory is short (seconds)
+    min_runtime_s: float = 0.0
+    #: fraction of the fleet's compute the queue may hold
+    max_fleet_share: float | None = None
+    #: fraction of the fleet's compute one user of the queue may hold
+    max_user_share: float | None = None
+    #: attempts of the queue that may hold slices at once
+    max_running: int | None = None
+
+
+def protected(a: ActiveAttempt, limits: QueueLimits | None, now: float) -> bool:
+    """Whether ``a`` is spared when only compute is short (memory shortage takes anyone)."""
+    if limits is None:
+        return False
+    if not limits.preemptible:
+        return True
+    started = a.started_at or a.dispatched_at
+    return now - started < limits.min_runtime_s
+
+
+@dataclass(frozen=True)
 class Snapshot:
     now: float
     queued: Sequence[QueuedJob]
@@ -112,3 +139,17 @@ class Snapshot:
     offline_allowed: bool = True
     #: at most this many dispatches per pass (keeps one pass short)
     max_dispatches: int = 1000
+    #: per-queue quotas and protections; a queue not listed has none
+    queues: Mapping[str, QueueLimits] = field(default_factory=dict)
+    #: what the windows allow per device and queue (``None``: everything, always)
+    gates: Mapping[tuple[str, int], DeviceGates] | None = None
+    #: a job evicted k ≥ 2 times waits backoff_base_s × 2^(k-2), at most backoff_max_s
+    backoff_base_s: float = 0.0
+    backoff_max_s: float = 0.0
+
+
+def backoff_s(evictions: int, base_s: float, max_s: float) -> float:
+    """How long a job evicted ``evictions`` times waits before it may run again."""
+    if evictions < 2 or base_s <= 0:
+        return 0.0
+    return min(max_s, base_s * 2 ** (evictions - 2))

@@ -26,6 +26,7 @@ import shlex
 import signal
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from ebbtide.preemption.victims import EvictReason, evictions_for_device
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
 from ebbtide.units import signal_name
 from ebbtide.workers.executor import Executor, Handle, Launch, LocalExecutor
 from ebbtide.workers.headroom.base import DeviceSample, HeadroomSource
@@ -119,6 +120,7 @@ class NodeAgent:
         executor: Executor | None = None,
         notify: Any = None,
         mps: bool = False,
+        queues: Mapping[str, QueueLimits] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -129,6 +131,10 @@ class NodeAgent:
         self.executor = executor or LocalExecutor()
         self.notify = notify  # callable(dict) that wakes the scheduler, or None
         self.mps = mps
+        #: per-queue protections (min-runtime, preemptible) for the fast path
+        self.queues: Mapping[str, QueueLimits] = queues or {}
+        #: Unix seconds a slice was last taken back on each device (eviction cooldown)
+        self.last_eviction_at: dict[int, float] = {}
         self.devices = source.devices()
         self.attempts: dict[int, LocalAttempt] = {}
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -240,8 +246,12 @@ class NodeAgent:
         if not self.attempts:
             return
         active = [a.view(self.name) for a in self.attempts.values()]
+
+        def guarded(a: ActiveAttempt) -> bool:
+            return protected(a, self.queues.get(a.queue), now)
+
         for device in self.device_views():
-            for ev in evictions_for_device(device, active, self.margins, now):
+            for ev in evictions_for_device(device, active, self.margins, now, guarded):
                 local = self.attempts.get(ev.job_id)
                 if local and local.attempt == ev.attempt and not local.eviction:
                     self._evict(
@@ -507,6 +517,8 @@ class NodeAgent:
         eviction = None
         if local.eviction:
             local.eviction.freed_at = freed_at
+            for d in local.devices:
+                self.last_eviction_at[d] = freed_at
             eviction = local.eviction.report(
                 last_checkpoint_at=local.last_checkpoint_at, started_at=local.started_at
             )
@@ -543,6 +555,7 @@ class NodeAgent:
                     "peak_compute_pct": peak_c,
                     "peak_memory_mib": peak_m,
                     "sampled_at": d.sampled_at,
+                    "last_eviction_at": self.last_eviction_at.get(d.index),
                 }
             )
         self._safe(
