@@ -166,16 +166,35 @@ class Store:
                 "failures": 0,
                 "cancel_requested": False,
             }
-            ids: list[int] = []
-            first_id: int | None = None
-            for index in indices:
-                name = base_name if index is None else f"{base_name}[{index}]"
-                values = dict(row, name=name, array_index=index, array_id=first_id)
-                new_id = int(conn.execute(JOBS.insert().values(**values)).inserted_primary_key[0])  # type: ignore[index]
-                if spec.array and first_id is None:
-                    first_id = new_id
-                    conn.execute(JOBS.update().where(JOBS.c.id == new_id).values(array_id=new_id))
-                ids.append(new_id)
+            # the first task alone: its id is the array's id; the other tasks in one
+            # executemany (one statement compiled for all, not one per task), their ids
+            # read back in task order (array indices ascend, whatever order ids were given)
+            task_indices: list[int | None] = list(indices)
+            first_index = task_indices[0]
+            first = dict(
+                row,
+                name=base_name if first_index is None else f"{base_name}[{first_index}]",
+                array_index=first_index,
+                array_id=None,
+            )
+            first_id = int(conn.execute(JOBS.insert(), first).inserted_primary_key[0])  # type: ignore[index]
+            ids = [first_id]
+            if spec.array:
+                conn.execute(JOBS.update().where(JOBS.c.id == first_id).values(array_id=first_id))
+                rest = [
+                    dict(row, name=f"{base_name}[{index}]", array_index=index, array_id=first_id)
+                    for index in task_indices[1:]
+                ]
+                if rest:
+                    conn.execute(JOBS.insert(), rest)
+                    ids = list(
+                        conn.execute(
+                            sa.select(JOBS.c.id)
+                            .where(JOBS.c.array_id == first_id)
+                            .order_by(JOBS.c.array_index)
+                        ).scalars()
+                    )
+            data_json = json.dumps({"state": state.value, "owner": owner})
             conn.execute(
                 EVENTS.insert(),
                 [
@@ -184,7 +203,7 @@ class Store:
                         "attempt": None,
                         "type": EventType.SUBMITTED.value,
                         "time": now,
-                        "data_json": json.dumps({"state": state.value, "owner": owner}),
+                        "data_json": data_json,
                     }
                     for jid in ids
                 ],

@@ -1,0 +1,89 @@
+"""Smoke test of the scale benchmarks: they run at tiny sizes and print what they promise.
+
+No figure is asserted (the targets live in the scripts and ``benchmarks/README.md``); only
+the shape of the output and that the values make sense.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import REPO
+
+pytestmark = pytest.mark.e2e
+
+PLAN_SCALE = REPO / "benchmarks" / "plan_scale.py"
+SUBMIT_THROUGHPUT = REPO / "benchmarks" / "submit_throughput.py"
+#: The server ``submit_throughput.py`` uses by default (as ``tests/conftest.py`` does).
+POSTGRES_ADMIN_URL = os.environ.get(
+    "EBBTIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def run_script(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=240, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def run_json(*args: str) -> Any:
+    lines = run_script(*args).strip().splitlines()
+    assert len(lines) == 1, lines
+    return json.loads(lines[0])
+
+
+def postgres_reachable() -> bool:
+    import sqlalchemy as sa
+
+    try:
+        engine = sa.create_engine(POSTGRES_ADMIN_URL)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        finally:
+            engine.dispose()
+    except Exception:
+        return False
+    return True
+
+
+def test_plan_scale_json() -> None:
+    result = run_json(
+        str(PLAN_SCALE), "--jobs", "2000", "--devices", "50", "--repeat", "2", "--json"
+    )
+    assert set(result) == {"jobs", "devices", "median_s", "p99_s"}
+    assert (result["jobs"], result["devices"]) == (2000, 50)
+    assert 0 < result["median_s"] <= result["p99_s"]
+
+
+def test_plan_scale_text_reports_decisions() -> None:
+    out = run_script(str(PLAN_SCALE), "--jobs", "2000", "--devices", "50", "--repeat", "2")
+    decided = re.search(r"one pass decides (\d+) dispatches", out)
+    assert decided is not None, out
+    assert int(decided.group(1)) > 0  # 50 lightly loaded devices take some of 2000 jobs
+    assert "median" in out and "p99" in out and "max" in out
+
+
+def test_submit_throughput_json() -> None:
+    pg = postgres_reachable()
+    args = [str(SUBMIT_THROUGHPUT), "--array", "500", "--single", "50", "--json"]
+    if not pg:
+        args.append("--skip-postgres")
+    result = run_json(*args)
+    assert set(result) == {"sqlite", "postgres"}
+    backends = ["sqlite", "postgres"] if pg else ["sqlite"]
+    if not pg:
+        assert result["postgres"] is None
+    for name in backends:
+        figures = result[name]
+        assert set(figures) == {"array_per_s", "single_per_s"}, name
+        assert figures["array_per_s"] > 0 and figures["single_per_s"] > 0, name

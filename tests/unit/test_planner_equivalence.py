@@ -1,0 +1,372 @@
+"""The planner decides exactly as a straightforward planner would, on random snapshots.
+
+:func:`reference_plan` is the planner written the plain way (one sort on a key tuple, a
+scan of every device for each fractional job); :func:`ebbtide.scheduling.planner.plan`
+finds the same best fit through an index of free headroom.  The snapshots are small and
+seeded, drawn from few values so that exact fits, equal scores, full devices, misfits and
+array limits all happen often; a few carry values outside the index's range, where the
+planner falls back to the scan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
+from ebbtide.queue.states import JobState
+from ebbtide.scheduling import planner
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
+from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, Dispatch, Plan, plan
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueuedJob, Snapshot
+
+from .builders import NOW, att, dev, job
+
+EPS = 1e-6
+
+# -- the reference -------------------------------------------------------------------------
+
+
+class Free:
+    def __init__(self, device: DeviceView, compute: float, memory: float, slices: int) -> None:
+        self.device, self.compute, self.memory, self.slices = device, compute, memory, slices
+
+
+def reference_plan(snapshot: Snapshot) -> Plan:
+    """The planner's documented behaviour, written the plain way."""
+    out = Plan()
+    by_device: dict[tuple[str, int], list[ActiveAttempt]] = {}
+    for a in snapshot.active:
+        for d in a.devices:
+            by_device.setdefault((a.node, d), []).append(a)
+    chosen: set[tuple[int, int]] = set()
+    for device in snapshot.devices:
+        here = by_device.get(device.key, [])
+        for ev in evictions_for_device(device, here, snapshot.margins, snapshot.now):
+            if (ev.job_id, ev.attempt) not in chosen:
+                chosen.add((ev.job_id, ev.attempt))
+                out.evictions.append(ev)
+    for a in snapshot.active:
+        if a.cancel_requested and not a.evicting and (a.job_id, a.attempt) not in chosen:
+            chosen.add((a.job_id, a.attempt))
+            out.evictions.append(
+                Eviction(
+                    a.job_id,
+                    a.attempt,
+                    a.node,
+                    EvictReason.CANCELLED,
+                    a.deadline_s,
+                    "cancelled by its owner",
+                )
+            )
+    if not snapshot.offline_allowed:
+        return out
+
+    free: dict[tuple[str, int], Free] = {}
+    for device in snapshot.devices:
+        here = by_device.get(device.key, [])
+        c, m = headroom(
+            device,
+            sum(a.compute_pct for a in here),
+            sum(a.memory_mib for a in here),
+            snapshot.margins,
+        )
+        if any(a.evicting or (a.job_id, a.attempt) in chosen for a in here):
+            c = m = 0.0
+        free[device.key] = Free(device, c, m, len(here))
+    by_node: dict[str, list[Free]] = {}
+    for f in free.values():
+        by_node.setdefault(f.device.node, []).append(f)
+    running = Counter(a.array_id for a in snapshot.active if a.array_id is not None)
+
+    misfits: set[tuple[float, int, int]] = set()
+    for j in sorted(snapshot.queued, key=lambda j: (-j.priority, j.id)):
+        if len(out.dispatches) >= snapshot.max_dispatches:
+            break
+        shape = (j.compute_pct, j.memory_mib, j.gpus)
+        if shape in misfits:
+            continue
+        if (
+            j.array_id is not None
+            and j.array_limit is not None
+            and running[j.array_id] >= j.array_limit
+        ):
+            continue
+        placed = whole_fit(j, by_node) if j.gpus >= 1 else best_fit(j, list(free.values()))
+        if placed is None:
+            misfits.add(shape)
+            continue
+        node, devices = placed
+        out.dispatches.append(
+            Dispatch(j.id, j.attempts, node, devices, j.compute_pct, j.memory_mib)
+        )
+        if j.array_id is not None:
+            running[j.array_id] += 1
+    return out
+
+
+def best_fit(j: QueuedJob, frees: list[Free]) -> tuple[str, tuple[int, ...]] | None:
+    """Scan every device; the lowest score wins, the first of equal scores."""
+    best: Free | None = None
+    best_score = 0.0
+    for f in frees:
+        if f.compute + EPS < j.compute_pct or f.memory + EPS < j.memory_mib:
+            continue
+        score = (f.compute - j.compute_pct) / DEVICE_COMPUTE_PCT + (f.memory - j.memory_mib) / max(
+            f.device.memory_mib, 1.0
+        )
+        if best is None or score < best_score:
+            best, best_score = f, score
+    if best is None:
+        return None
+    best.compute -= j.compute_pct
+    best.memory -= j.memory_mib
+    best.slices += 1
+    return best.device.node, (best.device.index,)
+
+
+def whole_fit(j: QueuedJob, by_node: dict[str, list[Free]]) -> tuple[str, tuple[int, ...]] | None:
+    best: list[Free] | None = None
+    best_score = 0.0
+    for frees in by_node.values():
+        fit = [
+            f
+            for f in frees
+            if f.slices == 0
+            and f.compute + EPS >= MIN_WHOLE_GPU_HEADROOM_PCT
+            and f.memory + EPS >= j.memory_mib
+        ]
+        if len(fit) < j.gpus:
+            continue
+        fit.sort(key=lambda f: (f.memory, f.device.index))
+        pick = fit[: j.gpus]
+        score = sum(f.memory - j.memory_mib for f in pick)
+        if best is None or score < best_score:
+            best, best_score = pick, score
+    if best is None:
+        return None
+    for f in best:
+        f.compute = 0.0
+        f.memory -= j.memory_mib
+        f.slices += 1
+    return best[0].device.node, tuple(sorted(f.device.index for f in best))
+
+
+# -- random snapshots ----------------------------------------------------------------------
+
+#: Few distinct values, so that equal scores and exact fits are common.
+DEVICE_MIB = (81920.0, 81920.0, 40960.0, 147456.0, 0.5)
+ONLINE_COMPUTE = (0.0, 0.0, 10.0, 25.0, 50.0, 70.7, 90.0, 33.3)
+ONLINE_MEMORY = (0.0, 0.0, 8192.0, 20000.0, 40960.0, 70000.0, 12345.6, 75776.0000001)
+JOB_COMPUTE = (5.0, 10.0, 10.0, 24.3, 25.0, 30.0, 45.0, 50.0, 95.0, 0.5, 12.5, 0.0)
+JOB_MEMORY = (1024, 1024, 2048, 4096, 8192, 16384, 40960, 79872, 1)
+#: Outside the index's range: the planner must fall back to the scan and agree.
+HUGE = 2.0**60
+
+
+def random_snapshot(rng: random.Random, *, huge: bool = False) -> Snapshot:
+    nodes = [f"n{i}" for i in range(rng.randint(1, 4))]
+    devices = []
+    for node in nodes:
+        for i in range(rng.randint(1, 5)):
+            devices.append(
+                dev(
+                    node=node,
+                    i=i,
+                    mem=rng.choice(DEVICE_MIB),
+                    oc=rng.choice(ONLINE_COMPUTE),
+                    om=rng.choice(ONLINE_MEMORY),
+                    rc=rng.choice((0.0, 0.0, 5.0)),
+                    rm=rng.choice((0.0, 0.0, 1024.0)),
+                )
+            )
+    if huge:
+        k = rng.randrange(len(devices))
+        d = devices[k]
+        devices[k] = dev(node=d.node, i=d.index, mem=rng.choice((HUGE, float("inf"))))
+    active = []
+    for n in range(rng.randint(0, 2 * len(devices))):
+        d = rng.choice(devices)
+        whole = rng.random() < 0.1
+        active.append(
+            att(
+                1000 + n,
+                node=d.node,
+                devices=(d.index,),
+                c=100 if whole else rng.choice(JOB_COMPUTE),
+                m=rng.choice(JOB_MEMORY),
+                gpus=1 if whole else 0,
+                prio=rng.randint(-1, 2),
+                state=rng.choice((JobState.RUNNING,) * 8 + (JobState.EVICTING,)),
+                cancel=rng.random() < 0.05,
+                array=rng.choice((None, None, 1, 2)),
+                ckpt=rng.choice((None, NOW - 100, NOW - 10)),
+            )
+        )
+    queued = []
+    for n in range(rng.randint(0, 40)):
+        gpus = rng.choice((0,) * 9 + (1, 2, 3))
+        array = rng.choice((None, None, None, 1, 2, 3))
+        queued.append(
+            job(
+                rng.randint(1, 60),  # repeated ids: equal nomination keys keep their order
+                prio=rng.randint(-2, 3),
+                c=100 if gpus else rng.choice(JOB_COMPUTE),
+                m=rng.choice(JOB_MEMORY) if not (huge and n == 0) else int(HUGE),
+                gpus=gpus,
+                array=array,
+                limit=rng.choice((None, 1, 2, 3)) if array is not None else None,
+                attempts=rng.randint(0, 2),
+            )
+        )
+    return Snapshot(
+        now=NOW,
+        queued=queued,
+        active=active,
+        devices=devices,
+        margins=rng.choice((Margins(), Margins(compute_pct=0.0, memory_mib=0.0))),
+        offline_allowed=rng.random() < 0.95,
+        max_dispatches=rng.choice((1000, 1000, 3, 0)),
+    )
+
+
+def large_snapshot(rng: random.Random) -> Snapshot:
+    """Hundreds of devices and jobs: deep buckets, many placements per pass."""
+    devices = [
+        dev(
+            node=f"n{i // 8}",
+            i=i % 8,
+            mem=rng.choice((81920.0, 147456.0)),
+            oc=round(rng.uniform(0, 90), rng.choice((0, 1))),
+            om=float(rng.randrange(0, 60000, 512)),
+        )
+        for i in range(rng.randint(50, 300))
+    ]
+    queued = [
+        job(
+            i,
+            prio=rng.randint(0, 2),
+            c=rng.choice((5, 10, 15, 20, 25, 33, 50, rng.randint(1, 60))),
+            m=rng.choice((1, 2, 4, 8, 16, 24, 40)) * 1024,
+            gpus=rng.choice((0,) * 30 + (1, 2)),
+            array=rng.choice((None,) * 5 + (7,)),
+            limit=50,
+        )
+        for i in range(1, rng.randint(200, 3000))
+    ]
+    queued = [q if not q.gpus else job(q.id, c=100, m=q.memory_mib, gpus=q.gpus) for q in queued]
+    active = [
+        att(
+            10_000 + n,
+            node=(d := rng.choice(devices)).node,
+            devices=(d.index,),
+            c=rng.choice((5, 10, 20, 25)),
+            m=rng.choice((1, 4, 8)) * 1024,
+        )
+        for n in range(len(devices))
+    ]
+    return Snapshot(now=NOW, queued=queued, active=active, devices=devices)
+
+
+# -- the tests -----------------------------------------------------------------------------
+
+
+def as_plain(p: Plan) -> tuple[list[Any], list[Any]]:
+    return list(p.dispatches), list(p.evictions)
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts how often the planner fell back to scanning every device."""
+    calls: Counter[str] = Counter()
+    scan: Callable[..., Any] = planner._best_fit_scan
+
+    def counting(*args: Any) -> Any:
+        calls["scan"] += 1
+        return scan(*args)
+
+    monkeypatch.setattr(planner, "_best_fit_scan", counting)
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_small_snapshots_plan_as_the_reference(seed: int, scans: Counter[str]) -> None:
+    rng = random.Random(seed)
+    dispatched = 0
+    for case in range(150):
+        s = random_snapshot(rng)
+        assert as_plain(plan(s)) == as_plain(reference_plan(s)), f"seed {seed} case {case}"
+        dispatched += len(reference_plan(s).dispatches)
+    assert dispatched > 100  # the cases do place jobs
+    assert scans["scan"] == 0  # ordinary values: every best fit came from the index
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_large_snapshots_plan_as_the_reference(seed: int, scans: Counter[str]) -> None:
+    s = large_snapshot(random.Random(1000 + seed))
+    expected = reference_plan(s)
+    assert len(expected.dispatches) > 50
+    assert as_plain(plan(s)) == as_plain(expected)
+    assert scans["scan"] == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_values_beyond_the_index_fall_back_to_the_scan(seed: int, scans: Counter[str]) -> None:
+    rng = random.Random(2000 + seed)
+    for case in range(50):
+        s = random_snapshot(rng, huge=True)
+        assert as_plain(plan(s)) == as_plain(reference_plan(s)), f"seed {seed} case {case}"
+    assert scans["scan"] > 0
+
+
+def test_equal_scores_go_to_the_first_device_in_snapshot_order() -> None:
+    devices = [dev(node=n, i=i) for n in ("b", "a") for i in (1, 0)]
+    s = Snapshot(now=NOW, queued=[job(1, c=10)], active=[], devices=devices)
+    assert [(d.node, d.devices) for d in plan(s).dispatches] == [("b", (1,))]
+    assert as_plain(plan(s)) == as_plain(reference_plan(s))
+
+
+@pytest.mark.parametrize(
+    "prefix", [0, 1], ids=["tie-is-the-shelfs-least-memory", "less-memory-on-shelf"]
+)
+def test_equal_score_on_a_later_shelf_goes_to_the_earlier_device(prefix: int) -> None:
+    """Device 1 (40 GiB) and device 2 (80 GiB) leave the same headroom, each a quarter of
+    its memory and 40 % compute; device 1 comes first in the snapshot but its shelf is
+    searched second (device 0 opened the 80 GiB shelf).  A bound equal to the best score
+    must not end the search."""
+    full = dev(i=0, oc=95)  # no compute left
+    devices = [
+        full,
+        dev(i=1, mem=40960, oc=45, om=40960 - 2048 - 11264),  # 50 %, 11264 MiB free
+        dev(i=2, oc=45, om=81920 - 2048 - 21504),  # 50 %, 21504 MiB free
+    ]
+    if prefix:  # a 40 GiB device with less memory free, but no compute
+        devices.append(dev(i=3, mem=40960, oc=95, om=40960 - 2048 - 2048))
+    s = Snapshot(now=NOW, queued=[job(1, c=10, m=1024)], active=[], devices=devices)
+    assert [d.devices for d in plan(s).dispatches] == [(1,)]
+    assert as_plain(plan(s)) == as_plain(reference_plan(s))
+
+
+def test_memory_short_by_float_noise_still_fits() -> None:
+    """4095.9999999 MiB free fits a 4096 MiB job (the 1e-6 slack), as in the scan."""
+    s = Snapshot(now=NOW, queued=[job(1, c=10, m=4096)], active=[], devices=[dev(om=75776.0000001)])
+    assert [d.job_id for d in plan(s).dispatches] == [1]
+    assert as_plain(plan(s)) == as_plain(reference_plan(s))
+
+
+def test_first_fit_matches_its_definition_at_rounding_edges() -> None:
+    """Just below ``need - 1e-6`` a value may still fit once 1e-6 is added and rounded."""
+    rng = random.Random(7)
+    for exp in range(-20, 40):
+        for need in (2.0**exp + 1e-6, 2.0**exp + 5e-7, 2.0**exp, float(rng.randrange(1, 10**6))):
+            near = [need - 1e-6]
+            for _ in range(4):
+                near.append(math.nextafter(near[-1], -math.inf))
+            values = sorted([*near, need, need - 1, need + 1, 0.0])
+            expected = next((i for i, v in enumerate(values) if not v + EPS < need), len(values))
+            assert planner._first_fit(values, need) == expected, (need, values)
