@@ -20,7 +20,7 @@ from typing import Any
 
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import EbbtideError
+from ebbtide.errors import EbbtideError, SpecError
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
@@ -85,6 +85,12 @@ class Client:
         queue = self.policy.queues[spec.queue]
         if "priority" not in spec.model_fields_set and queue.priority:
             spec = spec.model_copy(update={"priority": queue.priority})
+        if queue.max_deadline_s is not None and (spec.deadline_s or 0) > queue.max_deadline_s:
+            raise SpecError(
+                "deadline",
+                f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
+                f"(max_deadline_s {queue.max_deadline_s:g}s)",
+            )
         return self.store.submit(
             spec, self.user, defaults_deadline_s=self.policy.deadline_for(spec.queue)
         )

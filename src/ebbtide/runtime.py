@@ -25,6 +25,7 @@ from ebbtide.messaging.bus import Bus
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.loop import Scheduler
+from ebbtide.scheduling.snapshot import QueueLimits
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
 
@@ -39,6 +40,7 @@ class Runtime:
     store: Store
     bus: Bus
     policy: Policy
+    policy_path: Path | None = None
     scheduler: Scheduler | None = None
     agent: NodeAgent | None = None
     on_stop: list[Callable[[], None]] = field(default_factory=list)
@@ -63,6 +65,28 @@ class Runtime:
             fn()
         self.store.close()
 
+    def apply_policy(self, policy: Policy) -> None:
+        """A new policy took effect: the agent's fast path follows it too."""
+        self.policy = policy
+        if self.agent is not None:
+            self.agent.margins = policy.defaults.margins
+            self.agent.queues = queue_limits(policy)
+
+    def reload_policy(self) -> None:
+        """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
+        if self.scheduler is not None:
+            self.scheduler.request_reload()
+            return
+        path = self.policy_path
+        if path is None:
+            return
+        try:
+            self.apply_policy(load_policy(path))
+            log.info("policy reloaded from %s", path)
+        except ConfigError as exc:
+            for line in str(exc).splitlines():
+                log.error("policy not reloaded, keeping the old one: %s", line)
+
     def run_until_signalled(self) -> None:
         done = threading.Event()
 
@@ -72,6 +96,7 @@ class Runtime:
 
         signal.signal(signal.SIGINT, _handler)
         signal.signal(signal.SIGTERM, _handler)
+        signal.signal(signal.SIGHUP, lambda _s, _f: self.reload_policy())
         self.start()
         done.wait()
         self.stop()
@@ -97,17 +122,20 @@ def build(
     mps: bool = False,
     policy_path: Path | None = None,
 ) -> Runtime:
-    policy = load_policy(policy_path or settings.policy_path)
+    path = policy_path or settings.policy_path
+    policy = load_policy(path)
     settings.home.mkdir(parents=True, exist_ok=True)
     store = Store(settings.db_url)
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
-    rt = Runtime(settings=settings, store=store, bus=bus, policy=policy)
+    rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)
     if scheduler:
         rt.scheduler = Scheduler(
             store,
             policy=policy,
+            policy_path=path,
             send=bus.send_to_node,
             leader=LeaderLock(store.engine, settings.home),
+            on_policy=rt.apply_policy,
         )
     if agent_name is not None:
         assert source is not None
@@ -119,9 +147,14 @@ def build(
             margins=policy.defaults.margins,
             notify=bus.notify_scheduler,
             mps=mps,
+            queues=queue_limits(policy),
         )
         rt.on_stop.append(source.close)
     return rt
+
+
+def queue_limits(policy: Policy) -> dict[str, QueueLimits]:
+    return {name: q.limits for name, q in policy.queues.items()}
 
 
 def describe_devices(devices: list[DeviceInfo]) -> str:

@@ -233,3 +233,18 @@ def test_actions_check_the_owner(client: Client, tmp_path: Path) -> None:
     root = Client(_settings(tmp_path, "root"), store=client.store, policy=policy)
     assert root.is_admin  # an admin by the settings
     assert root.cancel(job_id).state == S.CANCELLED
+
+
+def test_a_deadline_over_the_queue_maximum_is_refused_and_nothing_is_stored(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ebbtide.client import Client
+    from ebbtide.config.policy import parse_policy
+    from ebbtide.config.settings import Settings
+    from ebbtide.errors import SpecError
+
+    policy = parse_policy("queues:\n  fast: {max_deadline_s: 10s}\n")
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
+    with Client(settings, policy=policy) as client:
+        with pytest.raises(SpecError, match="max_deadline_s 10s"):
+            client.submit(command=["true"], queue="fast", deadline="30s")
+        assert client.list() == []
+        assert client.submit(command=["true"], queue="fast", deadline="5s") == 1

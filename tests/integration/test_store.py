@@ -814,3 +814,43 @@ def test_racing_dispatches_exactly_one_wins(store: Store) -> None:
     assert [a.node for a in store.attempts(job_id)] == [node]
     assert types(store, job_id).count(EventType.DISPATCHED) == 1
     assert {a.state for a in store.active_attempts()} <= ACTIVE_STATES
+
+
+def _evict_once(store, job_id: int) -> None:  # type: ignore[no-untyped-def]
+    job = store.get(job_id)
+    n = store.dispatch(
+        job_id,
+        expected_attempts=job.attempts,
+        node="n",
+        devices=(0,),
+        compute_pct=10,
+        memory_mib=1024,
+    )
+    store.mark_started(job_id, n, pid=1, stdout_path="o", stderr_path="e")
+    store.begin_eviction(job_id, n, reason="spike", deadline_s=5, spike_at=0.0, source="test")
+    store.finish_attempt(job_id, n, exit_code=99, eviction={"reason": "spike"})
+
+
+def test_jobs_evicted_max_preemptions_times_are_held_with_a_reason(store) -> None:  # type: ignore[no-untyped-def]
+    from ebbtide.queue.spec import JobSpec
+
+    [twice, once] = [
+        store.submit(JobSpec(command=["x"]), "alice", defaults_deadline_s=5)[0] for _ in range(2)
+    ]
+    _evict_once(store, twice)
+    _evict_once(store, twice)
+    _evict_once(store, once)
+    assert store.get(twice).requeued_at is not None
+    assert store.hold_overpreempted("default", 2) == [twice]
+    held = store.get(twice)
+    assert held.state == "held" and "max_preemptions 2" in held.reason
+    assert store.get(once).state == "queued"
+    assert store.events(twice)[-1]["type"] == "held"
+    # a release lets it try again; it is held again only after another eviction
+    store.release(twice, user="alice")
+    assert store.get(twice).state == "queued"
+    assert store.hold_overpreempted("default", 2) == []
+    _evict_once(store, twice)
+    assert store.hold_overpreempted("default", 2) == []
+    _evict_once(store, twice)
+    assert store.hold_overpreempted("default", 2) == [twice]

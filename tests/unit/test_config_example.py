@@ -14,4 +14,6 @@ def test_example_policy_loads_with_its_documented_values() -> None:
     assert policy.defaults.margin_memory_mib == 2048
     assert policy.deadline_for("research") == 10.0
     assert policy.deadline_for("default") == 30.0
-    assert policy.queues["urgent"].priority == 100
+    assert policy.queues["training"].preemptible is False
+    assert {w.kind for w in policy.windows} == {"cron", "lull", "blackout"}
+    assert policy.devices.in_pool("spare-cards", "gpu-a-1", 7)

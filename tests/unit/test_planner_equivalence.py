@@ -20,7 +20,7 @@ import pytest
 
 from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling import planner
+from ebbtide.scheduling import fit
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
 from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, Dispatch, Plan, plan
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueuedJob, Snapshot
@@ -284,13 +284,13 @@ def as_plain(p: Plan) -> tuple[list[Any], list[Any]]:
 def scans(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts how often the planner fell back to scanning every device."""
     calls: Counter[str] = Counter()
-    scan: Callable[..., Any] = planner._best_fit_scan
+    scan: Callable[..., Any] = fit.best_fit_scan
 
     def counting(*args: Any) -> Any:
         calls["scan"] += 1
         return scan(*args)
 
-    monkeypatch.setattr(planner, "_best_fit_scan", counting)
+    monkeypatch.setattr(fit, "best_fit_scan", counting)
     return calls
 
 
@@ -369,4 +369,4 @@ def test_first_fit_matches_its_definition_at_rounding_edges() -> None:
                 near.append(math.nextafter(near[-1], -math.inf))
             values = sorted([*near, need, need - 1, need + 1, 0.0])
             expected = next((i for i, v in enumerate(values) if not v + EPS < need), len(values))
-            assert planner._first_fit(values, need) == expected, (need, values)
+            assert fit.first_fit(values, need) == expected, (need, values)

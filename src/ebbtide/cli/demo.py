@@ -344,6 +344,10 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
 # -- the tour ---------------------------------------------------------------------------
 
 
+#: The shipped trace is compressed this many times in time (see data/ATTRIBUTION.md).
+TRACE_COMPRESSION = 30.0
+
+
 def _intro(console: Console, source: HeadroomSource, speedup: float, count: int) -> None:
     duration = getattr(source, "duration_s", 0.0) / speedup
     console.print(
@@ -358,6 +362,21 @@ def _intro(console: Console, source: HeadroomSource, speedup: float, count: int)
     )
 
 
+def _demo_policy(home: Path, speedup: float) -> Path:
+    """The trace runs 30× faster than life (and ``speedup`` on top), so the anti-thrash
+    settings shrink with it: a 30 s cooldown is 1 s of demo time."""
+    scale = TRACE_COMPRESSION * speedup
+    path = home / "ebbtide.yaml"
+    path.write_text(
+        "apiVersion: ebbtide/v1\n"
+        "defaults:\n"
+        f"  eviction_cooldown_s: {30 / scale:.3f}\n"
+        f"  backoff_base_s: {30 / scale:.3f}\n"
+        f"  backoff_max_s: {1800 / scale:.3f}\n"
+    )
+    return path
+
+
 def run(home: Path | None, speedup: float, count: int, as_json: bool) -> int:
     """Run the tour; return the exit status (0: every job succeeded, no deadline missed)."""
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
@@ -366,7 +385,13 @@ def run(home: Path | None, speedup: float, count: int, as_json: bool) -> int:
     settings = Settings.from_env({"EBBTIDE_HOME": str(home)})
     devices = [DeviceInfo(index=i, memory_mib=DEVICE_MEMORY_MIB) for i in range(DEVICE_COUNT)]
     source = open_source(f"trace:{TRACE_NAME}", devices, speedup=speedup, loop=True)
-    rt = build(settings, scheduler=True, agent_name=NODE, source=source)
+    rt = build(
+        settings,
+        scheduler=True,
+        agent_name=NODE,
+        source=source,
+        policy_path=_demo_policy(home, speedup),
+    )
     handler = _ConsoleLog(console)
     log.addHandler(handler)
     try:

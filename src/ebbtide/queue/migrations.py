@@ -106,9 +106,13 @@ def _v1_initial(conn: Connection) -> None:
 
 
 def _v2_backoff_and_admission(conn: Connection) -> None:
-    """Policies: requeue time (backoff) and time to the first checkpoint (admission)."""
+    """Policies: requeue time (backoff), time to the first checkpoint (admission), and
+    evictions forgiven by a release (max_preemptions counts the ones since)."""
     for column in ("requeued_at", "first_checkpoint_s"):
         conn.execute(sa.text(f"ALTER TABLE jobs ADD COLUMN {column} FLOAT"))
+    conn.execute(
+        sa.text("ALTER TABLE jobs ADD COLUMN evictions_forgiven INTEGER NOT NULL DEFAULT 0")
+    )
 
 
 #: Migrations in order; the list index + 1 is the version a migration produces.

@@ -52,6 +52,8 @@ class Job(SQLModel, table=True):
     #: seconds from start to the first checkpoint, if the job says (checkpoint interval,
     #: else walltime): admission before a window closes
     first_checkpoint_s: float | None = None
+    #: evictions before the last release: max_preemptions counts only those after it
+    evictions_forgiven: int = 0
 
 
 class Attempt(SQLModel, table=True):

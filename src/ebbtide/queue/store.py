@@ -157,6 +157,7 @@ class Store:
                 "gpus": spec.gpus,
                 "memory_mib": spec.memory_mib,
                 "deadline_s": spec.deadline_s or defaults_deadline_s,
+                "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
                 "signal": spec.signal,
                 "array_limit": spec.array.limit if spec.array else None,
                 "depends_json": json.dumps(depends),
@@ -387,7 +388,7 @@ class Store:
             target,
             event=EventType.RELEASED,
             data={"by": user},
-            changes={"reason": ""},
+            changes={"reason": "", "evictions_forgiven": job.evictions},
         )
         return self.get(job_id)
 
@@ -924,7 +925,7 @@ class Store:
                     sa.select(JOBS.c.id).where(
                         JOBS.c.state == JobState.QUEUED.value,
                         JOBS.c.queue == queue,
-                        JOBS.c.evictions >= max_preemptions,
+                        JOBS.c.evictions - JOBS.c.evictions_forgiven >= max_preemptions,
                     )
                 )
             ]

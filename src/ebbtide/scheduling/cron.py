@@ -21,12 +21,13 @@ _FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 
 
 def _day_number(token: str, expr: str) -> int:
+    """A crontab day number 0-7 (7 kept as 7 so ranges like 5-7 compare right)."""
     token = token.strip().lower()
     if token.isdigit():
         n = int(token)
         if not 0 <= n <= 7:
             raise ValueError(f"{expr!r}: day of week {n} is out of 0-7 (0 and 7 are Sunday)")
-        return n % 7
+        return n
     if token[:3] in _CRON_DAYS and len(token) in (3,):
         return _CRON_DAYS.index(token[:3])
     raise ValueError(f"{expr!r}: unknown day of week {token!r} (use 0-7 or sun..sat)")
@@ -49,8 +50,6 @@ def _expand_days(field: str, expr: str) -> str:
         elif "-" in rng:
             a, b = rng.split("-", 1)
             lo, hi = _day_number(a, expr), _day_number(b, expr)
-            if b.strip() == "7":
-                hi = 7  # 5-7 means Friday to Sunday
             if hi < lo:
                 raise ValueError(f"{expr!r}: day range {rng!r} runs backwards")
         else:

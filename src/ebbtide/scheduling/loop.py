@@ -4,9 +4,12 @@ Applying is idempotent: a dispatch is a fenced store transition (``queued`` at t
 attempt count the planner saw) followed by a message to the node; an eviction is a
 fenced ``running → evicting`` followed by a message.  Losing a race is normal and skipped.
 
-Each pass also reconciles: waiting jobs whose dependencies are met are queued; the
-attempts of nodes that stopped heartbeating are requeued; dispatched attempts that never
-started are requeued.
+Each pass also reconciles: waiting jobs whose dependencies are met are queued; jobs
+evicted more often than their queue allows are held; the attempts of nodes that stopped
+heartbeating are requeued; dispatched attempts that never started are requeued.  Why each
+queued job still waits (a closed window, a quota, a backoff, no room) is written to its
+``reason`` for ``qstat``.  The policy's live side (reloads, lull state, wake-ups at window
+boundaries) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
@@ -24,6 +28,7 @@ from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.planner import Plan, plan
+from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.snapshot import DeviceView, Snapshot
 
 log = logging.getLogger("ebbtide.scheduler")
@@ -42,12 +47,16 @@ class Scheduler:
         store: Store,
         *,
         policy: Policy | None = None,
+        policy_path: Path | None = None,
         send: Send | None = None,
         clock: Clock = SYSTEM_CLOCK,
         leader: LeaderLock | None = None,
+        on_policy: Callable[[Policy], None] | None = None,
+        wakeups: bool = True,
     ) -> None:
         self.store = store
-        self.policy = policy or Policy()
+        self.runtime = PolicyRuntime(policy or Policy(), policy_path, on_change=on_policy)
+        self._wakeups = wakeups
         self.send = send or (lambda node, cmd: None)
         self.clock = clock
         self._wake = threading.Event()
@@ -55,33 +64,44 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.leader = leader
 
+    @property
+    def policy(self) -> Policy:
+        return self.runtime.policy
+
     def wake(self, _event: dict[str, Any] | None = None) -> None:
         self._wake.set()
 
     # -- one pass -----------------------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
-        timeout = self.policy.defaults.heartbeat_timeout_s
+        defaults = self.policy.defaults
         devices = []
         for node in self.store.nodes():
-            if node.stopping or now - node.heartbeat_at > timeout:
+            if node.stopping or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 continue
             for d in json.loads(node.devices_json):
+                index, online_c, online_m = (
+                    int(d["index"]),
+                    d["online_compute_pct"],
+                    d["online_memory_mib"],
+                )
+                sampled_at = float(d.get("sampled_at") or 0.0)
+                self.runtime.observe(node.name, index, sampled_at, online_c, online_m)
+                evicted_at = d.get("last_eviction_at")
                 devices.append(
                     DeviceView(
                         node=node.name,
-                        index=int(d["index"]),
+                        index=index,
                         memory_mib=float(d["memory_mib"]),
-                        online_compute_pct=float(d["online_compute_pct"]),
-                        online_memory_mib=float(d["online_memory_mib"]),
+                        online_compute_pct=float(online_c),
+                        online_memory_mib=float(online_m),
                         # the recent peak above the latest sample guards admission
-                        reserve_compute_pct=max(
-                            0.0, d.get("peak_compute_pct", 0.0) - d["online_compute_pct"]
-                        ),
-                        reserve_memory_mib=max(
-                            0.0, d.get("peak_memory_mib", 0.0) - d["online_memory_mib"]
-                        ),
-                        sampled_at=float(d.get("sampled_at") or 0.0),
+                        reserve_compute_pct=max(0.0, d.get("peak_compute_pct", 0.0) - online_c),
+                        reserve_memory_mib=max(0.0, d.get("peak_memory_mib", 0.0) - online_m),
+                        sampled_at=sampled_at,
+                        cooldown_until=(evicted_at + defaults.eviction_cooldown_s)
+                        if evicted_at
+                        else 0.0,
                     )
                 )
         return Snapshot(
@@ -89,15 +109,26 @@ class Scheduler:
             queued=self.store.queued_jobs(),
             active=self.store.active_attempts(),
             devices=devices,
-            margins=self.policy.defaults.margins,
+            margins=defaults.margins,
+            queues={name: q.limits for name, q in self.policy.queues.items()},
+            gates=self.runtime.gates(now, [(d.node, d.index) for d in devices]),
+            backoff_base_s=defaults.backoff_base_s,
+            backoff_max_s=defaults.backoff_max_s,
         )
 
     def run_once(self) -> Plan:
+        self.runtime.maybe_reload()
         now = self.clock.time()
         self.store.promote_waiting()
+        for name, q in self.policy.queues.items():
+            if q.max_preemptions is not None:
+                for job_id in self.store.hold_overpreempted(name, q.max_preemptions):
+                    log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
         self.reconcile(now)
         decisions = plan(self.snapshot(now))
         self.apply(decisions, now)
+        self.store.set_reasons(decisions.blocked)
+        self.runtime.wake_at(decisions.wake_at)
         return decisions
 
     def apply(self, decisions: Plan, now: float) -> None:
@@ -176,14 +207,21 @@ class Scheduler:
     # -- the loop -----------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._wakeups:
+            self.runtime.start_wakeups(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         self._thread.start()
+
+    def request_reload(self) -> None:
+        self.runtime.request_reload()
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self.runtime.stop()
         if self.leader is not None:
             self.leader.release()
 

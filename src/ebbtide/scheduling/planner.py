@@ -16,30 +16,38 @@ One pass reads as numbered phases (after kueue's scheduling cycle):
 
 One pass over 100,000 queued jobs and 1,000 devices takes tens of milliseconds
 (``benchmarks/plan_scale.py``): the best fit is found with an index of the devices' free
-headroom (:class:`_FitIndex`) instead of a scan of every device, and it picks the very
-device the scan (:func:`_best_fit_scan`) would, ties included.
+headroom (:class:`FitIndex`) instead of a scan of every device, and it picks the very
+device the scan (:func:`best_fit_scan`) would, ties included.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
+from ebbtide.scheduling import fit
+from ebbtide.scheduling.admission import (
+    MAX_REASONS,
+    Quotas,
+    clock_text,
+    device_share,
+    drain_evictions,
+    fits_before_close,
+    ready_at,
+    share_evictions,
+    unplaced_reason,
+)
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob, Snapshot
+from ebbtide.scheduling.fit import EPS, FitIndex, Free
+from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob, Snapshot, protected
+from ebbtide.scheduling.windows import QueueGate
 
-#: Fit slack so float noise never refuses an exact fit, in percent or MiB.
-_EPS = 1e-6
 #: A whole-GPU job goes only where at least this much compute is free, in percent.
 MIN_WHOLE_GPU_HEADROOM_PCT = 50.0
-#: The fit index serves values of at most this magnitude (percent or MiB), where integers
-#: and floats compute alike; anything larger, or not finite, falls back to the scan.
-_INDEX_LIMIT = 2.0**50
 
 
 @dataclass(frozen=True)
@@ -59,25 +67,23 @@ class Dispatch:
 class Plan:
     dispatches: list[Dispatch] = field(default_factory=list)
     evictions: list[Eviction] = field(default_factory=list)
-
-
-@dataclass(eq=False)
-class _Free:
-    """What is left of one device during a pass (the admit phase spends it)."""
-
-    device: DeviceView
-    compute: float
-    memory: float
-    offline_slices: int
-    #: the device's place in the snapshot: equal fits go to the earlier one
-    pos: int = 0
+    #: why queued jobs were not started this pass (a window, a quota, a backoff, no room)
+    blocked: dict[int, str] = field(default_factory=dict)
+    #: the next instant (Unix seconds) at which time alone changes a decision: a drain
+    #: before a window closes, a backoff or a cooldown ending; None when nothing waits
+    wake_at: float | None = None
 
 
 def plan(snapshot: Snapshot) -> Plan:
     out = Plan()
     now = snapshot.now
+    limits = snapshot.queues
+    wakes: list[float] = []
 
-    # 1. evict
+    def guarded(a: ActiveAttempt) -> bool:
+        return protected(a, limits.get(a.queue), now)
+
+    # 1. evict: online pressure, cancellations, windows closing, shares exceeded
     by_device: dict[tuple[str, int], list[ActiveAttempt]] = {}
     for a in snapshot.active:
         for d in a.devices:
@@ -87,7 +93,7 @@ def plan(snapshot: Snapshot) -> Plan:
         here = by_device.get(device.key)
         if not here:
             continue  # no slice to take back
-        for ev in evictions_for_device(device, here, snapshot.margins, now):
+        for ev in evictions_for_device(device, here, snapshot.margins, now, guarded):
             if (ev.job_id, ev.attempt) not in chosen:
                 chosen.add((ev.job_id, ev.attempt))
                 out.evictions.append(ev)
@@ -104,52 +110,88 @@ def plan(snapshot: Snapshot) -> Plan:
                     "cancelled by its owner",
                 )
             )
+    drains, later = drain_evictions(snapshot, chosen)
+    out.evictions += drains
+    wakes += later
+    out.evictions += share_evictions(snapshot, by_device, chosen)
 
     if not snapshot.offline_allowed:
+        out.wake_at = _next(wakes, now)
         return out
 
     # 2. account
-    free: dict[tuple[str, int], _Free] = {}
+    gates = snapshot.gates
+    free: dict[tuple[str, int], Free] = {}
     for device in snapshot.devices:
         here = by_device.get(device.key, [])
         alloc_c = sum(a.compute_pct for a in here)
         alloc_m = sum(a.memory_mib for a in here)
         c, m = headroom(device, alloc_c, alloc_m, snapshot.margins)
         # a device under pressure (an eviction decided now or still in flight) takes
-        # nothing new until its slices are free
+        # nothing new until its slices are free; nor does one cooling down after one
         if any(a.evicting or (a.job_id, a.attempt) in chosen for a in here):
             c = m = 0.0
-        free[device.key] = _Free(device, c, m, len(here))
+        if device.cooldown_until > now:
+            c = m = 0.0
+            wakes.append(device.cooldown_until)
+        if gates is not None:
+            share = device_share(gates.get(device.key))
+            c = min(c, share * DEVICE_COMPUTE_PCT - alloc_c)
+            m = min(m, share * device.memory_mib - alloc_m)
+        free[device.key] = Free(
+            device, c, m, len(here), alloc_compute=alloc_c, alloc_memory=alloc_m
+        )
     for pos, f in enumerate(free.values()):
         f.pos = pos
-    by_node: dict[str, list[_Free]] = {}
+    by_node: dict[str, list[Free]] = {}
     for f in free.values():
         by_node.setdefault(f.device.node, []).append(f)
 
     running_per_array = Counter(a.array_id for a in snapshot.active if a.array_id is not None)
+    quotas = Quotas(limits, snapshot.active, len(snapshot.devices)) if limits else None
+    lanes = _Lanes(snapshot, free) if gates is not None else None
+
+    def refuse(job: QueuedJob, why: str) -> None:
+        if len(out.blocked) < MAX_REASONS:
+            out.blocked[job.id] = why
 
     # 3. nominate, 4. admit
-    index = _FitIndex(free.values())
-    misfits: set[tuple[float, int, int]] = set()
+    index = FitIndex(free.values())
+    misfits: dict[tuple[object, ...], str] = {}
     dispatches = out.dispatches
     for job in _nominated(snapshot.queued):
         if len(dispatches) >= snapshot.max_dispatches:
             break
-        shape = (job.compute_pct, job.memory_mib, job.gpus)
+        shape: tuple[object, ...] = (job.compute_pct, job.memory_mib, job.gpus)
+        if lanes is not None:
+            shape += (job.queue, job.first_checkpoint_s, job.deadline_s)
         if shape in misfits:
+            refuse(job, misfits[shape])
             continue
         if (
             job.array_id is not None
             and job.array_limit is not None
             and running_per_array[job.array_id] >= job.array_limit
         ):
+            refuse(job, f"array limit: {job.array_limit} of its array already running")
+            continue
+        if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
+            refuse(job, f"backoff: evicted {job.evictions} times; not before {clock_text(until)}")
+            wakes.append(until)
+            continue
+        if quotas is not None and (why := quotas.refusal(job)) is not None:
+            refuse(job, why)
             continue
         if job.gpus >= 1:
-            placed = _place_whole(job, by_node, index)
+            allowed = lanes.allows(job) if lanes is not None else None
+            placed = _place_whole(job, by_node, index, allowed)
+        elif lanes is not None and not lanes.plain(job):
+            placed = _place_gated(job, lanes, index)
         else:
             placed = _place_fraction(job, free, index)
         if placed is None:
-            misfits.add(shape)
+            misfits[shape] = unplaced_reason(job, snapshot, snapshot.devices)
+            refuse(job, misfits[shape])
             continue
         node, devices = placed
         dispatches.append(
@@ -157,7 +199,88 @@ def plan(snapshot: Snapshot) -> Plan:
         )
         if job.array_id is not None:
             running_per_array[job.array_id] += 1
+        if quotas is not None:
+            quotas.take(job)
+    out.wake_at = _next(wakes, now)
     return out
+
+
+def _next(times: list[float], now: float) -> float | None:
+    return min((t for t in times if t > now), default=None)
+
+
+class _Lanes:
+    """Which devices take a queue under the open windows, and on what terms."""
+
+    def __init__(self, snapshot: Snapshot, free: dict[tuple[str, int], Free]) -> None:
+        assert snapshot.gates is not None
+        self.now = snapshot.now
+        self._gates = snapshot.gates
+        self._free = free
+        self._lanes: dict[str, list[tuple[Free, QueueGate]]] = {}
+        self._plain: dict[str, bool] = {}
+
+    def lane(self, queue: str) -> list[tuple[Free, QueueGate]]:
+        if queue not in self._lanes:
+            lane = []
+            for key, f in self._free.items():
+                g = self._gates.get(key)
+                q = g.open.get(queue) if g is not None else None
+                if q is not None:
+                    lane.append((f, q))
+            self._lanes[queue] = lane
+            # every device, no close and the device's own share: the fit index serves it
+            self._plain[queue] = len(lane) == len(self._free) and all(
+                math.isinf(q.open_until) and q.share >= device_share(self._gates.get(f.device.key))
+                for f, q in lane
+            )
+        return self._lanes[queue]
+
+    def plain(self, job: QueuedJob) -> bool:
+        self.lane(job.queue)
+        return self._plain[job.queue]
+
+    def allows(self, job: QueuedJob) -> Callable[[Free], bool]:
+        ok = {
+            f.pos
+            for f, q in self.lane(job.queue)
+            if fits_before_close(job, q.open_until, self.now) and _within_share(f, q, job)
+        }
+        return lambda f: f.pos in ok
+
+
+def _within_share(f: Free, q: QueueGate, job: QueuedJob) -> bool:
+    """The queue's own share on the device (tighter than the device's, when windows
+    admitting other queues allow more)."""
+    return (
+        f.alloc_compute + job.compute_pct <= q.share * DEVICE_COMPUTE_PCT + EPS
+        and f.alloc_memory + job.memory_mib <= q.share * f.device.memory_mib + EPS
+    )
+
+
+def _place_gated(
+    job: QueuedJob, lanes: _Lanes, index: FitIndex
+) -> tuple[str, tuple[int, ...]] | None:
+    now = lanes.now
+    cands = [
+        f
+        for f, q in lanes.lane(job.queue)
+        if fits_before_close(job, q.open_until, now) and _within_share(f, q, job)
+    ]
+    best = fit.best_fit_scan(job, cands)
+    if best is None:
+        return None
+    _spend(best, job, index)
+    return best.device.node, (best.device.index,)
+
+
+def _spend(f: Free, job: QueuedJob, index: FitIndex) -> None:
+    f.compute -= job.compute_pct
+    f.memory -= job.memory_mib
+    f.alloc_compute += job.compute_pct
+    f.alloc_memory += job.memory_mib
+    f.offline_slices += 1
+    index.refile(f)
 
 
 def _nominated(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
@@ -173,190 +296,33 @@ def _nominated(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
 
 
 def _place_fraction(
-    job: QueuedJob, free: dict[tuple[str, int], _Free], index: _FitIndex
+    job: QueuedJob, free: dict[tuple[str, int], Free], index: FitIndex
 ) -> tuple[str, tuple[int, ...]] | None:
-    best = index.best_fit(job) if index.serves(job) else _best_fit_scan(job, free.values())
+    best = index.best_fit(job) if index.serves(job) else fit.best_fit_scan(job, free.values())
     if best is None:
         return None
-    best.compute -= job.compute_pct
-    best.memory -= job.memory_mib
-    best.offline_slices += 1
-    index.refile(best)
+    _spend(best, job, index)
     return best.device.node, (best.device.index,)
 
 
-def _fits(f: _Free, job: QueuedJob) -> bool:
-    return not (f.compute + _EPS < job.compute_pct or f.memory + _EPS < job.memory_mib)
-
-
-def _score(f: _Free, job: QueuedJob) -> float:
-    """Headroom left over on ``f`` after ``job``: compute and memory, each as a fraction of
-    the device (lower is a tighter fit)."""
-    compute_left = (f.compute - job.compute_pct) / DEVICE_COMPUTE_PCT
-    memory_left = (f.memory - job.memory_mib) / max(f.device.memory_mib, 1.0)
-    return compute_left + memory_left
-
-
-def _best_fit_scan(job: QueuedJob, frees: Iterable[_Free]) -> _Free | None:
-    """The definition of best fit: the lowest score; among equal scores, the first device."""
-    best: _Free | None = None
-    best_score = 0.0
-    for f in frees:
-        if not _fits(f, job):
-            continue
-        score = _score(f, job)
-        if best is None or score < best_score:
-            best, best_score = f, score
-    return best
-
-
-def _indexable(value: float) -> bool:
-    """Finite and within :data:`_INDEX_LIMIT` (false for NaN; never converts an int)."""
-    return -_INDEX_LIMIT <= value <= _INDEX_LIMIT
-
-
-@dataclass
-class _Shelf:
-    """The devices of one memory divisor (``max(memory_mib, 1)``, the score's)."""
-
-    divisor: float
-    #: free memory of every device on the shelf, ascending, in MiB
-    memory: list[float] = field(default_factory=list)
-    #: whole percent of free compute → (free memory ascending, the devices in that order)
-    buckets: dict[int, tuple[list[float], list[_Free]]] = field(default_factory=dict)
-    #: the buckets' keys, ascending
-    keys: list[int] = field(default_factory=list)
-
-
-class _FitIndex:
-    """Finds the device :func:`_best_fit_scan` picks for a fractional job, without the scan.
-
-    Devices sit on a shelf per memory divisor (one or two in a real cluster), in buckets by
-    whole percent of free compute, each bucket sorted by free memory.  A query walks a
-    shelf's buckets from the job's compute upward and, in each, the devices from the least
-    free memory that fits upward, and stops as soon as a lower bound on every score still
-    ahead exceeds the best score found.  A bound is the score's own expression on smaller
-    inputs (the bucket's floor for compute, a smaller free memory); rounding is monotone,
-    so a bound never exceeds the score it bounds and no device that could win or tie is
-    passed over.  Scores are computed exactly as the scan computes them, and an equal
-    score goes to the earlier device in snapshot order, as in the scan.
-
-    Every change to a :class:`_Free` must be followed by :meth:`refile`.  Should a value
-    leave the range where the bounds are exact (:data:`_INDEX_LIMIT`, finite), the index
-    stops serving and the planner scans.
-    """
-
-    def __init__(self, frees: Iterable[_Free]) -> None:
-        self.usable = True
-        self._shelves: dict[float, _Shelf] = {}
-        #: where each device is filed (by pos): its shelf, bucket and free memory
-        self._filed: dict[int, tuple[_Shelf, int, float]] = {}
-        for f in frees:
-            self._file(f)
-
-    def serves(self, job: QueuedJob) -> bool:
-        return self.usable and _indexable(job.compute_pct) and _indexable(job.memory_mib)
-
-    def refile(self, f: _Free) -> None:
-        """Move ``f`` to where its new headroom belongs."""
-        if not self.usable:
-            return
-        shelf, bucket, memory = self._filed.pop(f.pos)
-        del shelf.memory[bisect_left(shelf.memory, memory)]
-        mems, frees = shelf.buckets[bucket]
-        i = bisect_left(mems, memory)
-        while frees[i] is not f:  # among equal memory
-            i += 1
-        del mems[i], frees[i]
-        if not mems:
-            del shelf.buckets[bucket]
-            del shelf.keys[bisect_left(shelf.keys, bucket)]
-        self._file(f)
-
-    def _file(self, f: _Free) -> None:
-        divisor = max(f.device.memory_mib, 1.0)
-        if not (_indexable(f.compute) and _indexable(f.memory) and _indexable(divisor)):
-            self.usable = False
-            return
-        shelf = self._shelves.get(divisor)
-        if shelf is None:
-            shelf = self._shelves[divisor] = _Shelf(divisor)
-        bucket = math.floor(f.compute)
-        insort(shelf.memory, f.memory)
-        if bucket not in shelf.buckets:
-            shelf.buckets[bucket] = ([], [])
-            insort(shelf.keys, bucket)
-        mems, frees = shelf.buckets[bucket]
-        i = bisect_right(mems, f.memory)
-        mems.insert(i, f.memory)
-        frees.insert(i, f)
-        self._filed[f.pos] = (shelf, bucket, f.memory)
-
-    def best_fit(self, job: QueuedJob) -> _Free | None:
-        c, m = job.compute_pct, job.memory_mib
-        best: _Free | None = None
-        best_score = 0.0
-        for shelf in self._shelves.values():
-            first = _first_fit(shelf.memory, m)
-            if first == len(shelf.memory):
-                continue  # no device on this shelf has the memory
-            divisor = shelf.divisor
-            # every device that fits has at least this memory term
-            memory_bound = (shelf.memory[first] - m) / divisor
-            keys = shelf.keys
-            # a device that fits has compute > c - 1 (the slack is 1e-6), so floor ≥ this
-            for k in range(bisect_left(keys, math.floor(c) - 1), len(keys)):
-                bucket = keys[k]
-                # every device in this bucket and above has at least this compute term
-                compute_bound = (bucket - c) / DEVICE_COMPUTE_PCT
-                if best is not None and compute_bound + memory_bound > best_score:
-                    break
-                mems, frees = shelf.buckets[bucket]
-                if mems[-1] + _EPS < m:
-                    continue  # no device in this bucket has the memory
-                if best is not None and compute_bound + (mems[0] - m) / divisor > best_score:
-                    continue  # every device in this bucket has at least mems[0]
-                for i in range(_first_fit(mems, m), len(mems)):
-                    if best is not None and compute_bound + (mems[i] - m) / divisor > best_score:
-                        break  # and so would every later device of this bucket
-                    f = frees[i]
-                    if f.compute + _EPS < c:
-                        continue
-                    score = _score(f, job)
-                    if (
-                        best is None
-                        or score < best_score
-                        or (score == best_score and f.pos < best.pos)
-                    ):
-                        best, best_score = f, score
-        return best
-
-
-def _first_fit(memory: list[float], need: float) -> int:
-    """Index of the first value in ascending ``memory`` that fits ``need`` (as in
-    :func:`_fits`); ``len(memory)`` when none does."""
-    i = bisect_left(memory, need - _EPS)
-    while i > 0 and memory[i - 1] + _EPS >= need:
-        i -= 1
-    while i < len(memory) and memory[i] + _EPS < need:
-        i += 1
-    return i
-
-
 def _place_whole(
-    job: QueuedJob, by_node: dict[str, list[_Free]], index: _FitIndex
+    job: QueuedJob,
+    by_node: dict[str, list[Free]],
+    index: FitIndex,
+    allowed: Callable[[Free], bool] | None = None,
 ) -> tuple[str, tuple[int, ...]] | None:
     """``gpus`` devices on one node with no offline slice, each with compute headroom of at
     least :data:`MIN_WHOLE_GPU_HEADROOM_PCT`; the job then holds all of that headroom."""
-    best: list[_Free] | None = None
+    best: list[Free] | None = None
     best_score = 0.0
     for frees in by_node.values():
         fit = [
             f
             for f in frees
             if f.offline_slices == 0
-            and f.compute + _EPS >= MIN_WHOLE_GPU_HEADROOM_PCT
-            and f.memory + _EPS >= job.memory_mib
+            and (allowed is None or allowed(f))
+            and f.compute + EPS >= MIN_WHOLE_GPU_HEADROOM_PCT
+            and f.memory + EPS >= job.memory_mib
         ]
         if len(fit) < job.gpus:
             continue
@@ -370,6 +336,8 @@ def _place_whole(
     for f in best:
         f.compute = 0.0
         f.memory -= job.memory_mib
+        f.alloc_compute += DEVICE_COMPUTE_PCT
+        f.alloc_memory += job.memory_mib
         f.offline_slices += 1
         index.refile(f)
     return best[0].device.node, tuple(sorted(f.device.index for f in best))

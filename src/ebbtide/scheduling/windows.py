@@ -61,28 +61,43 @@ class Schedule:
         self.max_len_s = window.duration if window.duration is not None else 86400.0 + 3600.0
 
     def end_of(self, start: float) -> float:
+        """When the opening that starts at ``start`` closes.
+
+        ``until`` is a local wall-clock time: the next time the clock reads it.  On the
+        nights the clocks change: after a fall-back repeat of the start time, the close is
+        the same wall time later that night; an opening that lay wholly inside a
+        spring-forward gap (02:30 until 03:00) has no length at all.
+        """
         if self.window.duration is not None:
             return start + self.window.duration
         assert self._until is not None
         local = dt.datetime.fromtimestamp(start, self.tz)
-        close = dt.datetime.combine(local.date(), self._until, tzinfo=self.tz)
-        if close.timestamp() <= start:
-            close = dt.datetime.combine(
-                local.date() + dt.timedelta(days=1), self._until, tzinfo=self.tz
-            )
-        return close.timestamp()
+        wall = local.replace(tzinfo=None)
+        until = dt.datetime.combine(local.date(), self._until)
+        offset = local.utcoffset() or dt.timedelta(0)
+        before = dt.datetime.fromtimestamp(start - 3600, self.tz).utcoffset() or dt.timedelta(0)
+        if offset > before and wall - (offset - before) < until <= wall:
+            return start  # spring forward: the whole opening fell in the gap
+        if until <= wall:
+            until += dt.timedelta(days=1)
+        if local.fold:  # the repeated hour after a fall back: count wall time from here
+            return start + (until - wall).total_seconds()
+        return until.replace(tzinfo=self.tz).timestamp()
 
     def _skipped(self, start: float) -> bool:
         return dt.datetime.fromtimestamp(start, self.tz).date() in self.except_dates
 
     def _fires(self, after: float, until: float) -> Iterable[float]:
-        """Fire times in ``[after, until]``, except dates skipped."""
+        """Fire times in ``[after, until]``, except dates skipped.  A wall time the clocks
+        repeat when they fall back fires once, as in crontab (the first time)."""
         t = after
         for _ in range(_MAX_SCAN):
             fire = next_fire(self.trigger, t, self.tz)
             if fire is None or fire > until:
                 return
-            if not self._skipped(fire):
+            local = dt.datetime.fromtimestamp(fire, self.tz)
+            repeat = local.fold == 1 and local.replace(fold=0).timestamp() != fire
+            if not self._skipped(fire) and not repeat:
                 yield fire
             t = fire + 1.0
 
@@ -145,6 +160,8 @@ class QueueGate:
 
     open_until: float
     share: float
+    #: the window whose close ends it (empty with no known end)
+    window: str = ""
 
 
 @dataclass
@@ -225,22 +242,26 @@ class Gatekeeper:
                     queue, now, q_crons, q_lulls, nexts, node, index
                 )
                 continue
+            closing = ""
             if until != math.inf:
-                until = self._chain(now, q_crons, occurrence)
-            out.open[queue] = QueueGate(min(until, cut), max(shares))
+                until, closing = self._chain(now, q_crons, occurrence)
+            if cut < until:
+                until, closing = cut, next(b.name for b in blackouts if nexts[b.name] == cut)
+            out.open[queue] = QueueGate(until, max(shares), closing)
         return out
 
     def _chain(
         self, now: float, crons: list, occurrence: Callable[[str, float], Occurrence | None]
-    ) -> float:
-        """The end of the run of admitting cron openings that covers ``now``."""
-        end = now
+    ) -> tuple[float, str]:
+        """The end of the run of admitting cron openings that covers ``now``, and the
+        window that ends it."""
+        end, name = now, ""
         for _ in range(_MAX_CHAIN):
-            ends = [o.end for w in crons if (o := occurrence(w.name, end)) is not None]
-            if not ends or max(ends) <= end:
-                return end
-            end = max(ends)
-        return end
+            ends = [(o.end, w.name) for w in crons if (o := occurrence(w.name, end)) is not None]
+            if not ends or max(ends)[0] <= end:
+                return end, name
+            end, name = max(ends)
+        return end, name
 
     def _why_closed(
         self,

@@ -519,6 +519,8 @@ class NodeAgent:
             local.eviction.freed_at = freed_at
             for d in local.devices:
                 self.last_eviction_at[d] = freed_at
+            # the cooldown must be on record before the requeue can be seen
+            self._heartbeat()
             eviction = local.eviction.report(
                 last_checkpoint_at=local.last_checkpoint_at, started_at=local.started_at
             )
