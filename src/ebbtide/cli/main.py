@@ -340,6 +340,15 @@ def nodes(as_json: bool) -> None:
     client = _client()
     rows = client.store.nodes()
     now = time.time()
+    cooldown_s = client.policy.defaults.eviction_cooldown_s
+
+    def devices(n: Any) -> list[dict[str, Any]]:
+        out = json.loads(n.devices_json)
+        for d in out:
+            evicted = d.get("last_eviction_at")
+            d["cooldown_until"] = evicted + cooldown_s if evicted else None
+        return out
+
     if as_json:
         _echo_json(
             [
@@ -347,7 +356,7 @@ def nodes(as_json: bool) -> None:
                     "name": n.name,
                     "heartbeat_age_s": round(now - n.heartbeat_at, 3),
                     "stopping": n.stopping,
-                    "devices": json.loads(n.devices_json),
+                    "devices": devices(n),
                 }
                 for n in rows
             ]
@@ -358,7 +367,12 @@ def nodes(as_json: bool) -> None:
         devs = "  ".join(
             f"{d['index']}:{d['online_compute_pct']:.0f}%/{format_mib(d['online_memory_mib'])}"
             f" of {format_mib(d['memory_mib'])}"
-            for d in json.loads(n.devices_json)
+            + (
+                f" (cooling down {d['cooldown_until'] - now:.0f}s)"
+                if d["cooldown_until"] and d["cooldown_until"] > now
+                else ""
+            )
+            for d in devices(n)
         )
         state = " (stopping)" if n.stopping else ""
         click.echo(f"{n.name[:16]:<16} {now - n.heartbeat_at:>5.1f}s  {devs}{state}")
@@ -540,6 +554,96 @@ def _register_policy() -> None:
 
 
 _register_policy()
+
+
+@cli.command("sim")
+@click.option(
+    "--online",
+    required=True,
+    metavar="genai:DIR|trace:CSV",
+    help="Online load per device: the GenAI trace directory (its two files, gzipped or "
+    "not) or a CSV in the trace: format.",
+)
+@click.option(
+    "--jobs",
+    default="synthetic",
+    show_default=True,
+    metavar="openb:CSV|synthetic[:SEED]",
+    help="Offline jobs: the openb pod list's best-effort GPU pods, or a seeded synthetic mix.",
+)
+@click.option(
+    "--load",
+    type=click.Choice(["backlogged", "trace"]),
+    default="backlogged",
+    show_default=True,
+    help="backlogged: the job stream repeats so the queue never runs dry; trace: jobs "
+    "arrive when the stream says.",
+)
+@click.option(
+    "--arrival-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --load trace, arrivals come this many times faster than recorded.",
+)
+@click.option(
+    "--hours", type=click.FloatRange(min=0, min_open=True), help="Simulate at most H hours."
+)
+@click.option("--devices", type=click.IntRange(min=1), help="Take only the first N online devices.")
+@click.option("--device-memory", default="80GiB", show_default=True, help="Memory of each device.")
+@click.option(
+    "--job-gpu-memory",
+    default="16GiB",
+    show_default=True,
+    help="openb jobs: memory of the GPU their gpu_milli is a share of.",
+)
+@click.option(
+    "--stubborn-frac",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="openb jobs: share that ignores the eviction warning (killed at the deadline).",
+)
+@click.option(
+    "--baselines/--no-baselines",
+    "baselines_on",
+    default=True,
+    show_default=True,
+    help="Also run exclusive, static-night and greedy.",
+)
+@click.option("--margins", default="5%,2GiB", show_default=True, help="ebbtide's safety margins.")
+@click.option(
+    "--quantiles",
+    default="0.9,1",
+    show_default=True,
+    help="ebbtide's forecast: quantiles of recent compute and memory rises kept in reserve.",
+)
+@click.option(
+    "--history", default="1h", show_default=True, help="ebbtide's forecast: history it rests on."
+)
+@click.option(
+    "--clock-start",
+    metavar="HH:MM",
+    help="Local time at the trace's start (genai: 09:12 from its timestamps; trace: 00:00).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")
+@click.option("--debug", is_flag=True, help="Check conservation on every change (slow).")
+def sim(**options: Any) -> None:
+    """Simulate offline jobs in the headroom of a recorded online load, beside baselines.
+
+    The real planner, victim policy and forecast on a virtual clock. Prints harvest,
+    interference, OOMs, evictions, wasted work and job completion times per policy.
+
+    \b
+      T=../shared/traces
+      ebb sim --online genai:$T --jobs openb:$T/openb_pod_list_default.csv
+      ebb sim --online trace:online.csv --jobs synthetic:7 --json
+    """
+    from ebbtide.sim.cli import run_sim
+
+    run_sim(**options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,268 @@
+"""Forecasting headroom: how much online usage may grow within an eviction deadline.
+
+A slice handed out now must be free again within its deadline once the online tenant
+needs the room.  Admission therefore keeps back, per device, the growth the online side
+is expected to show within that deadline: a high quantile of its recent *rises* over
+deadline-long windows.  The reserve goes into :attr:`DeviceView.reserve_compute_pct` and
+:attr:`DeviceView.reserve_memory_mib`; the planner subtracts it from the headroom.
+
+The rise at time τ over a window of ``D`` seconds is ``x(τ) − min x over [τ − D, τ]``:
+how far usage climbed within the last ``D`` seconds.  Usage is a step function between
+samples, and the distribution of rises is weighted by *time*, not by sample count, so
+feeding every 50 ms sample (the node agent) or only the samples where usage changed (the
+simulator) gives the same forecast.  Only the last ``history_s`` seconds count.
+
+Pure: no clock, no I/O; the caller passes each sample's time.  :meth:`Forecaster.observe`
+is O(1) amortised (a monotonic deque per window and metric, a histogram in time buckets);
+:meth:`Forecaster.reserve` is O(bins) and cached until the next observation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Default window over which rises are measured: the default eviction deadline, in seconds.
+DEFAULT_WINDOW_S = 30.0
+#: Default span of history the quantile is taken over, in seconds.
+DEFAULT_HISTORY_S = 3600.0
+#: Default quantile of the time-weighted distribution of compute rises kept in reserve:
+#: a compute rise beyond it costs the online side a moment of contention until the
+#: eviction completes.
+DEFAULT_COMPUTE_QUANTILE = 0.9
+#: Default quantile for memory: a memory rise beyond the reserve and the margin is an
+#: online OOM, so the reserve covers the largest rise in the history.
+DEFAULT_MEMORY_QUANTILE = 1.0
+#: Width of one compute histogram bin, in percent (the reserve is rounded up to a bin).
+COMPUTE_BIN_PCT = 0.5
+#: Width of one memory histogram bin, in MiB (the reserve is rounded up to a bin).
+MEMORY_BIN_MIB = 64.0
+#: How many time buckets the history is kept in (memory and expiry granularity).
+HISTORY_BUCKETS = 12
+#: Histogram weights below this are dropped as float noise, in seconds.
+_NOISE_S = 1e-9
+
+
+@dataclass
+class _Held:
+    """One sample in a monotonic deque: ``value`` holds from ``t`` until ``end``."""
+
+    t: float
+    value: float
+    end: float | None = None
+
+
+class _Histogram:
+    """Time-weighted histogram of rises (in bins) over the last ``history_s`` seconds."""
+
+    def __init__(self, history_s: float, buckets: int) -> None:
+        self.bucket_s = history_s / buckets
+        self.buckets = buckets
+        self.ring: deque[tuple[int, dict[int, float]]] = deque()
+        self.total: dict[int, float] = {}
+        self.weight = 0.0
+        self.version = 0
+
+    def add(self, t: float, duration: float, b: int) -> None:
+        """Add ``duration`` seconds of rise bin ``b`` starting at time ``t``."""
+        history = self.bucket_s * self.buckets
+        if duration > history:  # only the last ``history_s`` seconds can still count
+            t, duration = t + duration - history, history
+        while duration > 0:
+            k = math.floor(t / self.bucket_s)
+            piece = min(duration, (k + 1) * self.bucket_s - t)
+            if piece <= 0:  # float edge: t sits on a bucket boundary
+                piece = min(duration, self.bucket_s)
+            self._add_one(k, b, piece)
+            t += piece
+            duration -= piece
+
+    def _add_one(self, k: int, b: int, w: float) -> None:
+        if not self.ring or self.ring[-1][0] < k:
+            self.ring.append((k, {}))
+            while self.ring[0][0] <= k - self.buckets:
+                _, old = self.ring.popleft()
+                for ob, ow in old.items():
+                    left = self.total.pop(ob, 0.0) - ow
+                    if left > _NOISE_S:
+                        self.total[ob] = left
+                    self.weight -= ow
+        bucket = self.ring[-1][1]
+        bucket[b] = bucket.get(b, 0.0) + w
+        self.total[b] = self.total.get(b, 0.0) + w
+        self.weight += w
+        self.version += 1
+
+    def quantile_bin(self, q: float) -> int:
+        """The smallest bin with at least ``q`` of the weight at or below it."""
+        if not self.total:
+            return 0
+        tail = (1.0 - q) * sum(self.total.values())
+        above = 0.0
+        for b in sorted(self.total, reverse=True):
+            above += self.total[b]
+            if above > tail + _NOISE_S:
+                return b
+        return 0
+
+
+class _RiseTracker:
+    """Rises of one metric over windows of ``window_s``: sliding minimum + histogram."""
+
+    def __init__(self, window_s: float, bin_width: float, history_s: float, buckets: int) -> None:
+        self.window_s = window_s
+        self.bin_width = bin_width
+        self.minima: deque[_Held] = deque()
+        self.hist = _Histogram(history_s, buckets)
+        self.last_t: float | None = None
+
+    def observe(self, t: float, value: float) -> None:
+        if self.last_t is not None:
+            if t < self.last_t:
+                raise ValueError(f"samples must come in time order: {t} after {self.last_t}")
+            self._integrate(self.last_t, t)
+            self.minima[-1].end = t
+        while self.minima and self.minima[-1].value >= value:
+            self.minima.pop()
+        self.minima.append(_Held(t, value))
+        self.last_t = t
+
+    def _integrate(self, start: float, stop: float) -> None:
+        """Account the rises of ``[start, stop)``, during which the last value held."""
+        current = self.minima[-1].value
+        d = self.window_s
+        tau = start
+        while tau < stop:
+            front = self.minima[0]
+            if front.end is not None and front.end + d <= tau:
+                self.minima.popleft()
+                continue
+            seg_end = stop if front.end is None else min(stop, front.end + d)
+            rise = current - front.value
+            b = math.ceil(rise / self.bin_width - 1e-9) if rise > 0 else 0
+            self.hist.add(tau, seg_end - tau, b)
+            tau = seg_end
+
+    def reserve(self, quantile: float) -> float:
+        return self.hist.quantile_bin(quantile) * self.bin_width
+
+    @property
+    def covered_s(self) -> float:
+        return self.hist.weight
+
+
+class _Peak:
+    """The highest value of a step function over the last ``span_s`` seconds."""
+
+    def __init__(self, span_s: float) -> None:
+        self.span_s = span_s
+        self.maxima: deque[_Held] = deque()
+
+    def observe(self, t: float, value: float) -> None:
+        if self.maxima:
+            self.maxima[-1].end = t
+        while self.maxima and self.maxima[-1].value <= value:
+            self.maxima.pop()
+        self.maxima.append(_Held(t, value))
+        horizon = t - self.span_s
+        while (end := self.maxima[0].end) is not None and end <= horizon:
+            self.maxima.popleft()
+
+    @property
+    def value(self) -> float:
+        return self.maxima[0].value if self.maxima else 0.0
+
+
+class Forecaster:
+    """Expected online growth of one device within an eviction deadline.
+
+    Feed it samples with :meth:`observe` (in time order, any spacing); ask
+    :meth:`reserve` for the compute (percent) and memory (MiB) to keep back.
+
+    ``windows_s`` are the window lengths rises are measured over (one per typical
+    deadline); ``reserve(deadline_s)`` uses the shortest window at least as long as the
+    deadline, and for a deadline longer than every window scales the longest one's reserve
+    up by ``deadline_s / window`` (rises add up).  Until ``warmup_s`` seconds of history
+    have been seen, :meth:`reserve` returns ``cold_reserve``.
+
+    With ``memory_to_peak`` (the default) the memory reserve is also at least the way
+    back up to the highest online memory of the history: memory the online tenant held
+    recently (a model it unloaded, a cache it dropped) it may take again at once, and
+    a memory rise that does not fit is an OOM, not a slowdown.
+    """
+
+    def __init__(
+        self,
+        windows_s: Sequence[float] = (DEFAULT_WINDOW_S,),
+        *,
+        history_s: float = DEFAULT_HISTORY_S,
+        compute_quantile: float = DEFAULT_COMPUTE_QUANTILE,
+        memory_quantile: float = DEFAULT_MEMORY_QUANTILE,
+        warmup_s: float = 0.0,
+        cold_reserve: tuple[float, float] = (0.0, 0.0),
+        compute_bin_pct: float = COMPUTE_BIN_PCT,
+        memory_bin_mib: float = MEMORY_BIN_MIB,
+        buckets: int = HISTORY_BUCKETS,
+        memory_to_peak: bool = True,
+    ) -> None:
+        if not windows_s or any(not (w > 0 and math.isfinite(w)) for w in windows_s):
+            raise ValueError(f"windows_s must be positive durations, got {windows_s!r}")
+        for name, q in (
+            ("compute_quantile", compute_quantile),
+            ("memory_quantile", memory_quantile),
+        ):
+            if not 0.0 < q <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {q!r}")
+        if not history_s > 0:
+            raise ValueError(f"history_s must be positive, got {history_s!r}")
+        self.windows_s = tuple(sorted(set(windows_s)))
+        self.compute_quantile = compute_quantile
+        self.memory_quantile = memory_quantile
+        self.warmup_s = warmup_s
+        self.cold_reserve = cold_reserve
+        self._compute = {
+            w: _RiseTracker(w, compute_bin_pct, history_s, buckets) for w in self.windows_s
+        }
+        self._memory = {
+            w: _RiseTracker(w, memory_bin_mib, history_s, buckets) for w in self.windows_s
+        }
+        self._peak = _Peak(history_s) if memory_to_peak else None
+        self._memory_now = 0.0
+        self._cache: dict[float, tuple[int, tuple[float, float]]] = {}
+        self._observed = 0
+
+    def observe(self, t: float, compute_pct: float, memory_mib: float) -> None:
+        """Online usage ``compute_pct`` % and ``memory_mib`` MiB from time ``t`` (seconds) on."""
+        for tracker in self._compute.values():
+            tracker.observe(t, compute_pct)
+        for tracker in self._memory.values():
+            tracker.observe(t, memory_mib)
+        if self._peak is not None:
+            self._peak.observe(t, memory_mib)
+        self._memory_now = memory_mib
+        self._observed += 1
+
+    def reserve(self, deadline_s: float = DEFAULT_WINDOW_S) -> tuple[float, float]:
+        """Compute (percent) and memory (MiB) the online side may grow by within ``deadline_s``."""
+        window = next((w for w in self.windows_s if w >= deadline_s), self.windows_s[-1])
+        scale = max(1.0, deadline_s / window)
+        cached = self._cache.get(window)
+        if cached is not None and cached[0] == self._observed:
+            c, m = cached[1]
+        else:
+            ct, mt = self._compute[window], self._memory[window]
+            if ct.covered_s < self.warmup_s:
+                c, m = self.cold_reserve
+            else:
+                c = ct.reserve(self.compute_quantile)
+                m = mt.reserve(self.memory_quantile)
+                if self._peak is not None:
+                    m = max(m, self._peak.value - self._memory_now)
+            self._cache[window] = (self._observed, (c, m))
+        return c * scale, m * scale
+
+    def covered_s(self) -> float:
+        """Seconds of history the forecast currently rests on."""
+        return self._compute[self.windows_s[0]].covered_s

@@ -1,0 +1,98 @@
+"""The simulated queue: jobs waiting for a slice, in the planner's order.
+
+The planner takes queued jobs by priority, then submission order, and once a job of some
+shape (compute, memory, GPUs) fits nowhere it skips every later job of that shape.  So a
+pass over the whole queue decides exactly what a pass over each shape's first few jobs
+decides, *unless* every one of a shape's first jobs was placed.  :meth:`Backlog.heads`
+hands the planner the first ``n`` jobs of each shape; the engine asks again with a larger
+``n`` whenever a shape's heads were all placed (see :meth:`Backlog.saturated`).  That keeps
+a pass short on a long queue without changing a single decision.
+
+A backlogged queue (``--load backlogged``) is the job stream repeated without end, all
+submitted at time 0: copy 0 of every job, then copy 1, and so on (job ids in that order).
+It is materialised lazily, shape by shape, as far as the planner looks (:class:`EndlessStream`),
+so the planner always finds every shape the stream has, in the order an endless queue
+would offer it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from ebbtide.scheduling.planner import Dispatch
+from ebbtide.scheduling.snapshot import QueuedJob
+from ebbtide.sim.jobs import SimJob
+
+Shape = tuple[float, int, int]
+
+
+def shape_of(job: QueuedJob | SimJob) -> Shape:
+    return (job.compute_pct, job.memory_mib, job.gpus)
+
+
+class Backlog:
+    def __init__(self) -> None:
+        #: per shape, the ids of its queued jobs, ascending (submission order)
+        self._by_shape: dict[Shape, list[int]] = {}
+        self._jobs: dict[int, QueuedJob] = {}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def count(self, shape: Shape) -> int:
+        return len(self._by_shape.get(shape, ()))
+
+    def add(self, job: QueuedJob) -> None:
+        bisect.insort(self._by_shape.setdefault(shape_of(job), []), job.id)
+        self._jobs[job.id] = job
+
+    def remove(self, job_id: int) -> QueuedJob:
+        job = self._jobs.pop(job_id)
+        ids = self._by_shape[shape_of(job)]
+        del ids[bisect.bisect_left(ids, job_id)]
+        return job
+
+    def smallest_fraction(self) -> tuple[float, float]:
+        """The least compute and the least memory of any queued fractional job (inf: none)."""
+        shapes = [s for s, ids in self._by_shape.items() if ids and not s[2]]
+        return (
+            min((s[0] for s in shapes), default=float("inf")),
+            min((float(s[1]) for s in shapes), default=float("inf")),
+        )
+
+    def heads(self, n: int) -> list[QueuedJob]:
+        """The first ``n`` queued jobs of every shape."""
+        return [self._jobs[i] for ids in self._by_shape.values() for i in ids[:n]]
+
+    def saturated(self, dispatches: Iterable[Dispatch], n: int) -> bool:
+        """Whether some shape had all of its ``n`` heads placed while more wait behind them
+        (call before removing the dispatched jobs)."""
+        placed = Counter(shape_of(self._jobs[d.job_id]) for d in dispatches)
+        return any(count >= n and len(self._by_shape[shape]) > n for shape, count in placed.items())
+
+
+class EndlessStream:
+    """The job stream repeated without end, handed out shape by shape in id order.
+
+    Copy ``c`` of the stream's job ``key`` has id ``c * len(stream) + key + 1``.
+    """
+
+    def __init__(self, stream: Sequence[SimJob]) -> None:
+        self.size = len(stream)
+        self._keys: dict[Shape, list[SimJob]] = {}
+        for spec in sorted(stream, key=lambda j: j.key):
+            self._keys.setdefault(shape_of(spec), []).append(spec)
+        self._taken: dict[Shape, int] = dict.fromkeys(self._keys, 0)
+
+    def shapes(self) -> list[Shape]:
+        return list(self._keys)
+
+    def take(self, shape: Shape) -> tuple[int, SimJob]:
+        """The next job of ``shape``: its id and its spec."""
+        specs = self._keys[shape]
+        i = self._taken[shape]
+        self._taken[shape] = i + 1
+        copy, spec = divmod(i, len(specs))
+        return copy * self.size + specs[spec].key + 1, specs[spec]

@@ -1,0 +1,211 @@
+"""``ebb sim``: parse the spellings of its options, run every policy, print the result.
+
+The click command itself lives in :mod:`ebbtide.cli.main`; this module does the work so
+the command line stays thin and the simulator does not load with every ``ebb`` call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import click
+
+from ebbtide.errors import UserError
+from ebbtide.scheduling.snapshot import Margins
+from ebbtide.sim.jobs import SimJob, load_openb, synthetic
+from ebbtide.sim.online import OnlineLoad, load_genai, load_trace_csv
+from ebbtide.sim.policies import ForecastSettings, SimPolicy, baselines, ebbtide_policy
+from ebbtide.sim.report import render
+from ebbtide.sim.runner import describe_workload, run_policies
+from ebbtide.units import parse_duration_s, parse_memory_mib
+
+ONLINE_FORMS = "genai:DIR (the two GenAI files) or trace:CSV"
+JOBS_FORMS = "openb:CSV (an openb pod list) or synthetic[:SEED]"
+_CLOCK_RE = re.compile(r"^(\d{1,2}):(\d{2})$")
+
+
+def parse_online(
+    spec: str,
+    *,
+    device_memory_mib: float,
+    devices: int | None,
+    hours: float | None,
+    clock_start: str | None,
+) -> OnlineLoad:
+    kind, _, arg = spec.partition(":")
+    if not arg:
+        raise UserError(f"--online {spec!r}: expected {ONLINE_FORMS}")
+    try:
+        if kind == "genai":
+            load = load_genai(
+                arg, device_memory_mib=device_memory_mib, max_devices=devices, hours=hours
+            )
+            if clock_start is not None:
+                load = _with_clock(load, clock_start)
+            return load
+        if kind == "trace":
+            return load_trace_csv(
+                arg,
+                device_memory_mib=device_memory_mib,
+                max_devices=devices,
+                hours=hours,
+                clock_origin_s=parse_clock(clock_start or "00:00"),
+            )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    raise UserError(f"--online {spec!r}: expected {ONLINE_FORMS}")
+
+
+def _with_clock(load: OnlineLoad, clock_start: str) -> OnlineLoad:
+    from dataclasses import replace
+
+    return replace(load, clock_origin_s=parse_clock(clock_start))
+
+
+def parse_clock(text: str) -> float:
+    """``HH:MM`` → seconds after midnight."""
+    m = _CLOCK_RE.match(text.strip())
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59:
+        raise UserError(f"--clock-start {text!r}: expected a time of day like 09:00")
+    return int(m.group(1)) * 3600.0 + int(m.group(2)) * 60.0
+
+
+def parse_jobs(
+    spec: str, *, seed: int, span_s: float, job_gpu_memory_mib: float, stubborn_frac: float
+) -> list[SimJob]:
+    kind, _, arg = spec.partition(":")
+    if kind == "synthetic":
+        try:
+            job_seed = int(arg) if arg else seed
+        except ValueError:
+            raise UserError(f"--jobs {spec!r}: the seed must be a whole number") from None
+        return synthetic(job_seed, span_s=span_s)
+    if kind == "openb" and arg:
+        try:
+            return load_openb(
+                arg,
+                job_gpu_memory_mib=job_gpu_memory_mib,
+                stubborn_frac=stubborn_frac,
+                seed=seed,
+            )
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    raise UserError(f"--jobs {spec!r}: expected {JOBS_FORMS}")
+
+
+def parse_margins(text: str) -> Margins:
+    """``5%,2GiB`` → :class:`Margins`."""
+    compute, _, memory = text.partition(",")
+    try:
+        c = float(compute.strip().rstrip("%"))
+        m = float(parse_memory_mib(memory.strip() or "0"))
+    except ValueError:
+        raise UserError(f"--margins {text!r}: expected COMPUTE%,MEMORY like 5%,2GiB") from None
+    if not 0 <= c < 100:
+        raise UserError(f"--margins {text!r}: compute must be in [0, 100)")
+    return Margins(compute_pct=c, memory_mib=m)
+
+
+def parse_quantiles(text: str) -> tuple[float, float]:
+    """``0.9,1`` → (compute, memory) quantiles."""
+    try:
+        c, m = (float(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"--quantiles {text!r}: expected COMPUTE,MEMORY like 0.9,1") from None
+    if not (0 < c <= 1 and 0 < m <= 1):
+        raise UserError(f"--quantiles {text!r}: each must be in (0, 1]")
+    return c, m
+
+
+def run_sim(
+    *,
+    online: str,
+    jobs: str,
+    load: str,
+    arrival_scale: float,
+    hours: float | None,
+    devices: int | None,
+    device_memory: str,
+    job_gpu_memory: str,
+    stubborn_frac: float,
+    baselines_on: bool,
+    margins: str,
+    quantiles: str,
+    history: str,
+    clock_start: str | None,
+    seed: int,
+    as_json: bool,
+    plot_path: str | None,
+    debug: bool,
+) -> None:
+    try:
+        device_mib = float(parse_memory_mib(device_memory))
+        job_mib = float(parse_memory_mib(job_gpu_memory))
+        history_s = parse_duration_s(history)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if plot_path is not None:
+        from ebbtide.sim.plot import _pyplot
+
+        _pyplot()  # fail before a long run, not after
+    started = time.perf_counter()
+    online_load = parse_online(
+        online,
+        device_memory_mib=device_mib,
+        devices=devices,
+        hours=hours,
+        clock_start=clock_start,
+    )
+    stream = parse_jobs(
+        jobs,
+        seed=seed,
+        span_s=online_load.span_s,
+        job_gpu_memory_mib=job_mib,
+        stubborn_frac=stubborn_frac,
+    )
+    cq, mq = parse_quantiles(quantiles)
+    policies: list[SimPolicy] = [
+        ebbtide_policy(
+            parse_margins(margins),
+            ForecastSettings(compute_quantile=cq, memory_quantile=mq, history_s=history_s),
+        )
+    ]
+    if baselines_on:
+        policies += baselines()
+    backlogged = load == "backlogged"
+    figures, recordings = run_policies(
+        online_load,
+        stream,
+        policies,
+        backlogged=backlogged,
+        arrival_scale=arrival_scale,
+        seed=seed,
+        debug=debug,
+        record=plot_path is not None,
+    )
+    result: dict[str, Any] = {
+        "workload": describe_workload(
+            online_load,
+            online,
+            jobs,
+            stream,
+            backlogged=backlogged,
+            arrival_scale=arrival_scale,
+            seed=seed,
+        ),
+        "policies": figures,
+    }
+    if plot_path is not None:
+        from ebbtide.sim.plot import plot
+
+        plot(plot_path, recordings, clock_origin_s=online_load.clock_origin_s)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render(result))
+        click.echo(f"\n(total {time.perf_counter() - started:.1f} s)")
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}")

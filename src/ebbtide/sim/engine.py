@@ -1,0 +1,545 @@
+"""The event loop of a simulation: a virtual clock that jumps from event to event.
+
+It drives the product's own pure code: :func:`ebbtide.scheduling.planner.plan` on a
+:class:`~ebbtide.scheduling.snapshot.Snapshot`, the node agent's fast path
+(:func:`ebbtide.preemption.victims.evictions_for_device`) and the
+:class:`~ebbtide.scheduling.forecast.Forecaster`.  Nothing sleeps.
+
+Events, as in the live system:
+
+- an **online step** changes a device's usage; the agent's next sample sees it within
+  ``SAMPLE_PERIOD_S`` and, if online usage plus slices exceed capacity minus the margin,
+  warns victims at once (the fast path); the scheduler hears of a rise at once and of a
+  fall at the next heartbeat;
+- the **scheduler plans** at the next ``PLAN_PERIOD_S`` tick after anything that could let
+  a job in: a job arrived or was requeued, a slice came free, online usage or the forecast
+  reserve fell, a window opened.  (A pass after a rise cannot place anything the last pass
+  could not, so none is made; the fast path has already evicted.)
+- **attempts** start, run, checkpoint, finish, or are evicted: warning → checkpoint if it
+  fits the deadline → exit → free (or kill at the deadline for a job that ignores it).
+
+Between events nothing changes, so the metrics are exact integrals of step functions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ebbtide.preemption.victims import evictions_for_device
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
+from ebbtide.scheduling.forecast import Forecaster
+from ebbtide.scheduling.planner import Dispatch, Plan, plan
+from ebbtide.scheduling.snapshot import DeviceView, Snapshot
+from ebbtide.sim.backlog import Backlog, EndlessStream
+from ebbtide.sim.eviction import outcome
+from ebbtide.sim.jobs import SimJob
+from ebbtide.sim.metrics import Tally
+from ebbtide.sim.online import OnlineLoad
+from ebbtide.sim.planning import candidates, device_view
+from ebbtide.sim.policies import SimPolicy, in_window
+from ebbtide.sim.state import (
+    CHECKPOINTING,
+    EVICTING,
+    RUNNING,
+    STARTING,
+    SimAttempt,
+    SimDevice,
+    SimJobState,
+)
+from ebbtide.sim.timing import (
+    DISPATCH_LATENCY_S,
+    HEARTBEAT_PERIOD_S,
+    PLAN_PERIOD_S,
+    RESTART_OVERHEAD_S,
+    Latencies,
+)
+
+(
+    _STEP,
+    _DEPART,
+    _SAMPLE,
+    _REPORT,
+    _ATTEMPT,
+    _RELEASE,
+    _FREE,
+    _ARRIVAL,
+    _WINDOW,
+    _PLAN,
+    _RECORD,
+) = range(11)
+
+#: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
+PLAN_HEADS = 8
+#: Float slack of the conservation checks, in percent or MiB.
+_EPS = 1e-6
+
+
+class ConservationError(AssertionError):
+    """The model handed out more than a device has (only checked with ``debug=True``)."""
+
+
+class Simulation:
+    """One policy over one workload.  ``run()`` returns the :class:`~ebbtide.sim.metrics.Tally`.
+
+    ``backlogged``: the job stream repeated without end is queued at time 0 (the queue
+    never runs dry, see :class:`~ebbtide.sim.backlog.EndlessStream`); otherwise each job
+    arrives at its ``arrival_s / arrival_scale``.  ``debug`` checks after every change
+    that no device's slices exceed its capacity, and that each planner pass on the
+    candidate devices decides what one on every device would.  ``recorder`` (see
+    :class:`ebbtide.sim.record.Recorder`) gets periodic samples for plots.  ``latencies``
+    replaces the seeded random delays (tests pass fixed ones).
+    """
+
+    def __init__(
+        self,
+        load: OnlineLoad,
+        stream: list[SimJob],
+        policy: SimPolicy,
+        *,
+        backlogged: bool = True,
+        arrival_scale: float = 1.0,
+        seed: int = 0,
+        debug: bool = False,
+        recorder: Any = None,
+        latencies: Latencies | None = None,
+    ) -> None:
+        self.load = load
+        self.stream = stream
+        self.policy = policy
+        self.backlogged = backlogged
+        self.arrival_scale = arrival_scale
+        self.debug = debug
+        self.recorder = recorder
+        self.lat = latencies or Latencies(seed)
+        self.tally = Tally()
+        self.now = 0.0
+        self.devices = [
+            SimDevice(k, d, f"gpu{k}", load.device_memory_mib, forecaster=self._forecaster())
+            for k, d in enumerate(load.devices)
+        ]
+        self._by_node = {d.node: d for d in self.devices}
+        self.jobs: dict[int, SimJobState] = {}
+        self.active: dict[int, SimAttempt] = {}
+        self.backlog = Backlog()
+        self._endless = EndlessStream(stream) if backlogged and policy.colocate else None
+        self._heap: list[tuple[float, int, int, Any, Any]] = []
+        self._seq = 0
+        self._dirty = False
+        self._plan_at: float | None = None
+        self._window_open = policy.window is None
+        self._handlers: dict[int, Callable[[Any, Any], None]] = {
+            _STEP: self._on_step,
+            _DEPART: self._on_depart,
+            _SAMPLE: self._on_sample,
+            _REPORT: self._on_report,
+            _ATTEMPT: self._on_attempt,
+            _RELEASE: self._on_release,
+            _FREE: self._on_free,
+            _ARRIVAL: self._on_arrival,
+            _WINDOW: self._on_window,
+            _PLAN: self._on_plan,
+            _RECORD: self._on_record,
+        }
+
+    def _forecaster(self) -> Forecaster | None:
+        f = self.policy.forecast
+        if f is None:
+            return None
+        return Forecaster(
+            (f.window_s,),
+            history_s=f.history_s,
+            compute_quantile=f.compute_quantile,
+            memory_quantile=f.memory_quantile,
+            warmup_s=f.warmup_s,
+            cold_reserve=(f.cold_compute_pct, f.cold_memory_mib),
+        )
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, obj: Any = None, aux: Any = None) -> None:
+        heapq.heappush(self._heap, (t, self._seq, kind, obj, aux))
+        self._seq += 1
+
+    def run(self) -> Tally:
+        span = self.load.span_s
+        for dev in self.devices:
+            self._push(dev.load.start_s, _STEP, dev)
+            if dev.load.end_s < span:
+                self._push(dev.load.end_s, _DEPART, dev)
+        if self.policy.colocate:
+            self._schedule_windows(span)
+            if self._endless is not None:
+                self._mark_dirty()
+            else:
+                for spec in self.stream:
+                    t = spec.arrival_s / self.arrival_scale
+                    if t < span:
+                        self._push(t, _ARRIVAL, spec)
+        if self.recorder is not None:
+            self._push(0.0, _RECORD)
+        heap, handlers = self._heap, self._handlers
+        while heap and heap[0][0] < span:
+            t, _, kind, obj, aux = heapq.heappop(heap)
+            self.now = t
+            handlers[kind](obj, aux)
+        self.now = span
+        for dev in self.devices:
+            self._account(dev)
+        for att in self.active.values():
+            self.tally.progress_cs += att.advance(span)
+        return self.tally
+
+    def _schedule_windows(self, span: float) -> None:
+        window = self.policy.window
+        if window is None:
+            return
+        origin = self.load.clock_origin_s
+        self._window_open = in_window(window, origin)
+        for day in range(math.ceil(span / 86400.0) + 1):
+            for boundary, opens in ((window[0], True), (window[1], False)):
+                t = (boundary - origin) % 86400.0 + day * 86400.0
+                if 0.0 < t < span:
+                    self._push(t, _WINDOW, None, opens)
+
+    def _mark_dirty(self) -> None:
+        self._dirty = True
+        if self._plan_at is None:
+            tick = (math.floor(self.now / PLAN_PERIOD_S) + 1) * PLAN_PERIOD_S
+            self._plan_at = tick
+            self._push(tick, _PLAN)
+
+    # -- accounting -------------------------------------------------------------------------
+
+    def _account(self, dev: SimDevice) -> None:
+        """Integrate the device's metrics from where they stand up to now."""
+        dt = self.now - dev.accounted_to
+        rec = self.recorder
+        if rec is not None and dev.k == rec.device_k and dev.present:
+            rec.device_point(dev.accounted_to, dev.online_c, dev.offline_in_use())
+        if dt > 0 and dev.present:
+            c = dev.online_c
+            t = self.tally
+            t.capacity_cs += DEVICE_COMPUTE_PCT * dt
+            t.online_cs += c * dt
+            t.spare_cs += (DEVICE_COMPUTE_PCT - c) * dt
+            over = c + dev.held_c - DEVICE_COMPUTE_PCT
+            if over > 0:
+                t.interference_cs += min(over, c) * dt
+        dev.accounted_to = self.now
+
+    def _check(self, dev: SimDevice) -> None:
+        compute = sum(a.job.spec.compute_pct for a in dev.attempts.values())
+        memory = sum(a.job.spec.memory_mib for a in dev.attempts.values())
+        if compute > DEVICE_COMPUTE_PCT + _EPS or memory > dev.memory_mib + _EPS:
+            raise ConservationError(
+                f"t={self.now:.3f} {dev.node}: slices hold {compute:g}% and {memory:g} MiB "
+                f"of {DEVICE_COMPUTE_PCT:g}% and {dev.memory_mib:g} MiB"
+            )
+        if not (-_EPS <= dev.held_c <= compute + _EPS and abs(dev.held_m - memory) < _EPS):
+            raise ConservationError(f"t={self.now:.3f} {dev.node}: held figures drifted")
+
+    # -- the online side --------------------------------------------------------------------
+
+    def _on_step(self, dev: SimDevice, _: Any) -> None:
+        self._account(dev)
+        load, i = dev.load, dev.next_step
+        first = not dev.present
+        dev.present = True
+        old_c, old_m = dev.online_c, dev.online_m
+        c, m = load.compute_pct[i], load.memory_mib[i]
+        dev.online_c, dev.online_m = c, m
+        dev.last_step_at = self.now
+        dev.next_step = i + 1
+        if dev.next_step < len(load.times_s):
+            self._push(load.times_s[dev.next_step], _STEP, dev)
+        if m > old_m and m <= dev.memory_mib < m + dev.held_m - _EPS:
+            self.tally.oom_events += 1
+        if c != old_c:
+            for att in dev.attempts.values():
+                if att.job.spec.gpus and att.phase == RUNNING:
+                    self.tally.progress_cs += att.advance(self.now)
+                    self._run(att)
+        if dev.forecaster is not None:
+            dev.forecaster.observe(self.now, c, m)
+        delay = self.lat.sample_delay()
+        if self.policy.evict_on_rise and dev.attempts:
+            self._push(self.now + delay, _SAMPLE, dev)
+        fell = c < old_c or m < old_m
+        lag = HEARTBEAT_PERIOD_S if fell and not first else 0.0
+        self._push(self.now + delay + lag, _REPORT, dev, (c, m))
+
+    def _on_depart(self, dev: SimDevice, _: Any) -> None:
+        self._account(dev)
+        dev.present = False
+        for att in list(dev.attempts.values()):
+            if att.phase != EVICTING:
+                self._evict(att, spike_at=self.now)
+
+    def _on_sample(self, dev: SimDevice, _: Any) -> None:
+        """The agent's fast path: its sample shows online usage; evict at once if over."""
+        if not dev.present or not dev.attempts:
+            return
+        aware = self.policy.checkpoint_aware
+        views = [a.active_view(aware) for a in dev.attempts.values()]
+        device = DeviceView(
+            node=dev.node,
+            index=0,
+            memory_mib=dev.memory_mib,
+            online_compute_pct=dev.online_c,
+            online_memory_mib=dev.online_m,
+            sampled_at=self.now,
+        )
+        for ev in evictions_for_device(device, views, self.policy.margins, self.now):
+            att = self.active[ev.job_id]
+            if att.phase != EVICTING:
+                self._evict(att, spike_at=dev.last_step_at)
+
+    def _on_report(self, dev: SimDevice, usage: tuple[float, float]) -> None:
+        """A heartbeat reaches the scheduler: the online usage and the forecast reserve."""
+        if not dev.present:
+            return
+        c, m = usage
+        watch = self.policy.watch_compute
+        grew = not dev.reported or m < dev.seen_m or (watch and c < dev.seen_c)
+        dev.seen_c, dev.seen_m = c, m
+        if dev.forecaster is not None:
+            reserve = dev.forecaster.reserve(self.policy.forecast_deadline_s)
+            grew = grew or reserve[0] < dev.reserve[0] or reserve[1] < dev.reserve[1]
+            dev.reserve = reserve
+        dev.view = None
+        dev.changed += 1
+        dev.reported = True
+        if grew:  # headroom may have grown: a pass may place something
+            self._mark_dirty()
+
+    # -- the scheduler ----------------------------------------------------------------------
+
+    def _on_plan(self, _: Any, __: Any) -> None:
+        self._plan_at = None
+        if not self._dirty:
+            return
+        self._dirty = False
+        if not (self.policy.colocate and self._window_open and (self.backlog or self._endless)):
+            return
+        policy = self.policy
+        heads = PLAN_HEADS
+        while True:
+            self._top_up(heads + 1)
+            devs = candidates(
+                self.devices,
+                policy.margins,
+                smallest=self.backlog.smallest_fraction(),
+                watch_compute=policy.watch_compute,
+                checkpoint_aware=policy.checkpoint_aware,
+                now=self.now,
+            )
+            snapshot = self._snapshot(devs, heads)
+            decisions = plan(snapshot)
+            self.tally.plan_passes += 1
+            if self.debug:
+                self._check_plan(decisions, heads)
+            if not self.backlog.saturated(decisions.dispatches, heads):
+                break
+            heads *= 4
+        if policy.evict_on_rise:
+            for ev in decisions.evictions:
+                att = self.active[ev.job_id]
+                if att.phase != EVICTING:
+                    self._evict(att, spike_at=self.now)
+        for d in decisions.dispatches:
+            self._dispatch(d)
+        if len(decisions.dispatches) >= snapshot.max_dispatches:
+            self._mark_dirty()
+
+    def _snapshot(self, devs: list[SimDevice], heads: int) -> Snapshot:
+        aware, watch = self.policy.checkpoint_aware, self.policy.watch_compute
+        return Snapshot(
+            now=self.now,
+            queued=self.backlog.heads(heads),
+            active=[a.active_view(aware) for d in devs for a in d.attempts.values()],
+            devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
+            margins=self.policy.margins,
+        )
+
+    def _check_plan(self, decisions: Plan, heads: int) -> None:
+        """Debug: the pass on candidate devices decides what a pass on all would."""
+        every = [d for d in self.devices if d.present and d.reported]
+        full = plan(self._snapshot(every, heads))
+        if full.dispatches != decisions.dispatches or [
+            (e.job_id, e.attempt) for e in full.evictions
+        ] != [(e.job_id, e.attempt) for e in decisions.evictions]:
+            raise ConservationError(
+                f"t={self.now:.3f}: a pass on candidate devices decided differently "
+                f"({decisions}) from one on every device ({full})"
+            )
+
+    def _top_up(self, n: int) -> None:
+        """Backlogged load: materialise the endless stream to ``n`` queued jobs a shape."""
+        if self._endless is None:
+            return
+        for shape in self._endless.shapes():
+            for _ in range(n - self.backlog.count(shape)):
+                self._submit(*self._endless.take(shape), submitted_at=0.0)
+
+    def _submit(self, job_id: int, spec: SimJob, submitted_at: float) -> None:
+        job = SimJobState(job_id, spec, submitted_at=submitted_at)
+        self.jobs[job_id] = job
+        self.backlog.add(job.queued())
+
+    def _on_arrival(self, spec: SimJob, _: Any) -> None:
+        self._submit(spec.key + 1, spec, submitted_at=self.now)
+        self._mark_dirty()
+
+    def _on_window(self, _: Any, opens: bool) -> None:
+        self._window_open = opens
+        if opens:
+            self._mark_dirty()
+            return
+        for att in list(self.active.values()):
+            if att.phase != EVICTING:
+                self._evict(att, spike_at=self.now)
+
+    def _dispatch(self, d: Dispatch) -> None:
+        job = self.jobs[d.job_id]
+        self.backlog.remove(d.job_id)
+        dev = self._by_node[d.node]
+        self._account(dev)
+        job.attempts += 1
+        restart = RESTART_OVERHEAD_S if job.attempts > 1 else 0.0
+        att = SimAttempt(
+            job=job,
+            number=job.attempts,
+            dev=dev,
+            dispatched_at=self.now,
+            run_from=self.now + DISPATCH_LATENCY_S + restart,
+            progress_s=job.progress_s,
+            saved_s=job.progress_s,
+            updated_at=self.now,
+        )
+        spec = job.spec
+        dev.attempts[job.id] = att
+        dev.changed += 1
+        self.active[job.id] = att
+        if not spec.gpus:
+            dev.held_c += spec.compute_pct
+            att.holds_compute = True
+        dev.held_m += spec.memory_mib
+        self.tally.dispatches += 1
+        if self.debug:
+            self._check(dev)
+        self._push(att.run_from, _ATTEMPT, att, att.version)
+        if self.policy.evict_on_rise:
+            self._push(self.now + DISPATCH_LATENCY_S, _SAMPLE, dev)
+
+    # -- attempts ---------------------------------------------------------------------------
+
+    def _run(self, att: SimAttempt) -> None:
+        """(Re)compute a running attempt's rate and schedule its next transition.  A
+        whole-GPU slice yields to online compute: it runs on what online work leaves."""
+        if att.job.spec.gpus:
+            online = att.dev.online_c
+            att.rate = max(0.0, DEVICE_COMPUTE_PCT - online) / DEVICE_COMPUTE_PCT
+        att.version += 1
+        t = att.next_transition(self.now)
+        if t < math.inf:
+            self._push(t, _ATTEMPT, att, att.version)
+
+    def _on_attempt(self, att: SimAttempt, version: int) -> None:
+        if att.version != version:
+            return
+        spec = att.job.spec
+        if att.phase == STARTING:
+            att.phase = RUNNING
+            att.view = None
+            att.updated_at = self.now
+            self._run(att)
+        elif att.phase == RUNNING:
+            self.tally.progress_cs += att.advance(self.now)
+            if att.finished:
+                self._complete(att)
+                return
+            att.phase = CHECKPOINTING
+            att.ckpt_progress_s = att.progress_s
+            att.ckpt_end = self.now + spec.ckpt_cost_s
+            att.version += 1
+            self._push(att.ckpt_end, _ATTEMPT, att, att.version)
+        elif att.phase == CHECKPOINTING:
+            att.saved_s = att.ckpt_progress_s
+            att.last_ckpt_at = self.now
+            att.since_ckpt_s = 0.0
+            att.phase = RUNNING
+            att.view = None
+            att.updated_at = self.now
+            self._run(att)
+
+    def _complete(self, att: SimAttempt) -> None:
+        self._leave(att)
+        job = att.job
+        job.progress_s = job.spec.work_s
+        self.tally.jobs_completed += 1
+        self.tally.jct_s.append(self.now - job.submitted_at)
+        del self.jobs[job.id]
+        self._mark_dirty()
+
+    def _leave(self, att: SimAttempt) -> None:
+        """The attempt's slice is free."""
+        dev = att.dev
+        self._account(dev)
+        if att.holds_compute:
+            dev.held_c -= att.job.spec.compute_pct
+            att.holds_compute = False
+        dev.held_m -= att.job.spec.memory_mib
+        del dev.attempts[att.job.id]
+        dev.changed += 1
+        del self.active[att.job.id]
+        att.version += 1
+        if self.debug:
+            self._check(dev)
+
+    def _evict(self, att: SimAttempt, *, spike_at: float) -> None:
+        """Warn the attempt (see :func:`ebbtide.sim.eviction.outcome` for what follows)."""
+        spec = att.job.spec
+        now = self.now
+        self.tally.progress_cs += att.advance(now)
+        was = att.phase
+        att.phase = EVICTING
+        att.view = None
+        att.dev.changed += 1
+        att.version += 1
+        out = outcome(att, was, now, self.lat)
+        lost = att.progress_s - out.saved_s
+        t = self.tally
+        if lost > 0:
+            t.lost_cs += lost * spec.compute_pct
+        att.saved_s = out.saved_s
+        t.evictions += 1
+        t.evictions_killed += out.killed
+        t.eviction_latency_s.append(out.free_at - spike_at)
+        if out.free_at - now > spec.deadline_s:
+            t.deadline_misses += 1
+        if out.release_at < out.free_at:
+            self._push(out.release_at, _RELEASE, att)
+        self._push(out.free_at, _FREE, att)
+        if self.recorder is not None:
+            self.recorder.eviction(att.dev.k, now, out.free_at - spike_at)
+
+    def _on_release(self, att: SimAttempt, _: Any) -> None:
+        """A cooperative job stopped computing; its memory stays until it exits."""
+        if att.holds_compute:
+            self._account(att.dev)
+            att.dev.held_c -= att.job.spec.compute_pct
+            att.holds_compute = False
+
+    def _on_free(self, att: SimAttempt, _: Any) -> None:
+        self._leave(att)
+        job = att.job
+        job.progress_s = att.saved_s
+        self.backlog.add(job.queued())
+        self._mark_dirty()
+
+    def _on_record(self, _: Any, __: Any) -> None:
+        self.recorder.sample(self.now, self.devices)
+        self._push(self.now + self.recorder.period_s, _RECORD)

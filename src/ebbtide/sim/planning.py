@@ -1,0 +1,90 @@
+"""What the simulated scheduler hands the planner: device views, and only the devices a
+pass could act on.
+
+A planner pass costs time in proportion to the devices and attempts in its snapshot.  Of
+a packed fleet, most devices can neither take a job nor need an eviction, and leaving them
+out changes no decision:
+
+- the planner places a job only where the headroom (capacity − online − reserve − margin
+  − slices, :func:`ebbtide.scheduling.capacity.headroom`) covers the slice, and a whole-GPU
+  job only on a device with no slice; so a device with a slice and less headroom than the
+  smallest queued fractional job, in compute or in memory, takes nothing;
+- the planner evicts only where online usage plus slices exceed capacity minus the margin
+  (:func:`ebbtide.scheduling.capacity.overflow`).
+
+:func:`candidates` keeps every other device, with its attempts; best fit among the devices
+kept is best fit among all.  ``Simulation(debug=True)`` checks this on every pass by
+planning the full snapshot as well and comparing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ebbtide.scheduling.capacity import headroom, overflow
+from ebbtide.scheduling.snapshot import DeviceView, Margins
+from ebbtide.sim.state import SimDevice
+
+#: The planner's fit slack, in percent or MiB (a job fits headroom this much smaller).
+FIT_SLACK = 1e-6
+
+
+def device_view(dev: SimDevice, *, watch_compute: bool, now: float) -> DeviceView:
+    """The device as the scheduler last heard of it (cached until it changes)."""
+    if dev.view is None:
+        dev.view = DeviceView(
+            node=dev.node,
+            index=0,
+            memory_mib=dev.memory_mib,
+            online_compute_pct=dev.seen_c if watch_compute else 0.0,
+            online_memory_mib=dev.seen_m,
+            reserve_compute_pct=dev.reserve[0],
+            reserve_memory_mib=dev.reserve[1],
+            sampled_at=now,
+        )
+    return dev.view
+
+
+def candidates(
+    devices: Iterable[SimDevice],
+    margins: Margins,
+    *,
+    smallest: tuple[float, float],
+    watch_compute: bool,
+    checkpoint_aware: bool,
+    now: float,
+) -> list[SimDevice]:
+    """The present devices a pass could place a job on or evict from (see the module
+    docstring).  ``smallest``: the least compute and the least memory of any queued
+    fractional job (``inf`` when there is none)."""
+    out = []
+    for dev in devices:
+        if not (dev.present and dev.reported):
+            continue
+        key = (dev.changed, smallest)
+        if dev.candidate_key != key:
+            dev.candidate_key = key
+            dev.candidate = _could_act(dev, margins, smallest, watch_compute, checkpoint_aware, now)
+        if dev.candidate:
+            out.append(dev)
+    return out
+
+
+def _could_act(
+    dev: SimDevice,
+    margins: Margins,
+    smallest: tuple[float, float],
+    watch_compute: bool,
+    checkpoint_aware: bool,
+    now: float,
+) -> bool:
+    if not dev.attempts:
+        return True
+    view = device_view(dev, watch_compute=watch_compute, now=now)
+    alloc_c = sum(a.job.spec.compute_pct for a in dev.attempts.values())
+    c, m = headroom(view, alloc_c, dev.held_m, margins)
+    if c + FIT_SLACK >= smallest[0] and m + FIT_SLACK >= smallest[1]:
+        return True
+    views = [a.active_view(checkpoint_aware) for a in dev.attempts.values()]
+    over_c, over_m = overflow(view, views, margins)
+    return over_c > 0 or over_m > 0

@@ -1,0 +1,97 @@
+"""The policies a simulation compares, side by side on the same workload.
+
+- ``ebbtide``: the product.  The planner admits into headroom net of a safety margin and
+  of the forecast online growth within the eviction deadline
+  (:class:`~ebbtide.scheduling.forecast.Forecaster`); the node agent evicts on its own
+  sample (fast path) with the checkpoint-aware victim policy.
+- ``exclusive``: no colocation; offline work never runs on these GPUs.
+- ``static-night``: a fixed window, 22:00-07:00 in the trace's local clock, and no headroom
+  awareness: the planner sees online compute as zero (it still cannot place a slice in
+  memory the online tenant holds), nothing watches online usage during the window, and
+  every attempt is evicted when the window closes.
+- ``greedy``: current headroom only: no forecast, no margin (``Margins(0, 0)``), and victims
+  chosen blind to checkpoints (the victim policy sees no checkpoint, so it takes the most
+  recently started first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ebbtide.scheduling.forecast import DEFAULT_HISTORY_S
+from ebbtide.scheduling.snapshot import Margins
+
+#: Window of ``static-night`` in the trace's local clock, in seconds after midnight.
+NIGHT_OPENS_S = 22 * 3600.0
+NIGHT_CLOSES_S = 7 * 3600.0
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """How the ``ebbtide`` policy forecasts online growth (:mod:`ebbtide.scheduling.forecast`)."""
+
+    #: the window rises are measured over, in seconds (the jobs' eviction deadline)
+    window_s: float = 30.0
+    compute_quantile: float = 0.9
+    memory_quantile: float = 1.0
+    history_s: float = DEFAULT_HISTORY_S
+    #: until this much history is seen, keep ``cold_compute_pct`` / ``cold_memory_mib``
+    warmup_s: float = 600.0
+    cold_compute_pct: float = 30.0
+    cold_memory_mib: float = 8192.0
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    name: str
+    #: offline work runs at all
+    colocate: bool = True
+    margins: Margins = field(default_factory=Margins)
+    forecast: ForecastSettings | None = None
+    #: online rises evict: the node agent's fast path, and the planner's evict phase
+    evict_on_rise: bool = True
+    #: the planner sees online compute (False: it sees 0)
+    watch_compute: bool = True
+    #: the victim policy sees checkpoints
+    checkpoint_aware: bool = True
+    #: offline work only between these local times of day, in seconds after midnight;
+    #: every attempt is evicted when the window closes
+    window: tuple[float, float] | None = None
+
+    @property
+    def forecast_deadline_s(self) -> float:
+        """The deadline the forecast reserve is asked for, in seconds."""
+        return self.forecast.window_s if self.forecast else 0.0
+
+
+#: Margins of the ``ebbtide`` policy: compute in percent, memory in MiB.
+EBBTIDE_MARGINS = Margins(compute_pct=5.0, memory_mib=2048.0)
+
+
+def ebbtide_policy(
+    margins: Margins = EBBTIDE_MARGINS, forecast: ForecastSettings | None = None
+) -> SimPolicy:
+    return SimPolicy("ebbtide", margins=margins, forecast=forecast or ForecastSettings())
+
+
+def baselines() -> list[SimPolicy]:
+    return [
+        SimPolicy("exclusive", colocate=False),
+        SimPolicy(
+            "static-night",
+            evict_on_rise=False,
+            watch_compute=False,
+            window=(NIGHT_OPENS_S, NIGHT_CLOSES_S),
+        ),
+        SimPolicy("greedy", margins=Margins(0.0, 0.0), checkpoint_aware=False),
+    ]
+
+
+def in_window(window: tuple[float, float], local_s: float) -> bool:
+    """Whether ``local_s`` (seconds after midnight) lies in ``[opens, closes)``, which may
+    wrap past midnight."""
+    opens, closes = window
+    t = local_s % 86400.0
+    if opens <= closes:
+        return opens <= t < closes
+    return t >= opens or t < closes

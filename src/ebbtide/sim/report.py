@@ -1,0 +1,62 @@
+"""The readable form of a simulation's result: the workload, then one column per policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ebbtide.sim.metrics import METRIC_KEYS
+
+#: How each figure is shown: a label and a format.
+_ROWS: dict[str, tuple[str, str]] = {
+    "harvest_efficiency": ("harvest efficiency", "pct"),
+    "utilization_before": ("GPU utilization before", "pct"),
+    "utilization_after": ("GPU utilization after", "pct"),
+    "interference_compute_frac": ("online compute interfered", "frac"),
+    "oom_events": ("online OOM events", "int"),
+    "evictions": ("evictions", "int"),
+    "deadline_misses": ("deadline misses", "int"),
+    "wasted_work_frac": ("offline work wasted", "pct"),
+    "jobs_completed": ("jobs completed", "int"),
+    "jct_p50_s": ("job completion time p50", "dur"),
+    "jct_p99_s": ("job completion time p99", "dur"),
+    "sim_wall_s": ("simulation wall time", "s"),
+    "eviction_latency_p99_s": ("eviction latency p99", "s"),
+}
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "pct":
+        return f"{100.0 * value:.1f}%"
+    if kind == "frac":
+        return f"{value:.2e}" if 0 < value < 0.001 else f"{100.0 * value:.2f}%"
+    if kind == "int":
+        return f"{value:,}"
+    if kind == "dur":
+        return f"{value / 3600.0:.1f} h" if value >= 3600 else f"{value:.0f} s"
+    return f"{value:.2f} s"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The table ``ebb sim`` prints without ``--json``."""
+    w = result["workload"]
+    lines = [
+        f"online:   {w['online']}: {w['devices']} devices of {w['device_memory_gib']:g} GiB, "
+        f"{w['span_h']:.1f} h from {w['clock_start']} local, "
+        f"{w['online_gpu_hours']:,.0f} GPU-h online, {w['spare_gpu_hours']:,.0f} GPU-h spare",
+        f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, {w['stream_gpu_hours']:,.0f} GPU-h "
+        f"of work, load {w['load']}, seed {w['seed']}",
+        "",
+    ]
+    policies = result["policies"]
+    names = list(policies)
+    keys = [k for k in (*METRIC_KEYS, "eviction_latency_p99_s") if k in _ROWS]
+    label_w = max(len(_ROWS[k][0]) for k in keys)
+    cells = {n: [_cell(policies[n].get(k), _ROWS[k][1]) for k in keys] for n in names}
+    col_w = {n: max(len(n), *(len(c) for c in cells[n])) for n in names}
+    lines.append(" " * label_w + "".join(f"  {n:>{col_w[n]}}" for n in names))
+    for i, k in enumerate(keys):
+        row = f"{_ROWS[k][0]:<{label_w}}" + "".join(f"  {cells[n][i]:>{col_w[n]}}" for n in names)
+        lines.append(row)
+    return "\n".join(lines)

@@ -1,0 +1,173 @@
+"""The mutable state of one simulation: devices, jobs and attempts, and how an attempt
+progresses.  The event loop (:mod:`ebbtide.sim.engine`) drives it.
+
+An attempt goes ``STARTING`` (dispatched; the process starts and, when resumed, restores
+its checkpoint) → ``RUNNING`` (progress at its slice's rate) ⇄ ``CHECKPOINTING`` (every
+``ckpt_interval_s`` of running it spends ``ckpt_cost_s`` saving its progress) → finished,
+or → ``EVICTING`` (warned; out of the way after the eviction's steps, see
+:meth:`ebbtide.sim.engine.Simulation._evict`).
+
+Progress is counted in seconds of running at the full slice: a fractional slice makes one
+second of progress per second; a whole-GPU slice yields compute to the online tenant, so it
+progresses at ``(100 − online compute) / 100`` per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ebbtide.queue.states import JobState
+from ebbtide.scheduling.forecast import Forecaster
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob
+from ebbtide.sim.jobs import SimJob
+from ebbtide.sim.online import DeviceLoad
+
+STARTING, RUNNING, CHECKPOINTING, EVICTING = range(4)
+#: Signal number recorded in attempt views (TERM); the simulation sends none.
+_SIGTERM = 15
+#: Progress within this of the work left counts as finished, in seconds.
+DONE_EPS_S = 1e-6
+
+
+@dataclass(eq=False)
+class SimDevice:
+    k: int
+    load: DeviceLoad
+    node: str
+    memory_mib: float
+    forecaster: Forecaster | None = None
+    present: bool = False
+    next_step: int = 0
+    online_c: float = 0.0
+    online_m: float = 0.0
+    #: compute still held by fractional slices (until each is out of the way), in percent
+    held_c: float = 0.0
+    #: memory held by all slices, in MiB
+    held_m: float = 0.0
+    attempts: dict[int, SimAttempt] = field(default_factory=dict)
+    #: metrics are accounted up to this time
+    accounted_to: float = 0.0
+    last_step_at: float = 0.0
+    #: what the scheduler has heard: online compute, memory, and the forecast reserve
+    seen_c: float = 0.0
+    seen_m: float = 0.0
+    reserve: tuple[float, float] = (0.0, 0.0)
+    reported: bool = False
+    view: DeviceView | None = None
+    #: bumped whenever what the scheduler sees of the device changes (its usage, its slices)
+    changed: int = 0
+    #: whether a planner pass could act on it, and the (changed, smallest job) it was for
+    candidate: bool = True
+    candidate_key: object = None
+
+    def offline_in_use(self) -> float:
+        """Offline compute in use: fractional slices held, whole-GPU slices' share, in %."""
+        whole = sum(
+            max(0.0, 100.0 - self.online_c)
+            for a in self.attempts.values()
+            if a.job.spec.gpus and a.phase != EVICTING
+        )
+        return self.held_c + whole
+
+
+@dataclass(eq=False)
+class SimJobState:
+    id: int
+    spec: SimJob
+    submitted_at: float
+    #: progress saved by the last checkpoint, in seconds at the full slice
+    progress_s: float = 0.0
+    attempts: int = 0
+
+    def queued(self) -> QueuedJob:
+        s = self.spec
+        return QueuedJob(
+            id=self.id,
+            priority=0,
+            queue="default",
+            owner="sim",
+            compute_pct=s.compute_pct,
+            gpus=s.gpus,
+            memory_mib=s.memory_mib,
+            array_id=None,
+            array_limit=None,
+            attempts=self.attempts,
+            deadline_s=s.deadline_s,
+        )
+
+
+@dataclass(eq=False)
+class SimAttempt:
+    job: SimJobState
+    number: int
+    dev: SimDevice
+    dispatched_at: float
+    #: when progress can begin (process started, checkpoint restored)
+    run_from: float
+    progress_s: float
+    saved_s: float
+    phase: int = STARTING
+    updated_at: float = 0.0
+    rate: float = 1.0
+    #: seconds of running since the last checkpoint
+    since_ckpt_s: float = 0.0
+    last_ckpt_at: float | None = None
+    ckpt_progress_s: float = 0.0
+    ckpt_end: float = 0.0
+    #: bumped whenever a scheduled transition of this attempt becomes stale
+    version: int = 0
+    holds_compute: bool = False
+    view: ActiveAttempt | None = None
+
+    def active_view(self, checkpoint_aware: bool) -> ActiveAttempt:
+        """The attempt as the planner and the victim policy see it (cached)."""
+        if self.view is None:
+            s = self.job.spec
+            if self.phase == EVICTING:
+                state = JobState.EVICTING
+            elif self.phase == STARTING:
+                state = JobState.DISPATCHED
+            else:
+                state = JobState.RUNNING
+            self.view = ActiveAttempt(
+                job_id=self.job.id,
+                attempt=self.number,
+                state=state,
+                priority=0,
+                queue="default",
+                node=self.dev.node,
+                devices=(0,),
+                compute_pct=s.compute_pct,
+                memory_mib=s.memory_mib,
+                deadline_s=s.deadline_s,
+                signal=_SIGTERM,
+                dispatched_at=self.dispatched_at,
+                started_at=self.run_from,
+                last_checkpoint_at=self.last_ckpt_at if checkpoint_aware else None,
+                gpus=s.gpus,
+            )
+        return self.view
+
+    def advance(self, now: float) -> float:
+        """Account progress up to ``now``; returns the progress made, in compute %-seconds."""
+        made = 0.0
+        if self.phase == RUNNING and now > self.updated_at:
+            dt = now - self.updated_at
+            step = self.rate * dt
+            self.progress_s += step
+            self.since_ckpt_s += dt
+            made = step * self.job.spec.compute_pct
+        self.updated_at = now
+        return made
+
+    def next_transition(self, now: float) -> float:
+        """When a running attempt next finishes or starts a checkpoint (inf: never)."""
+        s = self.job.spec
+        left = s.work_s - self.progress_s
+        done = now + left / self.rate if self.rate > 0 else float("inf")
+        ckpt = now + max(0.0, s.ckpt_interval_s - self.since_ckpt_s)
+        return min(done, ckpt)
+
+    @property
+    def finished(self) -> bool:
+        return self.progress_s >= self.job.spec.work_s - DONE_EPS_S
