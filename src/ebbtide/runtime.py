@@ -71,6 +71,7 @@ class Runtime:
         if self.agent is not None:
             self.agent.margins = policy.defaults.margins
             self.agent.queues = queue_limits(policy)
+            self.agent.deadline_s = policy.defaults.deadline_s
 
     def reload_policy(self) -> None:
         """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
@@ -148,6 +149,8 @@ def build(
             notify=bus.notify_scheduler,
             mps=mps,
             queues=queue_limits(policy),
+            forecast=policy.defaults.forecaster,
+            deadline_s=policy.defaults.deadline_s,
         )
         rt.on_stop.append(source.close)
     return rt

@@ -364,7 +364,7 @@ def _intro(console: Console, source: HeadroomSource, speedup: float, count: int)
 
 def _demo_policy(home: Path, speedup: float) -> Path:
     """The trace runs 30× faster than life (and ``speedup`` on top), so the anti-thrash
-    settings shrink with it: a 30 s cooldown is 1 s of demo time."""
+    and forecast settings shrink with it: a 30 s cooldown is 1 s of demo time."""
     scale = TRACE_COMPRESSION * speedup
     path = home / "ebbtide.yaml"
     path.write_text(
@@ -373,6 +373,8 @@ def _demo_policy(home: Path, speedup: float) -> Path:
         f"  eviction_cooldown_s: {30 / scale:.3f}\n"
         f"  backoff_base_s: {30 / scale:.3f}\n"
         f"  backoff_max_s: {1800 / scale:.3f}\n"
+        f"  forecast_history_s: {3600 / scale:.3f}\n"
+        f"  forecast_warmup_s: {600 / scale:.3f}\n"
     )
     return path
 

@@ -23,6 +23,7 @@ from ebbtide.config.base import Strict
 from ebbtide.config.types import Duration, SizeMiB
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
+from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
 
 API_VERSION: Final = "ebbtide/v1"
@@ -46,6 +47,27 @@ class Defaults(Strict):
     backoff_base_s: Annotated[Duration, Field(ge=0)] = 30.0
     #: ... but never longer than this
     backoff_max_s: Annotated[Duration, Field(ge=0)] = 1800.0
+    #: admission keeps back this quantile of each device's recent online compute rises
+    #: over deadline-long windows (memory keeps back the largest rise, and the way back
+    #: up to the recent peak): see :mod:`ebbtide.scheduling.forecast`
+    forecast_compute_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9
+    #: how much online history the forecast rests on, in seconds
+    forecast_history_s: Annotated[Duration, Field(gt=0)] = 3600.0
+    #: until this much history is seen, the forecast keeps back the cold reserve below
+    forecast_warmup_s: Annotated[Duration, Field(ge=0)] = 600.0
+    #: the cold reserve: compute (percent) and memory kept back while warming up
+    forecast_cold_compute_pct: Annotated[float, Field(ge=0, le=100)] = 30.0
+    forecast_cold_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
+
+    def forecaster(self) -> Forecaster:
+        """A fresh forecaster for one device, as these defaults configure it."""
+        return Forecaster(
+            (self.deadline_s,),
+            history_s=self.forecast_history_s,
+            compute_quantile=self.forecast_compute_quantile,
+            warmup_s=self.forecast_warmup_s,
+            cold_reserve=(self.forecast_cold_compute_pct, float(self.forecast_cold_memory_mib)),
+        )
 
     @property
     def margins(self) -> Margins:

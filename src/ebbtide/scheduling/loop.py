@@ -95,9 +95,9 @@ class Scheduler:
                         memory_mib=float(d["memory_mib"]),
                         online_compute_pct=float(online_c),
                         online_memory_mib=float(online_m),
-                        # the recent peak above the latest sample guards admission
-                        reserve_compute_pct=max(0.0, d.get("peak_compute_pct", 0.0) - online_c),
-                        reserve_memory_mib=max(0.0, d.get("peak_memory_mib", 0.0) - online_m),
+                        # expected online growth within the deadline guards admission
+                        reserve_compute_pct=float(d.get("reserve_compute_pct", 0.0)),
+                        reserve_memory_mib=float(d.get("reserve_memory_mib", 0.0)),
                         sampled_at=sampled_at,
                         cooldown_until=(evicted_at + defaults.eviction_cooldown_s)
                         if evicted_at

@@ -25,9 +25,8 @@ import queue
 import shlex
 import signal
 import threading
-from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from ebbtide.preemption.victims import EvictReason, evictions_for_device
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
 from ebbtide.units import signal_name
 from ebbtide.workers.executor import Executor, Handle, Launch, LocalExecutor
@@ -51,8 +51,6 @@ SAMPLE_PERIOD_S = 0.05
 EVICTING_PERIOD_S = 0.005
 #: How often the agent heartbeats and reconciles with the store, in seconds.
 HEARTBEAT_PERIOD_S = 0.5
-#: Window over which the agent reports the recent online peak, in seconds.
-PEAK_WINDOW_S = 10.0
 
 
 @dataclass
@@ -96,17 +94,6 @@ class LocalAttempt:
         )
 
 
-@dataclass
-class _Peak:
-    samples: deque[tuple[float, float, float]] = field(default_factory=deque)
-
-    def add(self, t: float, c: float, m: float) -> tuple[float, float]:
-        self.samples.append((t, c, m))
-        while self.samples and self.samples[0][0] < t - PEAK_WINDOW_S:
-            self.samples.popleft()
-        return max(s[1] for s in self.samples), max(s[2] for s in self.samples)
-
-
 class NodeAgent:
     def __init__(
         self,
@@ -121,6 +108,8 @@ class NodeAgent:
         notify: Any = None,
         mps: bool = False,
         queues: Mapping[str, QueueLimits] | None = None,
+        forecast: Callable[[], Forecaster] | None = None,
+        deadline_s: float = 30.0,
     ) -> None:
         self.name = name
         self.store = store
@@ -139,7 +128,10 @@ class NodeAgent:
         self.attempts: dict[int, LocalAttempt] = {}
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self.latest: list[DeviceSample] = []
-        self._peaks = {d.index: _Peak() for d in self.devices}
+        #: expected online growth per device (the admission reserve in the heartbeat)
+        self.forecasts = {d.index: (forecast or Forecaster)() for d in self.devices}
+        #: the reserve is for growth within this deadline, in seconds
+        self.deadline_s = deadline_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._stopping = False
@@ -194,6 +186,10 @@ class NodeAgent:
         now = self.clock.time()
         pids = frozenset(a.handle.pid for a in self.attempts.values())
         self.latest = self.source.sample(now, pids)
+        for sample in self.latest:
+            forecast = self.forecasts.get(sample.index)
+            if forecast is not None:
+                forecast.observe(sample.time, sample.online_compute_pct, sample.online_memory_mib)
         while True:
             try:
                 cmd = self.inbox.get_nowait()
@@ -545,17 +541,15 @@ class NodeAgent:
     def _heartbeat(self) -> None:
         views = []
         for d in self.device_views():
-            peak_c, peak_m = self._peaks[d.index].add(
-                d.sampled_at, d.online_compute_pct, d.online_memory_mib
-            )
+            reserve_c, reserve_m = self.forecasts[d.index].reserve(self.deadline_s)
             views.append(
                 {
                     "index": d.index,
                     "memory_mib": d.memory_mib,
                     "online_compute_pct": d.online_compute_pct,
                     "online_memory_mib": d.online_memory_mib,
-                    "peak_compute_pct": peak_c,
-                    "peak_memory_mib": peak_m,
+                    "reserve_compute_pct": reserve_c,
+                    "reserve_memory_mib": reserve_m,
                     "sampled_at": d.sampled_at,
                     "last_eviction_at": self.last_eviction_at.get(d.index),
                 }
