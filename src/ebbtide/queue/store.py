@@ -12,6 +12,8 @@ all in one database transaction.  Losing a race raises :class:`StaleState`.
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +53,23 @@ NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
+def _enable_wal(cur: Any) -> None:
+    """Switch the database to WAL (it stays so).  The switch needs the database to
+    itself and does not wait on the busy handler, so a process opening it while another
+    writes retries for up to :data:`SQLITE_BUSY_TIMEOUT_MS`."""
+    give_up = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > give_up:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def _sqlite_engine(url: str) -> sa.Engine:
     path = url.removeprefix("sqlite:///")
     if path and path != ":memory:":
@@ -61,8 +80,8 @@ def _sqlite_engine(url: str) -> sa.Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        _enable_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
