@@ -99,6 +99,7 @@ class Runtime:
         signal.signal(signal.SIGTERM, _handler)
         signal.signal(signal.SIGHUP, lambda _s, _f: self.reload_policy())
         self.start()
+        log.info("ready: SIGINT or SIGTERM stops gracefully, SIGHUP reloads the policy")
         done.wait()
         self.stop()
 

@@ -144,3 +144,35 @@ def test_schema_is_json_schema_with_the_window_kinds(tmp_path):  # type: ignore[
     schema = json.loads(ebb(ebb_env(tmp_path), "policy", "schema").stdout)
     assert schema["additionalProperties"] is False
     assert {"CronWindow", "LullWindow", "BlackoutWindow"} <= set(schema["$defs"])
+
+
+def test_a_running_scheduler_fed_a_broken_file_keeps_its_old_policy(tmp_path):  # type: ignore[no-untyped-def]
+    import signal
+    import sys
+    import time
+
+    from tests.e2e.helpers import ebb_json, start, stop, wait_for
+
+    f = tmp_path / "ebbtide.yaml"
+    f.write_text("apiVersion: ebbtide/v1\nqueues:\n  research: {priority: -5}\n")
+    env = ebb_env(tmp_path / "home", EBBTIDE_POLICY=str(f))
+    up = start(env, "up", "--devices", "1x80GiB", log=tmp_path / "up.log")
+    log = tmp_path / "up.log"
+    try:
+        wait_for(lambda: "ready:" in log.read_text(), 15, "ebb up to be ready")
+        f.write_text("apiVersion: ebbtide/v1\nqueues:\n  research: {priority: high}\n")
+        up.send_signal(signal.SIGHUP)
+        wait_for(lambda: "policy not reloaded" in log.read_text(), 15, "the reload error")
+        assert re.search(rf"{re.escape(str(f))}:3:\d+: queues.research.priority", log.read_text())
+        # the old policy still runs: a job of its queue is scheduled and finishes
+        f.write_text("apiVersion: ebbtide/v1\nqueues:\n  research: {priority: -5}\n")
+        time.sleep(0.1)
+        job = ebb_json(env, "qsub", "-q", "research", "--", sys.executable, "-c", "pass")["id"]
+        wait_for(
+            lambda: ebb_json(env, "qstat", "-f", str(job))["state"] == "succeeded",
+            20,
+            "the job to succeed",
+        )
+        assert up.poll() is None
+    finally:
+        stop(up)
