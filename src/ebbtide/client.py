@@ -120,9 +120,17 @@ class Client:
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         return self.store.events(job_id)
 
-    @staticmethod
-    def as_dict(job: Job) -> dict[str, Any]:
-        return job_to_dict(job)
+    def as_dict(self, job: Job) -> dict[str, Any]:
+        """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that
+        waits out a backoff after repeated evictions."""
+        data = job_to_dict(job)
+        wait = self.policy.defaults.backoff_s(job.evictions)
+        data["backoff_until"] = (
+            job.requeued_at + wait
+            if wait > 0 and job.requeued_at is not None and job.state == JobState.QUEUED
+            else None
+        )
+        return data
 
     # -- acting -------------------------------------------------------------------------
 

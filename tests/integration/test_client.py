@@ -248,3 +248,30 @@ def test_a_deadline_over_the_queue_maximum_is_refused_and_nothing_is_stored(tmp_
             client.submit(command=["true"], queue="fast", deadline="30s")
         assert client.list() == []
         assert client.submit(command=["true"], queue="fast", deadline="5s") == 1
+
+
+def test_qstat_shape_shows_the_backoff_of_a_repeatedly_evicted_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ebbtide.client import Client
+    from ebbtide.config.policy import parse_policy
+    from ebbtide.config.settings import Settings
+
+    policy = parse_policy("defaults: {backoff_base_s: 30s, backoff_max_s: 10m}\n")
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
+    with Client(settings, policy=policy) as client:
+        job_id = client.submit(command=["true"])
+        store = client.store
+        for _ in range(3):
+            n = store.dispatch(
+                job_id,
+                expected_attempts=store.get(job_id).attempts,
+                node="n",
+                devices=(0,),
+                compute_pct=10,
+                memory_mib=1024,
+            )
+            store.mark_started(job_id, n, pid=1, stdout_path="o", stderr_path="e")
+            store.finish_attempt(job_id, n, exit_code=99)
+        job = client.get(job_id)
+        data = client.as_dict(job)
+        assert data["evictions"] == 3
+        assert data["backoff_until"] == pytest.approx(job.requeued_at + 60.0)
