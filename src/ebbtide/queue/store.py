@@ -12,11 +12,8 @@ all in one database transaction.  Losing a race raises :class:`StaleState`.
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,6 +29,8 @@ from ebbtide.errors import (
     UserError,
 )
 from ebbtide.queue import migrations
+from ebbtide.queue.dependencies import dependencies_verdict
+from ebbtide.queue.engine import create_engine
 from ebbtide.queue.models import Attempt, Event, Job, Node
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import (
@@ -48,49 +47,6 @@ JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
-
-#: SQLite waits this long for a lock held by another process, in milliseconds.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def _enable_wal(cur: Any) -> None:
-    """Switch the database to WAL (it stays so).  The switch needs the database to
-    itself and does not wait on the busy handler, so a process opening it while another
-    writes retries for up to :data:`SQLITE_BUSY_TIMEOUT_MS`."""
-    give_up = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    delay = 0.005
-    while True:
-        try:
-            cur.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > give_up:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
-
-
-def _sqlite_engine(url: str) -> sa.Engine:
-    path = url.removeprefix("sqlite:///")
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        _enable_wal(cur)
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # take the write lock up front: no deadlock upgrading a read lock
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -114,10 +70,7 @@ class Store:
     def __init__(self, url: str, *, clock: Clock = SYSTEM_CLOCK, migrate: bool = True) -> None:
         self.url = url
         self.clock = clock
-        if url.startswith("sqlite"):
-            self.engine = _sqlite_engine(url)
-        else:
-            self.engine = sa.create_engine(url, pool_pre_ping=True, pool_size=5)
+        self.engine = create_engine(url)
         if migrate:
             try:
                 migrations.migrate(self.engine)
@@ -990,28 +943,3 @@ class Store:
     def forget_node(self, node: str) -> None:
         with self._tx() as conn:
             conn.execute(NODES.delete().where(NODES.c.name == node))
-
-
-def dependencies_verdict(
-    depends: list[dict[str, Any]], dep_state: dict[int, str]
-) -> tuple[str, str]:
-    """``("met" | "pending" | "never", why)`` for a job's dependency list."""
-    pending = False
-    for dep in depends:
-        state = dep_state.get(dep["job_id"])
-        kind = dep["kind"]
-        label = f"{kind}:{dep['job_id']}"
-        if state is None:
-            return "never", f"dependency {label} names no job"
-        final = state in {s.value for s in FINAL_STATES}
-        if not final:
-            pending = True
-            continue
-        ok = {
-            "afterok": state == JobState.SUCCEEDED,
-            "afternotok": state in (JobState.FAILED, JobState.CANCELLED),
-            "afterany": True,
-        }[kind]
-        if not ok:
-            return "never", f"dependency {label} can never be met (job {dep['job_id']} {state})"
-    return ("pending", "waiting for dependencies") if pending else ("met", "")
