@@ -1,6 +1,6 @@
 """``ebb sim``: parse the spellings of its options, run every policy, print the result.
 
-The click command itself lives in :mod:`ebbtide.cli.main`; this module does the work so
+The click command itself lives in :mod:`ebbtide.cli.run_cmd`; this module does the work so
 the command line stays thin and the simulator does not load with every ``ebb`` call.
 """
 

@@ -1,0 +1,32 @@
+"""Helpers shared by the ``ebb`` commands: the API client, JSON output and logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+log = logging.getLogger("ebbtide")
+
+
+def _client() -> Any:
+    from ebbtide.client import Client
+
+    return Client()
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("dramatiq", "pika"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

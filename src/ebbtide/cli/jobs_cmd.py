@@ -1,0 +1,310 @@
+"""``ebb qsub | qstat | qdel | qhold | qrls | events | nodes``: submit and watch jobs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ebbtide.cli.common import _client, _echo_json
+from ebbtide.errors import UserError
+
+JOB_STATES_HELP = (
+    "held, waiting, queued, dispatched, running, evicting, succeeded, failed, cancelled"
+)
+
+# -- qsub -------------------------------------------------------------------------------
+
+
+class _QsubCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["ebb_dashdash"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@click.command(
+    "qsub",
+    cls=_QsubCommand,
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["--help"]},
+)
+@click.option("-N", "name", help="Job name.")
+@click.option("-q", "queue", help="Queue (default: default).")
+@click.option("-p", "priority", help="Priority, -1024..1023; higher runs first.")
+@click.option(
+    "-l",
+    "resources",
+    multiple=True,
+    help="Resources: gpu=25%|0.25|1|2, gpumem=4GiB, walltime=HH:MM:SS, "
+    "deadline=30s, checkpoint_interval=10m. Repeatable.",
+)
+@click.option("-J", "array", help="Array: 1-100, 1-100:2, 1-100%4 (at most 4 at once).")
+@click.option(
+    "-W", "depend", multiple=True, help="depend=afterok:ID[:ID],afternotok:ID,afterany:ID"
+)
+@click.option("-h", "hold", is_flag=True, help="Submit held (release with qrls).")
+@click.option("-v", "env", multiple=True, help="Environment: VAR=val,VAR2 (bare: copied).")
+@click.option(
+    "--kind",
+    type=click.Choice(["training", "inference", "batch"]),
+    help="What the job is (default: batch).",
+)
+@click.option("--deadline", help="Eviction deadline, e.g. 30s (decision to free slice).")
+@click.option("--signal", "signal_", help="Warning signal at eviction (default TERM).")
+@click.option("--checkpoint-dir", help="Where the job keeps checkpoints.")
+@click.option("-d", "--cwd", help="Working directory of the job.")
+@click.option("--max-attempts", help="Failed attempts allowed before the job fails.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"id": ...} instead.')
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def qsub(
+    ctx: click.Context, args: Sequence[str], as_json: bool, signal_: str | None, **opts: Any
+) -> None:
+    """Submit a job: `ebb qsub [opts] SCRIPT [ARGS]` or `ebb qsub [opts] -- CMD ARGS`.
+
+    #EBB and #PBS directive lines at the top of SCRIPT are honoured; command-line flags
+    win. Prints only the job id (an array prints ID[]).
+    """
+    from ebbtide.cli.qsub import QsubOptions, build_spec_kwargs, load_script
+    from ebbtide.queue.spec import JobSpec
+
+    if not args:
+        raise UserError("qsub needs a SCRIPT, or -- followed by a command")
+    cli_opts = QsubOptions(
+        name=opts["name"],
+        queue=opts["queue"],
+        priority=opts["priority"],
+        resources=list(opts["resources"]),
+        array=opts["array"],
+        depend=list(opts["depend"]),
+        hold=opts["hold"],
+        env=list(opts["env"]),
+        kind=opts["kind"],
+        deadline=opts["deadline"],
+        signal=signal_,
+        checkpoint_dir=opts["checkpoint_dir"],
+        cwd=opts["cwd"],
+        max_attempts=opts["max_attempts"],
+    )
+    directives = None
+    if ctx.meta.get("ebb_dashdash"):
+        cli_opts.command = list(args)
+    else:
+        text, directives = load_script(args[0])
+        cli_opts.script = text
+        cli_opts.args = list(args[1:])
+    spec = JobSpec(**build_spec_kwargs(cli_opts, directives))
+    client = _client()
+    ids = client.submit_many(spec)
+    if as_json:
+        out: dict[str, Any] = {"id": ids[0]}
+        if spec.array:
+            out["array"] = True
+            out["tasks"] = ids
+        _echo_json(out)
+    else:
+        click.echo(f"{ids[0]}[]" if spec.array else str(ids[0]))
+
+
+# -- qstat ------------------------------------------------------------------------------
+
+
+def _fmt_time(t: float | None) -> str:
+    if not t:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def _slice_text(job: Any) -> str:
+    from ebbtide.units import format_mib
+
+    share = f"{job.gpus}gpu" if job.gpus else f"{job.compute_pct:g}%"
+    return f"{share}/{format_mib(job.memory_mib)}"
+
+
+@click.command("qstat")
+@click.option("-f", "full", type=int, metavar="ID", help="Show one job in full.")
+@click.option("-u", "user", help="Only this user's jobs.")
+@click.option("-Q", "queues", is_flag=True, help="Show queues with job counts per state.")
+@click.option(
+    "-s", "--state", "states", multiple=True, help=f"Only these states: {JOB_STATES_HELP}."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def qstat(
+    full: int | None, user: str | None, queues: bool, states: Sequence[str], as_json: bool
+) -> None:
+    """Show jobs (all states, oldest first), one job in full (-f), or queues (-Q)."""
+    from ebbtide.queue.states import JobState
+
+    client = _client()
+    if queues:
+        stats = client.store.queue_stats()
+        if as_json:
+            _echo_json(stats)
+            return
+        click.echo(f"{'queue':<16} " + " ".join(f"{s.value[:9]:>9}" for s in JobState))
+        for q, counts in sorted(stats.items()):
+            click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
+        return
+    if full is not None:
+        job = client.get(full)
+        data = client.as_dict(job)
+        if as_json:
+            _echo_json(data)
+            return
+        for key, value in data.items():
+            click.echo(f"{key:>20}: {value}")
+        return
+    try:
+        wanted = [JobState(s) for s in states] or None
+    except ValueError:
+        raise UserError(f"--state: expected one of {JOB_STATES_HELP}") from None
+    jobs = client.list(state=wanted, owner=user)
+    if as_json:
+        _echo_json([client.as_dict(j) for j in jobs])
+        return
+    click.echo(
+        f"{'ID':>6} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
+        f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
+    )
+    for j in jobs:
+        where = f"{j.node}/{j.devices}" if j.node else "-"
+        click.echo(
+            f"{j.id:>6} {j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
+            f"{j.state:<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
+            f"{_fmt_time(j.started_at):>8}  {j.reason}"
+        )
+
+
+# -- qdel / qhold / qrls ----------------------------------------------------------------
+
+
+def _expand_ids(client: Any, ids: Sequence[str]) -> list[int]:
+    out: list[int] = []
+    for text in ids:
+        raw = text.split(".", 1)[0]
+        if raw.endswith("[]"):
+            if not raw[:-2].isdigit():
+                raise UserError(f"{text!r} is not a job id")
+            tasks = client.list(array_id=int(raw[:-2]))
+            if not tasks:
+                raise UserError(f"no array with id {raw[:-2]}")
+            out.extend(t.id for t in tasks)
+        elif raw.isdigit():
+            out.append(int(raw))
+        else:
+            raise UserError(f"{text!r} is not a job id (expected a number like 12, or 12[])")
+    return out
+
+
+def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
+    client = _client()
+    results = []
+    failed = False
+    for job_id in _expand_ids(client, ids):
+        try:
+            job = getattr(client, action)(job_id)
+            results.append({"id": job_id, "ok": True, "state": job.state})
+        except UserError as exc:
+            failed = True
+            results.append({"id": job_id, "ok": False, "error": str(exc)})
+            if not as_json:
+                click.echo(f"ebb: error: {exc}", err=True)
+    if as_json:
+        _echo_json(results)
+    if failed:
+        sys.exit(1)
+
+
+@click.command("qdel")
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True)
+def qdel(ids: Sequence[str], as_json: bool) -> None:
+    """Cancel jobs. A running job is evicted (warned, then killed at its deadline)."""
+    _act(ids, "cancel", as_json)
+
+
+@click.command("qhold")
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True)
+def qhold(ids: Sequence[str], as_json: bool) -> None:
+    """Hold queued or waiting jobs so they are not started."""
+    _act(ids, "hold", as_json)
+
+
+@click.command("qrls")
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True)
+def qrls(ids: Sequence[str], as_json: bool) -> None:
+    """Release held jobs."""
+    _act(ids, "release", as_json)
+
+
+@click.command("events")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON list.")
+def events(job_id: int, as_json: bool) -> None:
+    """Show what happened to a job, oldest first."""
+    client = _client()
+    evs = client.events(job_id)
+    if as_json:
+        _echo_json(evs)
+        return
+    for e in evs:
+        extra = {k: v for k, v in e.items() if k not in ("type", "time", "attempt")}
+        att = f"#{e['attempt']}" if e["attempt"] else "  "
+        detail = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        click.echo(f"{_fmt_time(e['time'])} {att:>3} {e['type']:<16} {detail}")
+
+
+@click.command("nodes")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def nodes(as_json: bool) -> None:
+    """Show node agents: heartbeat age, and each device's latest online load."""
+    import time
+
+    from ebbtide.units import format_mib
+
+    client = _client()
+    rows = client.store.nodes()
+    now = time.time()
+    cooldown_s = client.policy.defaults.eviction_cooldown_s
+
+    def devices(n: Any) -> list[dict[str, Any]]:
+        out = json.loads(n.devices_json)
+        for d in out:
+            evicted = d.get("last_eviction_at")
+            d["cooldown_until"] = evicted + cooldown_s if evicted else None
+        return out
+
+    if as_json:
+        _echo_json(
+            [
+                {
+                    "name": n.name,
+                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
+                    "stopping": n.stopping,
+                    "devices": devices(n),
+                }
+                for n in rows
+            ]
+        )
+        return
+    click.echo(f"{'NODE':<16} {'AGE':>6}  DEVICES (online compute / memory)")
+    for n in rows:
+        devs = "  ".join(
+            f"{d['index']}:{d['online_compute_pct']:.0f}%/{format_mib(d['online_memory_mib'])}"
+            f" of {format_mib(d['memory_mib'])}"
+            + (
+                f" (cooling down {d['cooldown_until'] - now:.0f}s)"
+                if d["cooldown_until"] and d["cooldown_until"] > now
+                else ""
+            )
+            for d in devices(n)
+        )
+        state = " (stopping)" if n.stopping else ""
+        click.echo(f"{n.name[:16]:<16} {now - n.heartbeat_at:>5.1f}s  {devs}{state}")

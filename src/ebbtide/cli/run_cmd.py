@@ -1,0 +1,267 @@
+"""``ebb up | scheduler | worker | demo | sim``: run ebbtide, or a tour or simulation of it."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+import click
+
+from ebbtide.cli.common import _setup_logging, log
+
+
+def _agent_options(fn: Any) -> Any:
+    fn = click.option("--mps", is_flag=True, help="Set CUDA MPS limits for each slice.")(fn)
+    fn = click.option(
+        "--headroom",
+        default="static",
+        show_default=True,
+        help="Where online usage comes from: nvml, static, static:20%,8GiB, "
+        "trace:FILE or trace:FILE@10x (replay 10x faster).",
+    )(fn)
+    fn = click.option(
+        "--devices",
+        default=None,
+        help="Simulated devices for machines without GPUs: 2x80GiB, 1x40GiB,1x80GiB "
+        "(default 1x80GiB; ignored with --headroom nvml).",
+    )(fn)
+    fn = click.option("--node", default=None, help="This node's name (default: host name).")(fn)
+    return fn
+
+
+def _open_source(devices: str | None, headroom: str) -> Any:
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.factory import open_source
+
+    devs = parse_devices(devices) if devices else None
+    return open_source(headroom, devs)
+
+
+@click.command("up")
+@_agent_options
+@click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@click.option("--log-level", default="info", show_default=True)
+def up(
+    node: str | None,
+    devices: str | None,
+    headroom: str,
+    mps: bool,
+    policy: str | None,
+    log_level: str,
+) -> None:
+    """Embedded mode: scheduler and one node agent in one process, until signalled.
+
+    SQLite in $EBBTIDE_HOME and dramatiq's in-memory broker: nothing else to install.
+    SIGINT/SIGTERM evicts running attempts within their deadline and requeues them.
+    """
+    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=True)
+
+
+def _run_node(
+    node: str | None,
+    devices: str | None,
+    headroom: str,
+    mps: bool,
+    policy: str | None,
+    log_level: str,
+    *,
+    with_scheduler: bool,
+) -> None:
+    """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
+    from pathlib import Path
+
+    from ebbtide.config.settings import Settings
+    from ebbtide.runtime import build, describe_devices
+
+    _setup_logging(log_level)
+    settings = Settings.from_env()
+    source = _open_source(devices, headroom)
+    name = node or socket.gethostname()
+    rt = build(
+        settings,
+        scheduler=with_scheduler,
+        agent_name=name,
+        source=source,
+        mps=mps,
+        policy_path=Path(policy) if policy else None,
+    )
+    log.info(
+        "ebbtide %s: node %s, devices %s, headroom %s, home %s",
+        "up" if with_scheduler else "worker",
+        name,
+        describe_devices(source.devices()),
+        headroom,
+        settings.home,
+    )
+    rt.run_until_signalled()
+
+
+@click.command("scheduler")
+@click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@click.option("--log-level", default="info", show_default=True)
+def scheduler(policy: str | None, log_level: str) -> None:
+    """Run the scheduler alone (distributed mode: needs EBBTIDE_REDIS_URL)."""
+    from pathlib import Path
+
+    from ebbtide.config.settings import Settings
+    from ebbtide.runtime import build
+
+    _setup_logging(log_level)
+    rt = build(Settings.from_env(), scheduler=True, policy_path=Path(policy) if policy else None)
+    log.info("ebbtide scheduler up")
+    rt.run_until_signalled()
+
+
+@click.command("worker")
+@_agent_options
+@click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@click.option("--log-level", default="info", show_default=True)
+def worker(
+    node: str | None,
+    devices: str | None,
+    headroom: str,
+    mps: bool,
+    policy: str | None,
+    log_level: str,
+) -> None:
+    """Run a node agent (distributed mode: needs EBBTIDE_REDIS_URL)."""
+    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=False)
+
+
+@click.command("demo")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    help="Keep the demo's state here to look at it afterwards (default: a temporary "
+    "directory, removed at the end).",
+)
+@click.option(
+    "--speedup",
+    type=click.FloatRange(0.25, 20),
+    default=1.0,
+    show_default=True,
+    help="Replay the trace (and run the jobs) this many times faster.",
+)
+@click.option(
+    "--jobs",
+    "count",
+    type=click.IntRange(1, 12),
+    default=5,
+    show_default=True,
+    help="How many offline jobs to submit.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as one JSON object (events to stderr).",
+)
+def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
+    """A tour on two simulated 80 GiB GPUs, nothing to install (about 90 s).
+
+    The online load replays 45 minutes of two real production inference GPUs (the
+    Alibaba GenAI trace, CC BY 4.0), compressed into 91 s. A few checkpointing offline
+    jobs run in the headroom it leaves. Shown as it happens: the online load and the
+    slices held, each job dispatched, evicted when online load spikes (warned,
+    checkpointed, exited, or killed at its deadline), requeued and resumed; then a
+    summary: evictions, deadline misses, eviction latency, work lost, GPU time harvested.
+
+    Embedded mode in this process: SQLite in a fresh directory and an in-memory broker,
+    whatever EBBTIDE_* says. Exits 1 if a job failed or a deadline was missed.
+    """
+    from pathlib import Path
+
+    from ebbtide.cli.demo import run
+
+    sys.exit(run(Path(home) if home else None, speedup, count, as_json))
+
+
+@click.command("sim")
+@click.option(
+    "--online",
+    required=True,
+    metavar="genai:DIR|trace:CSV",
+    help="Online load per device: the GenAI trace directory (its two files, gzipped or "
+    "not) or a CSV in the trace: format.",
+)
+@click.option(
+    "--jobs",
+    default="synthetic",
+    show_default=True,
+    metavar="openb:CSV|synthetic[:SEED]",
+    help="Offline jobs: the openb pod list's best-effort GPU pods, or a seeded synthetic mix.",
+)
+@click.option(
+    "--load",
+    type=click.Choice(["backlogged", "trace"]),
+    default="backlogged",
+    show_default=True,
+    help="backlogged: the job stream repeats so the queue never runs dry; trace: jobs "
+    "arrive when the stream says.",
+)
+@click.option(
+    "--arrival-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --load trace, arrivals come this many times faster than recorded.",
+)
+@click.option(
+    "--hours", type=click.FloatRange(min=0, min_open=True), help="Simulate at most H hours."
+)
+@click.option("--devices", type=click.IntRange(min=1), help="Take only the first N online devices.")
+@click.option("--device-memory", default="80GiB", show_default=True, help="Memory of each device.")
+@click.option(
+    "--job-gpu-memory",
+    default="16GiB",
+    show_default=True,
+    help="openb jobs: memory of the GPU their gpu_milli is a share of.",
+)
+@click.option(
+    "--stubborn-frac",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="openb jobs: share that ignores the eviction warning (killed at the deadline).",
+)
+@click.option(
+    "--baselines/--no-baselines",
+    "baselines_on",
+    default=True,
+    show_default=True,
+    help="Also run exclusive, static-night and greedy.",
+)
+@click.option("--margins", default="5%,2GiB", show_default=True, help="ebbtide's safety margins.")
+@click.option(
+    "--quantiles",
+    default="0.9,1",
+    show_default=True,
+    help="ebbtide's forecast: quantiles of recent compute and memory rises kept in reserve.",
+)
+@click.option(
+    "--history", default="1h", show_default=True, help="ebbtide's forecast: history it rests on."
+)
+@click.option(
+    "--clock-start",
+    metavar="HH:MM",
+    help="Local time at the trace's start (genai: 09:12 from its timestamps; trace: 00:00).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")
+@click.option("--debug", is_flag=True, help="Check conservation on every change (slow).")
+def sim(**options: Any) -> None:
+    """Simulate offline jobs in the headroom of a recorded online load, beside baselines.
+
+    The real planner, victim policy and forecast on a virtual clock. Prints harvest,
+    interference, OOMs, evictions, wasted work and job completion times per policy.
+
+    \b
+      T=../shared/traces
+      ebb sim --online genai:$T --jobs openb:$T/openb_pod_list_default.csv
+      ebb sim --online trace:online.csv --jobs synthetic:7 --json
+    """
+    from ebbtide.sim.cli import run_sim
+
+    run_sim(**options)
