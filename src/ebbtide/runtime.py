@@ -72,6 +72,7 @@ class Runtime:
             self.agent.margins = policy.defaults.margins
             self.agent.queues = queue_limits(policy)
             self.agent.deadline_s = policy.defaults.deadline_s
+            self.agent.heartbeat_timeout_s = policy.defaults.heartbeat_timeout_s
 
     def reload_policy(self) -> None:
         """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
@@ -152,6 +153,7 @@ def build(
             queues=queue_limits(policy),
             forecast=policy.defaults.forecaster,
             deadline_s=policy.defaults.deadline_s,
+            heartbeat_timeout_s=policy.defaults.heartbeat_timeout_s,
         )
         rt.on_stop.append(source.close)
     return rt

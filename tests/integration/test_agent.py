@@ -120,3 +120,33 @@ def test_missing_executable_fails_with_a_message(node):  # type: ignore[no-untyp
     job_id, _ = _dispatch(store, ["/nonexistent/binary"])
     wait_until(lambda: store.get(job_id).state == "failed")
     assert store.get(job_id).exit_code == 127
+
+
+def test_walltime_kills_and_says_so(node):  # type: ignore[no-untyped-def]
+    store, _agent, _ = node
+    job_id, _ = _dispatch(store, SLEEPER, walltime="0.5s")
+    wait_until(lambda: store.get(job_id).state == "failed")
+    job = store.get(job_id)
+    assert job.reason == "walltime 0.5s exceeded, killed (exit code 137)"
+
+
+def test_an_agent_cut_off_from_the_store_kills_its_attempts(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent("n1", store, source, home=tmp_path, heartbeat_timeout_s=1.0)
+    agent.start()
+    try:
+        job_id, _ = _dispatch(store, SLEEPER)
+        wait_until(lambda: store.get(job_id).state == "running")
+        pid = agent.attempts[job_id].handle.pid
+
+        def unreachable(*_a, **_k):  # type: ignore[no-untyped-def]
+            raise OSError("connection refused")
+
+        monkeypatch.setattr(store, "heartbeat", unreachable)
+        wait_until(lambda: job_id not in agent.attempts, timeout=5)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        agent.kill()
+        store.close()

@@ -697,12 +697,14 @@ class Store:
         exit_code: int | None,
         eviction: dict[str, Any] | None = None,
         max_attempts: int | None = None,
+        why: str | None = None,
     ) -> JobState:
         """Record the end of an attempt's process and move the job on; return its new state.
 
         Exit 0 succeeds.  An exit during an eviction, or exit code 99 at any time, is an
         eviction: the job is requeued (or cancelled, if that was asked).  Any other exit is
-        a failure, requeued while attempts remain.
+        a failure, requeued while attempts remain; ``why`` says what ended it when the
+        agent knows better than the exit code (``"walltime 2h exceeded"``).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -758,19 +760,25 @@ class Store:
                         EventType.FAILED,
                         attempt=attempt,
                         now=now,
-                        data={"exit_code": exit_code, "final": False},
+                        data={"exit_code": exit_code, "final": False, "why": why},
                     )
                     target, event = JobState.QUEUED, EventType.REQUEUED
-                    why = (
-                        f"attempt {attempt} failed (exit {exit_code}); "
+                    text = (
+                        f"attempt {attempt} failed ({why or f'exit {exit_code}'}); "
                         f"{failures} of {max_attempts} failures"
                     )
-                    changes.update(reason=f"requeued: {why}", requeued_at=now)
-                    data["reason"] = why
+                    changes.update(reason=f"requeued: {text}", requeued_at=now)
+                    data["reason"] = text
                 else:
                     target, event = JobState.FAILED, EventType.FAILED
-                    changes.update(finished_at=now, reason=f"exit code {exit_code}")
+                    changes.update(
+                        finished_at=now,
+                        reason=f"{why} (exit code {exit_code})"
+                        if why
+                        else f"exit code {exit_code}",
+                    )
                     data["final"] = True
+                    data["why"] = why
             self._transition(
                 conn,
                 job_id,

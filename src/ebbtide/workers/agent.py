@@ -73,6 +73,8 @@ class LocalAttempt:
     last_checkpoint_at: float | None = None
     eviction: EvictionClock | None = None
     walltime_s: float | None = None
+    #: why the agent ended it, when it was not the job's own doing (walltime, fencing)
+    ended_by: str | None = None
 
     def view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(
@@ -110,6 +112,7 @@ class NodeAgent:
         queues: Mapping[str, QueueLimits] | None = None,
         forecast: Callable[[], Forecaster] | None = None,
         deadline_s: float = 30.0,
+        heartbeat_timeout_s: float = 10.0,
     ) -> None:
         self.name = name
         self.store = store
@@ -132,6 +135,9 @@ class NodeAgent:
         self.forecasts = {d.index: (forecast or Forecaster)() for d in self.devices}
         #: the reserve is for growth within this deadline, in seconds
         self.deadline_s = deadline_s
+        #: the scheduler gives up on a node silent this long; we fence at half of it
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._last_heartbeat_ok = clock.monotonic()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._stopping = False
@@ -214,6 +220,7 @@ class NodeAgent:
                 and now - local.started_at > local.walltime_s
             ):
                 log.info("job %s attempt %s: walltime exceeded", local.job_id, local.attempt)
+                local.ended_by = f"walltime {local.walltime_s:g}s exceeded, killed"
                 self.executor.signal(local.handle, signal.SIGKILL)
         self._fast_path(now)
         if now >= self._next_heartbeat:
@@ -533,6 +540,7 @@ class NodeAgent:
             local.attempt,
             exit_code=code,
             eviction=eviction,
+            why=local.ended_by,
         )
         self._notify(local.job_id)
 
@@ -554,13 +562,32 @@ class NodeAgent:
                     "last_eviction_at": self.last_eviction_at.get(d.index),
                 }
             )
-        self._safe(
-            self.store.heartbeat,
-            self.name,
-            started_at=self._started_at,
-            devices=views,
-            stopping=self._stopping,
-        )
+        try:
+            self.store.heartbeat(
+                self.name, started_at=self._started_at, devices=views, stopping=self._stopping
+            )
+            self._last_heartbeat_ok = self.clock.monotonic()
+        except Exception:
+            log.exception("heartbeat failed: the store is unreachable")
+            self._fence_if_cut_off()
+
+    def _fence_if_cut_off(self) -> None:
+        """Cut off from the store for half the heartbeat timeout, this node is about to
+        be given up on and its attempts requeued elsewhere: kill them first, so no job
+        ever runs twice at once.  Their checkpoints are on disk; the requeue resumes them."""
+        silent_s = self.clock.monotonic() - self._last_heartbeat_ok
+        if silent_s < self.heartbeat_timeout_s / 2 or not self.attempts:
+            return
+        for local in list(self.attempts.values()):
+            log.error(
+                "job %s attempt %s: no heartbeat for %.1fs; killing it before the scheduler "
+                "gives it to another node",
+                local.job_id,
+                local.attempt,
+                silent_s,
+            )
+            self.executor.sweep(local.handle)
+            del self.attempts[local.job_id]
 
     def _reconcile(self, now: float) -> None:
         try:
@@ -594,7 +621,7 @@ class NodeAgent:
                     self.store.requeue_lost,
                     job_id,
                     a.attempt,
-                    why=f"its process is gone from node {self.name} (agent restarted)",
+                    why=f"its process is no longer running on node {self.name}",
                 )
                 self._notify(job_id)
 
