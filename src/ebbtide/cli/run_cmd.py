@@ -247,6 +247,14 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     metavar="HH:MM",
     help="Local time at the trace's start (genai: 09:12 from its timestamps; trace: 00:00).",
 )
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    help="Run ebbtide under this policy file: its defaults (margins, deadline, cooldown, "
+    "forecast), windows and queue limits (jobs are in queue default; devices are gpuK/0; "
+    "the trace's clock is read in the first cron window's timezone).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")

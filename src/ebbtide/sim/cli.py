@@ -17,7 +17,13 @@ from ebbtide.errors import UserError
 from ebbtide.scheduling.snapshot import Margins
 from ebbtide.sim.jobs import SimJob, load_openb, synthetic
 from ebbtide.sim.online import OnlineLoad, load_genai, load_trace_csv
-from ebbtide.sim.policies import ForecastSettings, SimPolicy, baselines, ebbtide_policy
+from ebbtide.sim.policies import (
+    ForecastSettings,
+    SimPolicy,
+    baselines,
+    ebbtide_policy,
+    from_policy_file,
+)
 from ebbtide.sim.report import render
 from ebbtide.sim.runner import describe_workload, run_policies
 from ebbtide.units import parse_duration_s, parse_memory_mib
@@ -138,6 +144,7 @@ def run_sim(
     clock_start: str | None,
     seed: int,
     as_json: bool,
+    policy_path: str | None = None,
     plot_path: str | None,
     debug: bool,
 ) -> None:
@@ -147,6 +154,13 @@ def run_sim(
         history_s = parse_duration_s(history)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    rules = None
+    if policy_path is not None:
+        from pathlib import Path
+
+        from ebbtide.config.policy import load_policy
+
+        rules = load_policy(Path(policy_path))  # ConfigError names every problem
     if plot_path is not None:
         from ebbtide.sim.plot import _pyplot
 
@@ -168,7 +182,9 @@ def run_sim(
     )
     cq, mq = parse_quantiles(quantiles)
     policies: list[SimPolicy] = [
-        ebbtide_policy(
+        from_policy_file(rules)
+        if rules is not None
+        else ebbtide_policy(
             parse_margins(margins),
             ForecastSettings(compute_quantile=cq, memory_quantile=mq, history_s=history_s),
         )
@@ -198,6 +214,8 @@ def run_sim(
         ),
         "policies": figures,
     }
+    if policy_path is not None:
+        result["workload"]["policy"] = policy_path
     if plot_path is not None:
         from ebbtide.sim.plot import plot
 

@@ -18,6 +18,14 @@ Events, as in the live system:
 - **attempts** start, run, checkpoint, finish, or are evicted: warning → checkpoint if it
   fits the deadline → exit → free (or kill at the deadline for a job that ignores it).
 
+Under a policy file (``SimPolicy.rules``, see :mod:`ebbtide.sim.windows`) the planner also
+gets the windows' gates and the queues' limits.  The gates are computed again at every cron
+opening and close and whenever a lull window opens or closes on a device; a window opening
+lets a pass place jobs; a pass also runs at every instant a drain falls due (close −
+deadline) and at every :attr:`~ebbtide.scheduling.planner.Plan.wake_at` (a cooldown ending),
+not only after trace steps.  Evictions the windows require (drains, closed windows,
+shares) play out like any other, with the deadline the planner gave.
+
 Between events nothing changes, so the metrics are exact integrals of step functions.
 """
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ebbtide.preemption.victims import evictions_for_device
@@ -38,7 +47,7 @@ from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import OnlineLoad
-from ebbtide.sim.planning import candidates, device_view
+from ebbtide.sim.planning import candidates, device_view, window_bound
 from ebbtide.sim.policies import SimPolicy, in_window
 from ebbtide.sim.state import (
     CHECKPOINTING,
@@ -56,6 +65,7 @@ from ebbtide.sim.timing import (
     RESTART_OVERHEAD_S,
     Latencies,
 )
+from ebbtide.sim.windows import SimWindows, drain_due
 
 (
     _STEP,
@@ -69,7 +79,10 @@ from ebbtide.sim.timing import (
     _WINDOW,
     _PLAN,
     _RECORD,
-) = range(11)
+    _GATES,
+    _LULL,
+    _WAKE,
+) = range(14)
 
 #: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
 PLAN_HEADS = 8
@@ -106,6 +119,8 @@ class Simulation:
         recorder: Any = None,
         latencies: Latencies | None = None,
     ) -> None:
+        if policy.deadline_s is not None:
+            stream = [replace(spec, deadline_s=policy.deadline_s) for spec in stream]
         self.load = load
         self.stream = stream
         self.policy = policy
@@ -121,6 +136,13 @@ class Simulation:
             for k, d in enumerate(load.devices)
         ]
         self._by_node = {d.node: d for d in self.devices}
+        self.windows = (
+            SimWindows(policy.rules, [d.node for d in self.devices], load.clock_origin_s)
+            if policy.rules is not None and policy.colocate
+            else None
+        )
+        #: the instants a pass is already due at (drains, wake-ups)
+        self._wakes: set[float] = set()
         self.jobs: dict[int, SimJobState] = {}
         self.active: dict[int, SimAttempt] = {}
         self.backlog = Backlog()
@@ -142,6 +164,9 @@ class Simulation:
             _WINDOW: self._on_window,
             _PLAN: self._on_plan,
             _RECORD: self._on_record,
+            _GATES: self._on_gates,
+            _LULL: self._on_lull,
+            _WAKE: self._on_wake,
         }
 
     def _forecaster(self) -> Forecaster | None:
@@ -171,6 +196,8 @@ class Simulation:
                 self._push(dev.load.end_s, _DEPART, dev)
         if self.policy.colocate:
             self._schedule_windows(span)
+            if self.windows is not None:
+                self._push(0.0, _GATES)
             if self._endless is not None:
                 self._mark_dirty()
             else:
@@ -309,11 +336,60 @@ class Simulation:
             reserve = dev.forecaster.reserve(self.policy.forecast_deadline_s)
             grew = grew or reserve[0] < dev.reserve[0] or reserve[1] < dev.reserve[1]
             dev.reserve = reserve
+        if self.windows is not None:
+            grew = self._observe_lulls(dev, c, m) or grew
         dev.view = None
         dev.changed += 1
         dev.reported = True
         if grew:  # headroom may have grown: a pass may place something
             self._mark_dirty()
+
+    # -- the policy file's windows ----------------------------------------------------------
+
+    def _on_gates(self, _: Any, __: Any) -> None:
+        """A cron window opened or closed (or the run began): the gates change."""
+        w = self.windows
+        assert w is not None
+        for close in w.refresh(self.now):
+            self._drains_due(close)
+        if w.valid_until < self.load.span_s:
+            self._push(w.valid_until, _GATES)
+        self._mark_dirty()
+
+    def _drains_due(self, close: float) -> None:
+        """A pass at the instant slices must be warned to be free by ``close``."""
+        deadlines = {s.deadline_s for s in self.stream}
+        for d in sorted(deadlines):
+            self._wake_at(drain_due(close, d))
+
+    def _observe_lulls(self, dev: SimDevice, c: float, m: float) -> bool:
+        """The scheduler's sample of ``dev`` goes to its lull windows; True when one of
+        them opened or closed (a pass may act)."""
+        w = self.windows
+        assert w is not None
+        again = w.observe(dev.node, self.now, c, m)
+        if again is not None and again > self.now:
+            self._push(again, _LULL, dev, (c, m))
+        return w.changed
+
+    def _on_lull(self, dev: SimDevice, usage: tuple[float, float]) -> None:
+        """No new sample since usage fell below a lull threshold: sample it again now."""
+        if not dev.present or (dev.seen_c, dev.seen_m) != usage:
+            return
+        if self._observe_lulls(dev, *usage):
+            self._mark_dirty()
+
+    def _wake_at(self, t: float | None) -> None:
+        if t is None or t <= self.now or t >= self.load.span_s or t in self._wakes:
+            return
+        self._wakes.add(t)
+        self._push(t, _WAKE, None, t)
+
+    def _on_wake(self, _: Any, t: float) -> None:
+        """Time alone changes a decision now (a drain due, a cooldown ending): a pass."""
+        self._wakes.discard(t)
+        self._dirty = True
+        self._pass()
 
     # -- the scheduler ----------------------------------------------------------------------
 
@@ -321,21 +397,20 @@ class Simulation:
         self._plan_at = None
         if not self._dirty:
             return
+        self._pass()
+
+    def _pass(self) -> None:
         self._dirty = False
-        if not (self.policy.colocate and self._window_open and (self.backlog or self._endless)):
+        gated = self.windows is not None and bool(self.active)
+        if not (
+            self.policy.colocate and self._window_open and (self.backlog or self._endless or gated)
+        ):
             return
         policy = self.policy
         heads = PLAN_HEADS
         while True:
             self._top_up(heads + 1)
-            devs = candidates(
-                self.devices,
-                policy.margins,
-                smallest=self.backlog.smallest_fraction(),
-                watch_compute=policy.watch_compute,
-                checkpoint_aware=policy.checkpoint_aware,
-                now=self.now,
-            )
+            devs = self._planned_devices()
             snapshot = self._snapshot(devs, heads)
             decisions = plan(snapshot)
             self.tally.plan_passes += 1
@@ -344,24 +419,54 @@ class Simulation:
             if not self.backlog.saturated(decisions.dispatches, heads):
                 break
             heads *= 4
-        if policy.evict_on_rise:
+        if policy.evict_on_rise or self.windows is not None:
             for ev in decisions.evictions:
                 att = self.active[ev.job_id]
                 if att.phase != EVICTING:
-                    self._evict(att, spike_at=self.now)
+                    deadline = None if self.windows is None else ev.deadline_s
+                    self._evict(att, spike_at=self.now, deadline_s=deadline)
         for d in decisions.dispatches:
             self._dispatch(d)
         if len(decisions.dispatches) >= snapshot.max_dispatches:
             self._mark_dirty()
+        if self.windows is not None:
+            self._wake_at(decisions.wake_at)
+
+    def _planned_devices(self) -> list[SimDevice]:
+        """The devices a pass plans on: those it could act on (see
+        :mod:`ebbtide.sim.planning`), or every one when fleet-wide quotas count them all."""
+        policy, w = self.policy, self.windows
+        if w is not None and w.needs_full_view:
+            return [d for d in self.devices if d.present and d.reported]
+        devs = candidates(
+            self.devices,
+            policy.margins,
+            smallest=self.backlog.smallest_fraction(),
+            watch_compute=policy.watch_compute,
+            checkpoint_aware=policy.checkpoint_aware,
+            now=self.now,
+        )
+        if w is None:
+            return devs
+        kept = set(map(id, devs))
+        return [
+            d
+            for d in self.devices
+            if id(d) in kept
+            or (d.present and d.reported and window_bound(d, w.gates, "default", self.now))
+        ]
 
     def _snapshot(self, devs: list[SimDevice], heads: int) -> Snapshot:
         aware, watch = self.policy.checkpoint_aware, self.policy.watch_compute
+        w = self.windows
         return Snapshot(
             now=self.now,
             queued=self.backlog.heads(heads),
             active=[a.active_view(aware) for d in devs for a in d.attempts.values()],
             devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
             margins=self.policy.margins,
+            queues=w.limits if w is not None else {},
+            gates=w.gates if w is not None else None,
         )
 
     def _check_plan(self, decisions: Plan, heads: int) -> None:
@@ -387,7 +492,7 @@ class Simulation:
     def _submit(self, job_id: int, spec: SimJob, submitted_at: float) -> None:
         job = SimJobState(job_id, spec, submitted_at=submitted_at)
         self.jobs[job_id] = job
-        self.backlog.add(job.queued())
+        self.backlog.add(job.queued(self.windows is not None))
 
     def _on_arrival(self, spec: SimJob, _: Any) -> None:
         self._submit(spec.key + 1, spec, submitted_at=self.now)
@@ -499,17 +604,22 @@ class Simulation:
         if self.debug:
             self._check(dev)
 
-    def _evict(self, att: SimAttempt, *, spike_at: float) -> None:
-        """Warn the attempt (see :func:`ebbtide.sim.eviction.outcome` for what follows)."""
+    def _evict(self, att: SimAttempt, *, spike_at: float, deadline_s: float | None = None) -> None:
+        """Warn the attempt (see :func:`ebbtide.sim.eviction.outcome` for what follows);
+        ``deadline_s``: the eviction's deadline (None: the job's own)."""
         spec = att.job.spec
         now = self.now
+        if self.policy.cooldown_s > 0:
+            dev = att.dev
+            dev.cooldown_until = now + self.policy.cooldown_s
+            dev.view = None
         self.tally.progress_cs += att.advance(now)
         was = att.phase
         att.phase = EVICTING
         att.view = None
         att.dev.changed += 1
         att.version += 1
-        out = outcome(att, was, now, self.lat)
+        out = outcome(att, was, now, self.lat, deadline_s)
         lost = att.progress_s - out.saved_s
         t = self.tally
         if lost > 0:
@@ -518,7 +628,7 @@ class Simulation:
         t.evictions += 1
         t.evictions_killed += out.killed
         t.eviction_latency_s.append(out.free_at - spike_at)
-        if out.free_at - now > spec.deadline_s:
+        if out.free_at - now > (spec.deadline_s if deadline_s is None else deadline_s):
             t.deadline_misses += 1
         if out.release_at < out.free_at:
             self._push(out.release_at, _RELEASE, att)
@@ -537,7 +647,7 @@ class Simulation:
         self._leave(att)
         job = att.job
         job.progress_s = att.saved_s
-        self.backlog.add(job.queued())
+        self.backlog.add(job.queued(self.windows is not None))
         self._mark_dirty()
 
     def _on_record(self, _: Any, __: Any) -> None:

@@ -26,7 +26,9 @@ class Outcome:
     killed: bool
 
 
-def outcome(att: SimAttempt, was: int, now: float, lat: Latencies) -> Outcome:
+def outcome(
+    att: SimAttempt, was: int, now: float, lat: Latencies, deadline_s: float | None = None
+) -> Outcome:
     """What happens to ``att``, warned at ``now`` while in phase ``was``:
 
     - not started yet: exits at once (an exit latency);
@@ -35,9 +37,12 @@ def outcome(att: SimAttempt, was: int, now: float, lat: Latencies) -> Outcome:
       checkpoints and then exits, else it exits without one;
     - stubborn: keeps its slice until killed at deadline − kill lead, and keeps only what
       its last finished checkpoint saved.
+
+    ``deadline_s``: the eviction's deadline when it is not the job's own (a drain before a
+    window closes may give less).
     """
     spec = att.job.spec
-    budget = spec.deadline_s - KILL_LEAD_S
+    budget = (spec.deadline_s if deadline_s is None else deadline_s) - KILL_LEAD_S
     if was == STARTING:
         free = now + lat.exit_latency()
         return Outcome(free, free, att.saved_s, killed=False)

@@ -13,17 +13,24 @@ out changes no decision:
   (:func:`ebbtide.scheduling.capacity.overflow`).
 
 :func:`candidates` keeps every other device, with its attempts; best fit among the devices
-kept is best fit among all.  ``Simulation(debug=True)`` checks this on every pass by
+kept is best fit among all.  Under a policy file's windows the planner also evicts where a
+slice's window is closed, due for a drain, or over the open windows' share
+(:func:`window_bound`); those devices are kept too, and gates only ever shrink headroom.
+``Simulation(debug=True)`` checks this on every pass by
 planning the full snapshot as well and comparing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 
-from ebbtide.scheduling.capacity import headroom, overflow
+from ebbtide.scheduling.admission import device_share
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
 from ebbtide.scheduling.snapshot import DeviceView, Margins
+from ebbtide.scheduling.windows import DeviceGates
 from ebbtide.sim.state import SimDevice
+from ebbtide.sim.windows import drain_due
 
 #: The planner's fit slack, in percent or MiB (a job fits headroom this much smaller).
 FIT_SLACK = 1e-6
@@ -41,6 +48,7 @@ def device_view(dev: SimDevice, *, watch_compute: bool, now: float) -> DeviceVie
             reserve_compute_pct=dev.reserve[0],
             reserve_memory_mib=dev.reserve[1],
             sampled_at=now,
+            cooldown_until=dev.cooldown_until,
         )
     return dev.view
 
@@ -68,6 +76,32 @@ def candidates(
         if dev.candidate:
             out.append(dev)
     return out
+
+
+def window_bound(
+    dev: SimDevice, gates: Mapping[tuple[str, int], DeviceGates], queue: str, now: float
+) -> bool:
+    """Whether the windows have the planner evict on ``dev`` now: a slice held where its
+    queue's window is closed, or due for a drain before the close, or more slices than
+    the share the open windows allow."""
+    if not dev.attempts:
+        return False
+    g = gates.get((dev.node, 0))
+    if g is None:
+        return False
+    q = g.open.get(queue)
+    if q is None:
+        return True
+    if math.isfinite(q.open_until) and any(
+        now >= drain_due(q.open_until, a.job.spec.deadline_s) for a in dev.attempts.values()
+    ):
+        return True
+    share = device_share(g)
+    alloc_c = sum(a.job.spec.compute_pct for a in dev.attempts.values())
+    alloc_m = sum(a.job.spec.memory_mib for a in dev.attempts.values())
+    return alloc_c > share * DEVICE_COMPUTE_PCT + FIT_SLACK or alloc_m > (
+        share * dev.memory_mib + FIT_SLACK
+    )
 
 
 def _could_act(

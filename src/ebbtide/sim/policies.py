@@ -12,14 +12,23 @@
 - ``greedy``: current headroom only: no forecast, no margin (``Margins(0, 0)``), and victims
   chosen blind to checkpoints (the victim policy sees no checkpoint, so it takes the most
   recently started first).
+
+With ``ebb sim --policy FILE`` the ``ebbtide`` policy runs under a policy file
+(:func:`from_policy_file`): its margins, eviction deadline, eviction cooldown and forecast
+come from the file's ``defaults``, and the planner gets the file's windows and queue limits
+(see :mod:`ebbtide.sim.windows`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ebbtide.scheduling.forecast import DEFAULT_HISTORY_S
 from ebbtide.scheduling.snapshot import Margins
+
+if TYPE_CHECKING:
+    from ebbtide.config.policy import Policy
 
 #: Window of ``static-night`` in the trace's local clock, in seconds after midnight.
 NIGHT_OPENS_S = 22 * 3600.0
@@ -57,6 +66,12 @@ class SimPolicy:
     #: offline work only between these local times of day, in seconds after midnight;
     #: every attempt is evicted when the window closes
     window: tuple[float, float] | None = None
+    #: a policy file: its windows and queue limits go to the planner (None: no windows)
+    rules: Policy | None = field(default=None, compare=False)
+    #: the eviction deadline of every job, in seconds (None: each job's own)
+    deadline_s: float | None = None
+    #: after an eviction on a device, nothing new goes there for this long, in seconds
+    cooldown_s: float = 0.0
 
     @property
     def forecast_deadline_s(self) -> float:
@@ -72,6 +87,29 @@ def ebbtide_policy(
     margins: Margins = EBBTIDE_MARGINS, forecast: ForecastSettings | None = None
 ) -> SimPolicy:
     return SimPolicy("ebbtide", margins=margins, forecast=forecast or ForecastSettings())
+
+
+def from_policy_file(policy: Policy) -> SimPolicy:
+    """The ``ebbtide`` policy as the file's ``defaults`` configure it, under its windows and
+    queue limits.  The simulated jobs declare no deadline and all go to queue ``default``,
+    so each gets that queue's deadline (or ``defaults.deadline_s``)."""
+    d = policy.defaults
+    deadline = policy.deadline_for("default")
+    return SimPolicy(
+        "ebbtide",
+        margins=d.margins,
+        forecast=ForecastSettings(
+            window_s=deadline,
+            compute_quantile=d.forecast_compute_quantile,
+            history_s=d.forecast_history_s,
+            warmup_s=d.forecast_warmup_s,
+            cold_compute_pct=d.forecast_cold_compute_pct,
+            cold_memory_mib=float(d.forecast_cold_memory_mib),
+        ),
+        rules=policy,
+        deadline_s=deadline,
+        cooldown_s=d.eviction_cooldown_s,
+    )
 
 
 def baselines() -> list[SimPolicy]:

@@ -53,6 +53,8 @@ class SimDevice:
     seen_m: float = 0.0
     reserve: tuple[float, float] = (0.0, 0.0)
     reported: bool = False
+    #: nothing new is dispatched here before this: the policy's eviction cooldown
+    cooldown_until: float = 0.0
     view: DeviceView | None = None
     #: bumped whenever what the scheduler sees of the device changes (its usage, its slices)
     changed: int = 0
@@ -79,7 +81,10 @@ class SimJobState:
     progress_s: float = 0.0
     attempts: int = 0
 
-    def queued(self) -> QueuedJob:
+    def queued(self, declare_checkpoint: bool = False) -> QueuedJob:
+        """The job as the planner sees it; ``declare_checkpoint``: it declares when it
+        first checkpoints (its interval, or its whole run when shorter), as jobs do under
+        a policy file whose windows close."""
         s = self.spec
         return QueuedJob(
             id=self.id,
@@ -93,6 +98,7 @@ class SimJobState:
             array_limit=None,
             attempts=self.attempts,
             deadline_s=s.deadline_s,
+            first_checkpoint_s=min(s.ckpt_interval_s, s.work_s) if declare_checkpoint else None,
         )
 
 
