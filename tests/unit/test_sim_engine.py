@@ -20,26 +20,12 @@ from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import DeviceLoad, OnlineLoad
 from ebbtide.sim.policies import ForecastSettings, SimPolicy, baselines, ebbtide_policy
 from ebbtide.sim.record import Recorder
-from ebbtide.sim.timing import Latencies
+from tests.unit.sim_builders import Fixed
 
 GIB = 1024.0
 #: margins 0, no forecast, checkpoint-aware victims: the arithmetic stays visible
 PLAIN = SimPolicy("plain", margins=Margins(0.0, 0.0))
 EXCLUSIVE, STATIC_NIGHT, GREEDY = baselines()
-
-
-class Fixed(Latencies):
-    def __init__(self) -> None:
-        super().__init__(0)
-
-    def sample_delay(self) -> float:
-        return 0.02
-
-    def exit_latency(self) -> float:
-        return 0.1
-
-    def reap_latency(self) -> float:
-        return 0.01
 
 
 def online(

@@ -17,25 +17,11 @@ from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import DeviceLoad, OnlineLoad
 from ebbtide.sim.policies import SimPolicy, from_policy_file
-from ebbtide.sim.timing import Latencies
 from ebbtide.sim.windows import SimWindows
+from tests.unit.sim_builders import Fixed
 
 GIB = 1024.0
 HOUR = 3600.0
-
-
-class Fixed(Latencies):
-    def __init__(self) -> None:
-        super().__init__(0)
-
-    def sample_delay(self) -> float:
-        return 0.02
-
-    def exit_latency(self) -> float:
-        return 0.1
-
-    def reap_latency(self) -> float:
-        return 0.01
 
 
 class Logged(Simulation):
