@@ -48,14 +48,6 @@ class Settings(BaseModel):
     def is_admin(self, user: str | None = None) -> bool:
         return (user or self.user) in self.admins
 
-    @property
-    def logs_dir(self) -> Path:
-        return self.home / "logs"
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.home / "checkpoints"
-
 
 def normalise_db_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and use the psycopg 3 driver."""

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from ebbtide.preemption.victims import Eviction, EvictReason, select_victims
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, allocated
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceView,
@@ -126,8 +126,9 @@ def share_evictions(
         if not here:
             continue
         share = device_share(snapshot.gates.get(device.key))
-        over_c = sum(a.compute_pct for a in here) - share * DEVICE_COMPUTE_PCT
-        over_m = sum(a.memory_mib for a in here) - share * device.memory_mib
+        alloc_c, alloc_m = allocated(device, here)
+        over_c = alloc_c - share * DEVICE_COMPUTE_PCT
+        over_m = alloc_m - share * device.memory_mib
         if over_c <= 1e-6 and over_m <= 1e-6:
             continue
         message = (

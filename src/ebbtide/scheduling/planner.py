@@ -41,7 +41,7 @@ from ebbtide.scheduling.admission import (
     share_evictions,
     unplaced_reason,
 )
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, allocated, headroom
 from ebbtide.scheduling.fit import EPS, FitIndex, Free
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob, Snapshot, protected
 from ebbtide.scheduling.windows import QueueGate
@@ -124,8 +124,7 @@ def plan(snapshot: Snapshot) -> Plan:
     free: dict[tuple[str, int], Free] = {}
     for device in snapshot.devices:
         here = by_device.get(device.key, [])
-        alloc_c = sum(a.compute_pct for a in here)
-        alloc_m = sum(a.memory_mib for a in here)
+        alloc_c, alloc_m = allocated(device, here)
         c, m = headroom(device, alloc_c, alloc_m, snapshot.margins)
         # a device under pressure (an eviction decided now or still in flight) takes
         # nothing new until its slices are free; nor does one cooling down after one
