@@ -14,13 +14,15 @@ the JSON shape that ``ebb qstat --json`` prints.
 from __future__ import annotations
 
 import builtins
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import EbbtideError, SpecError
+from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
@@ -142,6 +144,64 @@ class Client:
 
     def release(self, job_id: int) -> Job:
         return self.store.release(job_id, user=self.user, admin=self.is_admin)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def nodes(self) -> builtins.list[dict[str, Any]]:
+        """Node agents as ``ebb nodes --json`` shows them: heartbeat age, drains, and per
+        device the latest online (and offline) usage, health, the last fault, cooldown."""
+        now = time.time()
+        cooldown_s = self.policy.defaults.eviction_cooldown_s
+        drains = {(d.node, d.device): d for d in self.store.drains.drained()}
+        out = []
+        for n in self.store.nodes():
+            node_drain = drains.get((n.name, WHOLE_NODE))
+            devices = json.loads(n.devices_json)
+            for d in devices:
+                evicted = d.get("last_eviction_at")
+                d["cooldown_until"] = evicted + cooldown_s if evicted else None
+                drain = drains.get((n.name, int(d["index"])))
+                d["drained"] = drain.describe() if drain else None
+                d.setdefault("health", "healthy")
+            out.append(
+                {
+                    "name": n.name,
+                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
+                    "stopping": n.stopping,
+                    "drained": node_drain.describe() if node_drain else None,
+                    "devices": devices,
+                }
+            )
+        return out
+
+    def drain(self, node: str, device: int | None = None, *, reason: str = "") -> None:
+        """Keep new work off ``node`` (or one device of it); what runs there goes on.
+        Admins only."""
+        self._device_admin("drain", node, device)
+        self.store.drains.drain(
+            node, WHOLE_NODE if device is None else device, by=self.user, reason=reason
+        )
+
+    def undrain(self, node: str, device: int | None = None) -> None:
+        """Return ``node`` (or one device) to service: lifts drains, and clears a fault the
+        node agent holds against it (it takes work again at once).  Admins only."""
+        self._device_admin("undrain", node, device)
+        self.store.drains.undrain(node, WHOLE_NODE if device is None else device, by=self.user)
+
+    def _device_admin(self, what: str, node: str, device: int | None) -> None:
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may {what} nodes; {self.user} is not one")
+        known = {n.name: n for n in self.store.nodes()}
+        if node not in known:
+            names = ", ".join(sorted(known)) or "none yet"
+            raise UserError(f"no node named {node!r} (known: {names})")
+        if device is not None:
+            indices = sorted(int(d["index"]) for d in json.loads(known[node].devices_json))
+            if device not in indices:
+                raise UserError(
+                    f"node {node!r} has no device {device} (devices: "
+                    f"{', '.join(map(str, indices)) or 'none'})"
+                )
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled; return it."""

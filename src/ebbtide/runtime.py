@@ -73,6 +73,8 @@ class Runtime:
             self.agent.queues = queue_limits(policy)
             self.agent.deadline_s = policy.defaults.deadline_s
             self.agent.heartbeat_timeout_s = policy.defaults.heartbeat_timeout_s
+            self.agent.health.recovery_s = policy.defaults.device_recovery_s
+            self.agent.planning_margin = policy.defaults.planning_margins
 
     def reload_policy(self) -> None:
         """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
@@ -154,6 +156,8 @@ def build(
             forecast=policy.defaults.forecaster,
             deadline_s=policy.defaults.deadline_s,
             heartbeat_timeout_s=policy.defaults.heartbeat_timeout_s,
+            device_recovery_s=policy.defaults.device_recovery_s,
+            planning_margin=policy.defaults.planning_margins,
         )
         rt.on_stop.append(source.close)
     return rt

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from ebbtide.workers.devices import parse_devices
-from ebbtide.workers.headroom.base import HeadroomSource
+from ebbtide.workers.headroom.base import HeadroomSource, KnownPids
 from ebbtide.workers.headroom.factory import open_source
 from ebbtide.workers.headroom.static import StaticSource
 
@@ -34,7 +34,7 @@ def test_set_changes_one_device_only() -> None:
 
 def test_offline_pids_do_not_matter() -> None:
     source = StaticSource(parse_devices("1"), 30, 100)
-    assert source.sample(0.0, frozenset({1, 2})) == source.sample(0.0)
+    assert source.sample(0.0, KnownPids.of({1, 2})) == source.sample(0.0)
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from rich.text import Text
 
 from ebbtide.client import Client
 from ebbtide.config.settings import Settings
+from ebbtide.queue.engine import reading
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import EVENTS, Store
@@ -157,7 +158,7 @@ class Feed:
             .where(EVENTS.c.id > self.last_id, EVENTS.c.job_id.in_(list(self.jobs)))
             .order_by(EVENTS.c.id)
         )
-        with self.store.engine.connect() as conn:
+        with reading(self.store.engine) as conn:
             rows = conn.execute(stmt).mappings().all()
         for r in rows:
             self.last_id = r["id"]

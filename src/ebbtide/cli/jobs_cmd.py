@@ -1,8 +1,7 @@
-"""``ebb qsub | qstat | qdel | qhold | qrls | events | nodes``: submit and watch jobs."""
+"""``ebb qsub | qstat | qdel | qhold | qrls | events``: submit and watch jobs."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -259,52 +258,3 @@ def events(job_id: int, as_json: bool) -> None:
         att = f"#{e['attempt']}" if e["attempt"] else "  "
         detail = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
         click.echo(f"{_fmt_time(e['time'])} {att:>3} {e['type']:<16} {detail}")
-
-
-@click.command("nodes")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def nodes(as_json: bool) -> None:
-    """Show node agents: heartbeat age, and each device's latest online load."""
-    import time
-
-    from ebbtide.units import format_mib
-
-    client = _client()
-    rows = client.store.nodes()
-    now = time.time()
-    cooldown_s = client.policy.defaults.eviction_cooldown_s
-
-    def devices(n: Any) -> list[dict[str, Any]]:
-        out = json.loads(n.devices_json)
-        for d in out:
-            evicted = d.get("last_eviction_at")
-            d["cooldown_until"] = evicted + cooldown_s if evicted else None
-        return out
-
-    if as_json:
-        _echo_json(
-            [
-                {
-                    "name": n.name,
-                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
-                    "stopping": n.stopping,
-                    "devices": devices(n),
-                }
-                for n in rows
-            ]
-        )
-        return
-    click.echo(f"{'NODE':<16} {'AGE':>6}  DEVICES (online compute / memory)")
-    for n in rows:
-        devs = "  ".join(
-            f"{d['index']}:{d['online_compute_pct']:.0f}%/{format_mib(d['online_memory_mib'])}"
-            f" of {format_mib(d['memory_mib'])}"
-            + (
-                f" (cooling down {d['cooldown_until'] - now:.0f}s)"
-                if d["cooldown_until"] and d["cooldown_until"] > now
-                else ""
-            )
-            for d in devices(n)
-        )
-        state = " (stopping)" if n.stopping else ""
-        click.echo(f"{n.name[:16]:<16} {now - n.heartbeat_at:>5.1f}s  {devs}{state}")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ebbtide import __version__
-from ebbtide.cli import jobs_cmd, run_cmd
+from ebbtide.cli import jobs_cmd, nodes_cmd, run_cmd
 from ebbtide.cli.common import _client, _echo_json, _setup_logging, log
 from ebbtide.cli.policy_cmd import policy_group
 from ebbtide.errors import EbbtideError, UserError
@@ -48,6 +48,8 @@ def cli() -> None:
       ebb qstat -f 12                              one job in full
       ebb events 12                                what happened to a job
       ebb qdel 12 / ebb qhold 12 / ebb qrls 12     cancel, hold, release
+      ebb nodes                                    node agents, device load and health
+      ebb node drain gpu-a/3                       take a device out of service (admins)
 
     \b
     Run it:
@@ -67,7 +69,8 @@ cli.add_command(jobs_cmd.qdel)
 cli.add_command(jobs_cmd.qhold)
 cli.add_command(jobs_cmd.qrls)
 cli.add_command(jobs_cmd.events)
-cli.add_command(jobs_cmd.nodes)
+cli.add_command(nodes_cmd.nodes)
+cli.add_command(nodes_cmd.node_group)
 cli.add_command(run_cmd.up)
 cli.add_command(run_cmd.scheduler)
 cli.add_command(run_cmd.worker)

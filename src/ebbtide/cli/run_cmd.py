@@ -17,14 +17,16 @@ def _agent_options(fn: Any) -> Any:
         "--headroom",
         default="static",
         show_default=True,
-        help="Where online usage comes from: nvml, static, static:20%,8GiB, "
-        "trace:FILE or trace:FILE@10x (replay 10x faster).",
+        help="Where online usage comes from: nvml (real GPUs, per process), static, "
+        "static:20%,8GiB, trace:FILE or trace:FILE@10x (replay 10x faster), or "
+        "prometheus:URL (DCGM exporter figures through Prometheus or the exporter's "
+        "/metrics; planning only, never an eviction trigger; add ?Hostname=NODE).",
     )(fn)
     fn = click.option(
         "--devices",
         default=None,
         help="Simulated devices for machines without GPUs: 2x80GiB, 1x40GiB,1x80GiB "
-        "(default 1x80GiB; ignored with --headroom nvml).",
+        "(default 1x80GiB; ignored with --headroom nvml and prometheus:URL).",
     )(fn)
     fn = click.option("--node", default=None, help="This node's name (default: host name).")(fn)
     return fn

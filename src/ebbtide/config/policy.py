@@ -58,6 +58,14 @@ class Defaults(Strict):
     #: the cold reserve: compute (percent) and memory kept back while warming up
     forecast_cold_compute_pct: Annotated[float, Field(ge=0, le=100)] = 30.0
     forecast_cold_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
+    #: a device taken out of service by a fault (an XID, a GPU off the bus) returns after
+    #: its health checks pass for this long, in seconds (``ebb node undrain``: at once)
+    device_recovery_s: Annotated[Duration, Field(ge=0)] = 600.0
+    #: kept back on devices measured by a planning-only source (DCGM through
+    #: Prometheus, seconds old), on top of the forecast: compute in percent ...
+    planning_margin_compute_pct: Annotated[float, Field(ge=0, le=100)] = 15.0
+    #: ... and memory in MiB
+    planning_margin_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
 
     def forecaster(self) -> Forecaster:
         """A fresh forecaster for one device, as these defaults configure it."""
@@ -73,6 +81,14 @@ class Defaults(Strict):
     def margins(self) -> Margins:
         return Margins(
             compute_pct=self.margin_compute_pct, memory_mib=float(self.margin_memory_mib)
+        )
+
+    @property
+    def planning_margins(self) -> Margins:
+        """What a planning-only source's devices keep back on top of the forecast."""
+        return Margins(
+            compute_pct=self.planning_margin_compute_pct,
+            memory_mib=float(self.planning_margin_memory_mib),
         )
 
     def backoff_s(self, evictions: int) -> float:

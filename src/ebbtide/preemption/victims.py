@@ -26,6 +26,7 @@ class EvictReason(StrEnum):
     WINDOW_CLOSING = "window_closing"  # drained so the slice is free by the close
     WINDOW_CLOSED = "window_closed"  # no open window admits it here any more
     SHARE = "offline_share"  # over the share the open windows allow
+    GPU_FAULT = "gpu_fault"  # the device failed (an XID, off the bus): moved, not counted
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""Database engines: SQLite (WAL, a busy timeout, BEGIN IMMEDIATE) or PostgreSQL."""
+"""Database engines: SQLite (WAL, a busy timeout; writes BEGIN IMMEDIATE, reads a plain
+deferred BEGIN, so a read never waits for a writer nor holds one up) or PostgreSQL."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,8 @@ from sqlalchemy.engine import Connection
 
 #: SQLite waits this long for a lock held by another process, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The execution option that marks a connection as only reading.
+_READ_ONLY = "ebbtide_read_only"
 
 
 def _enable_wal(cur: Any) -> None:
@@ -48,8 +53,11 @@ def _sqlite_engine(url: str) -> sa.Engine:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # take the write lock up front: no deadlock upgrading a read lock
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if conn.get_execution_options().get(_READ_ONLY):
+            conn.exec_driver_sql("BEGIN")  # a snapshot; WAL lets it run beside a writer
+        else:
+            # take the write lock up front: no deadlock upgrading a read lock
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
@@ -59,3 +67,10 @@ def create_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
     return sa.create_engine(url, pool_pre_ping=True, pool_size=5)
+
+
+@contextmanager
+def reading(engine: sa.Engine) -> Iterator[Connection]:
+    """A connection for reads only: on SQLite it takes no write lock."""
+    with engine.connect() as conn:
+        yield conn.execution_options(**{_READ_ONLY: True})

@@ -115,8 +115,26 @@ def _v2_backoff_and_admission(conn: Connection) -> None:
     )
 
 
+def _v3_device_drains(conn: Connection) -> None:
+    """Admins drain and undrain nodes and devices (``ebb node drain|undrain``)."""
+    sa.Table(
+        "device_drains",
+        sa.MetaData(),
+        sa.Column("node", sa.String, primary_key=True),
+        sa.Column("device", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("state", sa.String, nullable=False),
+        sa.Column("by", sa.String, nullable=False),
+        sa.Column("reason", sa.String, nullable=False),
+        sa.Column("at", sa.Float, nullable=False),
+    ).create(conn)
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_backoff_and_admission]
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _v1_initial,
+    _v2_backoff_and_admission,
+    _v3_device_drains,
+]
 LATEST_VERSION = len(MIGRATIONS)
 
 

@@ -1,4 +1,6 @@
-"""The tables: jobs, attempts, events, nodes.  All database I/O lives in ``store.py``."""
+"""The tables: jobs, attempts, events, nodes, device drains.
+
+All database I/O lives in ``store.py`` (and ``drains.py``)."""
 
 from __future__ import annotations
 
@@ -98,6 +100,21 @@ class Node(SQLModel, table=True):
     #: JSON list of device views: index, memory_mib, online_compute_pct, online_memory_mib
     devices_json: str = "[]"
     stopping: bool = False
+
+
+class DeviceDrain(SQLModel, table=True):
+    """An admin's drain or undrain of a device (``device`` -1: the whole node)."""
+
+    __tablename__ = "device_drains"
+
+    node: str = Field(primary_key=True)
+    device: int = Field(primary_key=True)
+    #: ``drained``: nothing new goes there; ``undrained``: back in service (kept as the
+    #: record the node agent reads to clear a fault)
+    state: str
+    by: str
+    reason: str = ""
+    at: float
 
 
 class SchemaVersion(SQLModel, table=True):

@@ -30,7 +30,8 @@ from ebbtide.errors import (
 )
 from ebbtide.queue import migrations
 from ebbtide.queue.dependencies import dependencies_verdict
-from ebbtide.queue.engine import create_engine
+from ebbtide.queue.drains import Drains
+from ebbtide.queue.engine import create_engine, reading
 from ebbtide.queue.models import Attempt, Event, Job, Node
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import (
@@ -42,6 +43,9 @@ from ebbtide.queue.states import (
     check_transition,
 )
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
+
+#: the reason code of an eviction for a GPU fault (``EvictReason.GPU_FAULT``)
+GPU_FAULT = "gpu_fault"
 
 JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
@@ -77,6 +81,8 @@ class Store:
             except BaseException:
                 self.engine.dispose()
                 raise
+        #: admins' drains and undrains of nodes and devices
+        self.drains = Drains(self.engine, clock)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -88,7 +94,7 @@ class Store:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
+        with reading(self.engine) as conn:
             yield conn
 
     # -- submission ---------------------------------------------------------------------
@@ -654,6 +660,7 @@ class Store:
         deadline_s: float,
         spike_at: float,
         source: str,
+        reason_code: str | None = None,
     ) -> None:
         """running → evicting, recording why and by when the slice will be free."""
         self.transition(
@@ -664,12 +671,30 @@ class Store:
             attempt=attempt,
             data={
                 "reason": reason,
+                "reason_code": reason_code,
                 "deadline_s": deadline_s,
                 "spike_at": spike_at,
                 "source": source,
             },
             changes={"reason": f"evicting: {reason}"},
         )
+
+    def eviction_request(self, job_id: int, attempt: int) -> dict[str, Any] | None:
+        """What the last ``evict_requested`` of this attempt said (reason, reason code,
+        deadline, spike time), or None."""
+        stmt = (
+            sa.select(EVENTS.c.data_json)
+            .where(
+                EVENTS.c.job_id == job_id,
+                EVENTS.c.attempt == attempt,
+                EVENTS.c.type == EventType.EVICT_REQUESTED.value,
+            )
+            .order_by(EVENTS.c.id.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(stmt).scalar()
+        return json.loads(row) if row else None
 
     def _end_attempt(
         self,
@@ -698,13 +723,16 @@ class Store:
         eviction: dict[str, Any] | None = None,
         max_attempts: int | None = None,
         why: str | None = None,
+        final: bool = False,
     ) -> JobState:
         """Record the end of an attempt's process and move the job on; return its new state.
 
         Exit 0 succeeds.  An exit during an eviction, or exit code 99 at any time, is an
-        eviction: the job is requeued (or cancelled, if that was asked).  Any other exit is
-        a failure, requeued while attempts remain; ``why`` says what ended it when the
-        agent knows better than the exit code (``"walltime 2h exceeded"``).
+        eviction: the job is requeued (or cancelled, if that was asked); an eviction for a
+        GPU fault does not count as one (no backoff, no ``max_preemptions``).  Any other
+        exit is a failure, requeued while attempts remain (``final``: never, as for a job
+        that cannot be started at all); ``why`` says what ended it when the agent knows
+        better than the exit code (``"walltime 2h exceeded"``).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -713,7 +741,8 @@ class Store:
         now = self.clock.time()
         if max_attempts is None:
             max_attempts = self.spec(job_id).max_attempts
-        evicted = source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE
+        fault = (eviction or {}).get("reason_code") == GPU_FAULT
+        evicted = source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault
         data: dict[str, Any] = {"exit_code": exit_code}
         changes: dict[str, Any] = {"exit_code": exit_code, "node": None, "devices": None}
         with self._tx() as conn:
@@ -745,15 +774,15 @@ class Store:
                     data={"reason": why, **(eviction or {}), "exit_code": exit_code},
                 )
                 target, event = JobState.QUEUED, EventType.REQUEUED
-                changes.update(
-                    evictions=job.evictions + 1, reason=f"requeued: {why}", requeued_at=now
-                )
+                changes.update(reason=f"requeued: {why}", requeued_at=now)
+                if not fault:
+                    changes["evictions"] = job.evictions + 1
                 data["reason"] = why
             else:
                 failures = job.failures + 1
                 changes["failures"] = failures
                 outcome = AttemptOutcome.FAILED
-                if failures < max_attempts:
+                if failures < max_attempts and not final:
                     self._event(
                         conn,
                         job_id,

@@ -219,6 +219,11 @@ def unplaced_reason(
 ) -> str:
     """Why a job that passed its quotas found no device: windows, cooldown, or room."""
     now, gates = snapshot.now, snapshot.gates
+    devices = list(devices)
+    if devices and all(d.unavailable for d in devices):
+        more = ", …" if len(devices) > 1 else ""
+        return f"waiting: no device takes work ({devices[0].unavailable}{more})"
+    devices = [d for d in devices if not d.unavailable]
     open_here = []
     closed_why = ""
     for d in devices:

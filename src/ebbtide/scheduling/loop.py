@@ -24,6 +24,7 @@ from typing import Any
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.config.policy import Policy
 from ebbtide.errors import StaleState
+from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
@@ -76,6 +77,7 @@ class Scheduler:
     def snapshot(self, now: float) -> Snapshot:
         defaults = self.policy.defaults
         devices = []
+        drains = {(d.node, d.device): d.describe() for d in self.store.drains.drained()}
         for node in self.store.nodes():
             if node.stopping or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 continue
@@ -102,6 +104,8 @@ class Scheduler:
                         cooldown_until=(evicted_at + defaults.eviction_cooldown_s)
                         if evicted_at
                         else 0.0,
+                        unavailable=unavailable(node.name, index, d, drains),
+                        planning_only=d.get("eviction_trigger") is False,
                     )
                 )
         return Snapshot(
@@ -148,6 +152,7 @@ class Scheduler:
                     ev.job_id,
                     ev.attempt,
                     reason=ev.message,
+                    reason_code=ev.reason.value,
                     deadline_s=ev.deadline_s,
                     spike_at=now,
                     source="scheduler",
@@ -242,3 +247,12 @@ class Scheduler:
                 log.exception("scheduler pass failed")
             self._wake.wait(PLAN_PERIOD_S)
             self._wake.clear()
+
+
+def unavailable(node: str, index: int, device: dict[str, Any], drains: dict[Any, str]) -> str:
+    """Why nothing new may go to ``node``/``index``: a fault its agent reports, or an
+    admin's drain of the device or the node; "" when it may take work."""
+    if device.get("health") == "unhealthy":
+        fault = device.get("fault") or {}
+        return f"{node}/{index} is out of service: {fault.get('meaning') or 'a fault'}"
+    return drains.get((node, index)) or drains.get((node, WHOLE_NODE)) or ""

@@ -3,10 +3,11 @@
 One pass reads as numbered phases (after kueue's scheduling cycle):
 
 1. **evict**: on every device where online usage plus offline slices exceed capacity
-   minus the margin, pick victims with :mod:`ebbtide.preemption.victims`; also evict
-   attempts whose cancellation was asked for.
+   minus the margin, pick victims with :mod:`ebbtide.preemption.victims` (not on figures
+   from a planning-only source); also evict attempts whose cancellation was asked for.
 2. **account**: headroom per device = capacity − online − expected growth − margin −
-   offline slices (slices being evicted still count until they are free).
+   offline slices (slices being evicted still count until they are free); none on a
+   device that is out of service or drained.
 3. **nominate**: queued jobs in order — priority (high first), then submission order
    (a requeued job keeps its place ahead of later submissions of its priority).
 4. **admit**: each job goes to the device that fits it best (least headroom left over,
@@ -91,8 +92,8 @@ def plan(snapshot: Snapshot) -> Plan:
     chosen: set[tuple[int, int]] = set()
     for device in snapshot.devices:
         here = by_device.get(device.key)
-        if not here:
-            continue  # no slice to take back
+        if not here or device.planning_only:
+            continue  # no slice to take back, or figures too old to evict on
         for ev in evictions_for_device(device, here, snapshot.margins, now, guarded):
             if (ev.job_id, ev.attempt) not in chosen:
                 chosen.add((ev.job_id, ev.attempt))
@@ -133,6 +134,8 @@ def plan(snapshot: Snapshot) -> Plan:
         if device.cooldown_until > now:
             c = m = 0.0
             wakes.append(device.cooldown_until)
+        if device.unavailable:
+            c = m = 0.0  # out of service (a fault) or drained by an admin
         if gates is not None:
             share = device_share(gates.get(device.key))
             c = min(c, share * DEVICE_COMPUTE_PCT - alloc_c)

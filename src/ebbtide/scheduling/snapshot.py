@@ -86,6 +86,11 @@ class DeviceView:
     sampled_at: float = 0.0
     #: nothing new is dispatched here before this (Unix seconds): eviction cooldown
     cooldown_until: float = 0.0
+    #: why nothing new may go here at all (a fault, an admin's drain); "" when it may
+    unavailable: str = ""
+    #: the figures come from a planning-only source (seconds old): no online-pressure
+    #: eviction is decided on them
+    planning_only: bool = False
 
     @property
     def key(self) -> tuple[str, int]:

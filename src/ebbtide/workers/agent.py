@@ -4,29 +4,36 @@ back when the online tenants need the room.
 One loop thread does everything that touches processes, so handlers stay short (a
 message only puts a command in the inbox and wakes the loop).  Each tick (``SAMPLE_PERIOD_S``):
 
-1. sample the headroom source;
-2. run the commands in the inbox (start, evict);
-3. reap attempts whose process ended, read their status files (checkpoints, progress);
-4. kill attempts whose eviction deadline has come (the whole process group);
-5. the fast path: if the sample shows online usage plus offline slices above capacity
+1. renew every attempt's lease (its shim kills it when the renewals stop);
+2. sample the headroom source, telling the attempts' processes (their whole trees) from
+   the online tenants';
+3. take in device faults (XIDs, a GPU off the bus): a device out of service has its
+   slices evicted (killed at once when the GPU is gone) and takes nothing new;
+4. run the commands in the inbox (start, evict);
+5. reap attempts whose processes ended, read their status files (checkpoints, progress);
+6. kill attempts whose eviction deadline has come (every process of the attempt);
+7. the fast path: if the sample shows online usage plus offline slices above capacity
    minus the margin, pick victims with the same victim policy the scheduler uses and warn
    them at once, with no round trip to the scheduler;
-6. every ``HEARTBEAT_PERIOD_S``: heartbeat with the latest sample, and reconcile with the
-   store (start attempts dispatched here whose message was lost; kill attempts the store
-   no longer gives to this node).
+8. every ``HEARTBEAT_PERIOD_S``: heartbeat with the latest sample and device health, and
+   reconcile with the store (start attempts dispatched here whose message was lost; kill
+   attempts the store no longer gives to this node; take in admins' undrains).
+
+(Longer than our modules should be: it is the one loop that owns the attempts' processes,
+and every step above changes them.  What can stand alone already does: the attempt's
+record (``attempt.py``), launching (``launch.py``), process trees (``executor.py``,
+``shim.py``, ``ownership.py``), status files (``status.py``), device health
+(``health.py``).  The store I/O it still does in the loop moves out with the typed
+messages.)
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import queue
-import shlex
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +41,20 @@ from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import EbbtideError, StaleState
 from ebbtide.preemption.enforcer import EvictionClock
 from ebbtide.preemption.victims import EvictReason, evictions_for_device
-from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
 from ebbtide.units import signal_name
-from ebbtide.workers.executor import Executor, Handle, Launch, LocalExecutor
-from ebbtide.workers.headroom.base import DeviceSample, HeadroomSource
+from ebbtide.workers.attempt import LocalAttempt, tree_of
+from ebbtide.workers.executor import Executor, Exit, LocalExecutor
+from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
+from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
+from ebbtide.workers.launch import launch_for
+from ebbtide.workers.ownership import ProcessOwnership
+from ebbtide.workers.status import Checkpoint, StatusReader
 
 log = logging.getLogger("ebbtide.agent")
 
@@ -51,49 +64,6 @@ SAMPLE_PERIOD_S = 0.05
 EVICTING_PERIOD_S = 0.005
 #: How often the agent heartbeats and reconciles with the store, in seconds.
 HEARTBEAT_PERIOD_S = 0.5
-
-
-@dataclass
-class LocalAttempt:
-    job_id: int
-    attempt: int
-    priority: int
-    queue: str
-    devices: tuple[int, ...]
-    compute_pct: float
-    memory_mib: int
-    gpus: int
-    deadline_s: float
-    signal: int
-    handle: Handle
-    dispatched_at: float
-    started_at: float
-    status_path: Path
-    status_offset: int = 0
-    last_checkpoint_at: float | None = None
-    eviction: EvictionClock | None = None
-    walltime_s: float | None = None
-    #: why the agent ended it, when it was not the job's own doing (walltime, fencing)
-    ended_by: str | None = None
-
-    def view(self, node: str) -> ActiveAttempt:
-        return ActiveAttempt(
-            job_id=self.job_id,
-            attempt=self.attempt,
-            state=JobState.EVICTING if self.eviction else JobState.RUNNING,
-            priority=self.priority,
-            queue=self.queue,
-            node=node,
-            devices=self.devices,
-            compute_pct=self.compute_pct,
-            memory_mib=self.memory_mib,
-            deadline_s=self.deadline_s,
-            signal=self.signal,
-            dispatched_at=self.dispatched_at,
-            started_at=self.started_at,
-            last_checkpoint_at=self.last_checkpoint_at,
-            gpus=self.gpus,
-        )
 
 
 class NodeAgent:
@@ -113,6 +83,8 @@ class NodeAgent:
         forecast: Callable[[], Forecaster] | None = None,
         deadline_s: float = 30.0,
         heartbeat_timeout_s: float = 10.0,
+        device_recovery_s: float = 600.0,
+        planning_margin: Margins | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -120,7 +92,7 @@ class NodeAgent:
         self.home = home
         self.margins = margins or Margins()
         self.clock = clock
-        self.executor = executor or LocalExecutor()
+        self.executor = executor or LocalExecutor(run_dir=home / "run" / name)
         self.notify = notify  # callable(dict) that wakes the scheduler, or None
         self.mps = mps
         #: per-queue protections (min-runtime, preemptible) for the fast path
@@ -131,6 +103,12 @@ class NodeAgent:
         self.attempts: dict[int, LocalAttempt] = {}
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self.latest: list[DeviceSample] = []
+        #: which GPU process is whose: the attempts' trees, for the headroom source
+        self.ownership = ProcessOwnership()
+        #: device faults and recovery
+        self.health = HealthTracker([d.index for d in self.devices], device_recovery_s)
+        #: extra headroom kept back where the source is for planning only (DCGM)
+        self.planning_margin = planning_margin or Margins(15.0, 8192.0)
         #: expected online growth per device (the admission reserve in the heartbeat)
         self.forecasts = {d.index: (forecast or Forecaster)() for d in self.devices}
         #: the reserve is for growth within this deadline, in seconds
@@ -144,11 +122,23 @@ class NodeAgent:
         self._thread: threading.Thread | None = None
         self._started_at = clock.time()
         self._next_heartbeat = 0.0
+        self._next_health_check = 0.0
+        #: the time of the last undrain taken in, per device (undrains are not repeated)
+        self._undrains_seen: dict[int, float] = {}
+
+    @property
+    def lease_s(self) -> float:
+        """An attempt's shim kills it after this long without a renewal, in seconds: half
+        the heartbeat timeout, so it is dead before the scheduler gives its job away."""
+        return self.heartbeat_timeout_s / 2
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
         self._started_at = self.clock.time()
+        reap = getattr(self.executor, "reap_leftovers", None)
+        if reap is not None:
+            reap()  # what a previous incarnation left dies before anything is requeued
         self._heartbeat()
         self._thread = threading.Thread(target=self._run, name=f"agent-{self.name}", daemon=True)
         self._thread.start()
@@ -190,12 +180,20 @@ class NodeAgent:
 
     def tick(self) -> None:
         now = self.clock.time()
-        pids = frozenset(a.handle.pid for a in self.attempts.values())
-        self.latest = self.source.sample(now, pids)
-        for sample in self.latest:
-            forecast = self.forecasts.get(sample.index)
-            if forecast is not None:
-                forecast.observe(sample.time, sample.online_compute_pct, sample.online_memory_mib)
+        for local in self.attempts.values():
+            self.executor.renew(local.handle)
+        try:
+            self._update_ownership()
+            self.latest = self.source.sample(now, self.ownership)
+            for sample in self.latest:
+                forecast = self.forecasts.get(sample.index)
+                if forecast is not None and sample.ok:
+                    forecast.observe(
+                        sample.time, sample.online_compute_pct, sample.online_memory_mib
+                    )
+            self._take_faults(now)
+        except Exception:  # a broken source must not stop deadlines from being kept
+            log.exception("sampling the headroom source failed; keeping the last sample")
         while True:
             try:
                 cmd = self.inbox.get_nowait()
@@ -203,30 +201,51 @@ class NodeAgent:
                 break
             self._handle(cmd, now)
         for local in list(self.attempts.values()):
-            self._read_status(local)
-            code = self.executor.poll(local.handle)
-            if code is not None:
-                self._finish(local, code)
-            elif local.eviction and local.eviction.due(self.clock.time()):
-                local.eviction.killed = True
-                log.info(
-                    "job %s attempt %s: deadline reached, killing", local.job_id, local.attempt
-                )
-                self.executor.sweep(local.handle)  # free by the deadline, not a tick later
-                self._finish(local, self.executor.poll(local.handle) or 128 + signal.SIGKILL)
-            elif (
-                local.walltime_s is not None
-                and not local.eviction
-                and now - local.started_at > local.walltime_s
-            ):
-                log.info("job %s attempt %s: walltime exceeded", local.job_id, local.attempt)
-                local.ended_by = f"walltime {local.walltime_s:g}s exceeded, killed"
-                self.executor.signal(local.handle, signal.SIGKILL)
+            try:
+                self._watch(local, now)
+            except Exception:  # one attempt's trouble never stops the tick for the others
+                log.exception("job %s attempt %s: watching it failed", local.job_id, local.attempt)
         self._fast_path(now)
+        if now >= self._next_health_check:
+            self._next_health_check = now + HEALTH_CHECK_PERIOD_S
+            self._check_health(now)
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_PERIOD_S
             self._heartbeat()
             self._reconcile(now)
+
+    def _watch(self, local: LocalAttempt, now: float) -> None:
+        """Reap ``local`` if it ended, kill it at its deadline or walltime."""
+        self._read_status(local)
+        ended = self.executor.poll(local.handle)
+        if ended is not None:
+            self._finish(local, ended)
+        elif local.eviction and local.eviction.due(self.clock.time()):
+            self._kill_now(local)
+        elif (
+            local.walltime_s is not None
+            and not local.eviction
+            and now - local.started_at > local.walltime_s
+        ):
+            log.info("job %s attempt %s: walltime exceeded", local.job_id, local.attempt)
+            local.ended_by = f"walltime {local.walltime_s:g}s exceeded, killed"
+            self.executor.signal(local.handle, signal.SIGKILL)
+
+    def _kill_now(self, local: LocalAttempt) -> None:
+        """The eviction deadline has come (or the GPU is gone): free the slice now."""
+        assert local.eviction is not None
+        local.eviction.killed = True
+        log.info("job %s attempt %s: deadline reached, killing", local.job_id, local.attempt)
+        self.executor.sweep(local.handle)  # free by the deadline, not a tick later
+        self._finish(local, self.executor.poll(local.handle) or Exit(128 + signal.SIGKILL))
+
+    def _update_ownership(self) -> None:
+        granted: dict[int, tuple[float, float]] = {}
+        for a in self.attempts.values():
+            for d in a.devices:
+                c, m = granted.get(d, (0.0, 0.0))
+                granted[d] = (c + (100.0 if a.gpus else a.compute_pct), m + a.memory_mib)
+        self.ownership.update([a.tree for a in self.attempts.values()], granted)
 
     def device_views(self) -> list[DeviceView]:
         by_index = {s.index: s for s in self.latest}
@@ -241,6 +260,7 @@ class NodeAgent:
                     online_compute_pct=s.online_compute_pct if s else 0.0,
                     online_memory_mib=s.online_memory_mib if s else 0.0,
                     sampled_at=s.time if s else 0.0,
+                    planning_only=bool(s and not s.eviction_trigger),
                 )
             )
         return views
@@ -254,6 +274,8 @@ class NodeAgent:
             return protected(a, self.queues.get(a.queue), now)
 
         for device in self.device_views():
+            if device.planning_only:
+                continue  # seconds-old device figures never trigger an eviction
             for ev in evictions_for_device(device, active, self.margins, now, guarded):
                 local = self.attempts.get(ev.job_id)
                 if local and local.attempt == ev.attempt and not local.eviction:
@@ -267,6 +289,60 @@ class NodeAgent:
                     )
                     active = [a.view(self.name) for a in self.attempts.values()]
                     self._next_heartbeat = 0.0  # let the scheduler see the spike at once
+
+    # -- device health ------------------------------------------------------------------
+
+    def _take_faults(self, now: float) -> None:
+        for fault in self.source.faults():
+            where = f"{self.name}/{fault.index}"
+            if not self.health.fault(fault):
+                level = logging.WARNING if fault.disabling else logging.INFO
+                log.log(level, "device %s: %s (device stays as it is)", where, fault.meaning)
+                continue
+            log.error(
+                "device %s out of service: %s (recovery action: %s)",
+                where,
+                fault.meaning,
+                fault.recovery_action,
+            )
+            self._evict_for_fault(fault, now)
+            self._next_heartbeat = 0.0  # the scheduler stops admitting there at once
+
+    def _evict_for_fault(self, fault: DeviceFault, now: float) -> None:
+        for local in list(self.attempts.values()):
+            if fault.index not in local.devices:
+                continue
+            message = fault_message(self.name, fault)
+            if local.eviction is None:
+                self._evict(
+                    local,
+                    EvictReason.GPU_FAULT.value,
+                    message,
+                    spike_at=now,
+                    deadline_s=0.0 if fault.lost else local.deadline_s,
+                    source="agent",
+                )
+            elif local.eviction.reason != EvictReason.GPU_FAULT.value:
+                # already leaving for another reason: the fault is what it will be known by
+                local.eviction.reason = EvictReason.GPU_FAULT.value
+                local.eviction.message = message
+            if fault.lost and local.job_id in self.attempts:
+                self._kill_now(local)  # a GPU that is gone cannot be checkpointed from
+
+    def _check_health(self, now: float) -> None:
+        broken = {s.index for s in self.latest if not s.ok}
+        for index in list(self.health.devices):
+            if not self.health.unhealthy(index):
+                continue
+            why = "the device did not answer the last sample" if index in broken else None
+            if why is None:
+                try:
+                    why = self.source.check(index)
+                except Exception as exc:
+                    why = f"health check failed: {exc}"
+            if self.health.checked(index, why, now):
+                log.info("device %s/%s passed its health checks: back in service", self.name, index)
+                self._next_heartbeat = 0.0
 
     # -- commands -----------------------------------------------------------------------
 
@@ -301,30 +377,34 @@ class NodeAgent:
         if job.attempts != attempt or job.state != JobState.DISPATCHED or job.node != self.name:
             log.info("job %s attempt %s: stale start ignored", job_id, attempt)
             return
-        spec = JobSpec.model_validate_json(job.spec_json)
         devices = tuple(int(d) for d in (job.devices or "").split(",") if d)
-        attempt_dir = self.home / "logs" / str(job_id) / str(attempt)
-        attempt_dir.mkdir(parents=True, exist_ok=True)
-        ckpt_dir = Path(spec.checkpoint_dir or self.home / "checkpoints" / str(job_id)).expanduser()
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        status_path = attempt_dir / "status.jsonl"
-        argv = self._argv(spec, attempt_dir)
-        env = self._env(spec, job, attempt, devices, ckpt_dir, status_path)
-        launch = Launch(
-            job_id=job_id,
-            attempt=attempt,
-            argv=argv,
-            env=env,
-            cwd=spec.cwd,
-            stdout_path=attempt_dir / "stdout.log",
-            stderr_path=attempt_dir / "stderr.log",
-        )
+        fault = self.health.fault_on(devices)
+        if fault is not None:
+            why = f"device {self.name}/{fault.index} is out of service ({fault.meaning})"
+            log.warning("job %s attempt %s not started: %s", job_id, attempt, why)
+            self._safe(self.store.requeue_lost, job_id, attempt, why=why)
+            self._notify(job_id)
+            return
+        by_index = {d.index: d for d in self.devices}
         try:
+            spec = JobSpec.model_validate_json(job.spec_json)
+            launch = launch_for(
+                spec,
+                job,
+                attempt,
+                home=self.home,
+                node=self.name,
+                devices=[by_index[d] for d in devices if d in by_index],
+                lease_s=self.lease_s,
+                mps=self.mps,
+            )
             handle = self.executor.start(launch)
-        except OSError as exc:
-            log.warning("job %s attempt %s: could not start: %s", job_id, attempt, exc)
-            launch.stderr_path.write_text(f"ebbtide: could not start {argv!r}: {exc}\n")
-            self._safe(self.store.finish_attempt, job_id, attempt, exit_code=127)
+        except (OSError, ValueError) as exc:
+            why = f"could not start: {exc}"
+            log.warning("job %s attempt %s: %s", job_id, attempt, why)
+            self._safe(
+                self.store.finish_attempt, job_id, attempt, exit_code=127, why=why, final=True
+            )
             self._notify(job_id)
             return
         now = self.clock.time()
@@ -340,9 +420,10 @@ class NodeAgent:
             deadline_s=job.deadline_s,
             signal=job.signal,
             handle=handle,
+            tree=tree_of(job_id, handle),
             dispatched_at=now,
             started_at=now,
-            status_path=status_path,
+            status=StatusReader(Path(launch.env["EBBTIDE_STATUS_FILE"])),
             walltime_s=spec.walltime_s,
         )
         self.attempts[job_id] = local
@@ -360,50 +441,6 @@ class NodeAgent:
             del self.attempts[job_id]
             return
         log.info("job %s attempt %s started pid %s on %s", job_id, attempt, handle.pid, devices)
-
-    def _argv(self, spec: JobSpec, attempt_dir: Path) -> list[str]:
-        if spec.command:
-            return list(spec.command)
-        script = attempt_dir / "job.script"
-        script.write_text(spec.script or "")
-        script.chmod(0o755)
-        if (spec.script or "").startswith("#!"):
-            first = (spec.script or "").splitlines()[0][2:].strip()
-            return [*shlex.split(first), str(script), *spec.args]
-        return ["/bin/sh", str(script), *spec.args]
-
-    def _env(
-        self,
-        spec: JobSpec,
-        job: Any,
-        attempt: int,
-        devices: tuple[int, ...],
-        ckpt_dir: Path,
-        status_path: Path,
-    ) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(spec.env)
-        env.update(
-            {
-                "EBBTIDE_JOB_ID": str(job.id),
-                "EBBTIDE_ATTEMPT": str(attempt),
-                "EBBTIDE_NODE": self.name,
-                "EBBTIDE_CHECKPOINT_DIR": str(ckpt_dir),
-                "EBBTIDE_RESUME_FROM": job.checkpoint_path or "",
-                "EBBTIDE_WARNING_SIGNAL": signal_name(job.signal),
-                "EBBTIDE_STATUS_FILE": str(status_path),
-                "EBBTIDE_DEADLINE_S": f"{job.deadline_s:g}",
-                "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in devices),
-            }
-        )
-        if job.array_index is not None:
-            env["EBBTIDE_ARRAY_INDEX"] = str(job.array_index)
-        if self.mps:
-            env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(job.compute_pct)))
-            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-                f"{i}={job.memory_mib}M" for i in range(len(devices))
-            )
-        return env
 
     # -- eviction -----------------------------------------------------------------------
 
@@ -436,12 +473,15 @@ class NodeAgent:
                     local.job_id,
                     local.attempt,
                     reason=message,
+                    reason_code=reason,
                     deadline_s=deadline_s,
                     spike_at=spike_at,
                     source=source,
                 )
             except StaleState:
                 pass  # the scheduler got there first; the eviction goes on all the same
+            except Exception:
+                log.exception("job %s: could not record the eviction", local.job_id)
 
     def _begin_shutdown(self, now: float) -> None:
         self._stopping = True
@@ -472,25 +512,9 @@ class NodeAgent:
     # -- reaping ------------------------------------------------------------------------
 
     def _read_status(self, local: LocalAttempt) -> None:
-        try:
-            with open(local.status_path, "rb") as f:
-                f.seek(local.status_offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return
-        if not chunk:
-            return
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return
-        local.status_offset += end + 1
-        for line in chunk[: end + 1].splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("type") == "checkpoint":
-                at = float(rec.get("time") or self.clock.time())
+        for rec in local.status.read():
+            if isinstance(rec, Checkpoint):
+                at = rec.time or self.clock.time()
                 local.last_checkpoint_at = at
                 if local.eviction and at >= (local.eviction.warned_at or local.eviction.spike_at):
                     local.eviction.checkpoint_after_warning = True
@@ -498,25 +522,49 @@ class NodeAgent:
                     self.store.record_checkpoint,
                     local.job_id,
                     local.attempt,
-                    path=str(rec.get("path")),
+                    path=rec.path,
                     at=at,
-                    size_bytes=rec.get("size_bytes"),
-                    duration_s=rec.get("duration_s"),
+                    size_bytes=rec.size_bytes,
+                    duration_s=rec.duration_s,
                 )
-            elif rec.get("type") == "progress":
+            else:
                 self._safe(
-                    self.store.record_progress,
-                    local.job_id,
-                    local.attempt,
-                    float(rec.get("done") or 0),
-                    rec.get("total"),
+                    self.store.record_progress, local.job_id, local.attempt, rec.done, rec.total
                 )
 
-    def _finish(self, local: LocalAttempt, code: int) -> None:
+    def _finish(self, local: LocalAttempt, ended: Exit) -> None:
         self.executor.sweep(local.handle)
         freed_at = self.clock.time()
         self._read_status(local)
         del self.attempts[local.job_id]
+        code = ended.code
+        if ended.cause in ("lease", "agent_gone"):
+            why = f"its lease ran out on node {self.name}: {ended.detail}"
+            log.warning("job %s attempt %s: %s", local.job_id, local.attempt, why)
+            self._safe(self.store.requeue_lost, local.job_id, local.attempt, why=why)
+            self._notify(local.job_id)
+            return
+        if ended.cause == "start":
+            log.warning("job %s attempt %s: %s", local.job_id, local.attempt, ended.detail)
+            self._safe(
+                self.store.finish_attempt,
+                local.job_id,
+                local.attempt,
+                exit_code=code,
+                why=ended.detail,
+                final=True,
+            )
+            self._notify(local.job_id)
+            return
+        fault = self.health.fault_on(local.devices)
+        if local.eviction is None and fault is not None and code not in (0, REQUEUE_EXIT_CODE):
+            # it died of the fault before it could be warned: a move, not a failure
+            local.eviction = EvictionClock(
+                reason=EvictReason.GPU_FAULT.value,
+                message=fault_message(self.name, fault),
+                spike_at=fault.time,
+                deadline_s=0.0,
+            )
         eviction = None
         if local.eviction:
             local.eviction.freed_at = freed_at
@@ -547,19 +595,30 @@ class NodeAgent:
     # -- heartbeat and reconciliation ---------------------------------------------------
 
     def _heartbeat(self) -> None:
+        now = self.clock.time()
+        by_index = {s.index: s for s in self.latest}
         views = []
         for d in self.device_views():
             reserve_c, reserve_m = self.forecasts[d.index].reserve(self.deadline_s)
+            if d.planning_only:  # seconds-old figures: keep more back
+                reserve_c += self.planning_margin.compute_pct
+                reserve_m += self.planning_margin.memory_mib
+            s = by_index.get(d.index)
             views.append(
                 {
                     "index": d.index,
                     "memory_mib": d.memory_mib,
                     "online_compute_pct": d.online_compute_pct,
                     "online_memory_mib": d.online_memory_mib,
+                    "offline_compute_pct": s.offline_compute_pct if s else None,
+                    "offline_memory_mib": s.offline_memory_mib if s else None,
+                    "basis": s.basis if s else None,
+                    "eviction_trigger": not d.planning_only,
                     "reserve_compute_pct": reserve_c,
                     "reserve_memory_mib": reserve_m,
                     "sampled_at": d.sampled_at,
                     "last_eviction_at": self.last_eviction_at.get(d.index),
+                    **self.health.report(d.index, now),
                 }
             )
         try:
@@ -602,28 +661,53 @@ class NodeAgent:
                 self.executor.sweep(local.handle)
                 del self.attempts[job_id]
             elif a.state == JobState.EVICTING and not local.eviction:
+                # the scheduler's message has not arrived (yet): its record says why
+                asked = self._safe(self.store.eviction_request, job_id, local.attempt) or {}
                 self._evict(
                     local,
-                    "scheduler",
-                    "evicted by the scheduler",
-                    spike_at=now,
-                    deadline_s=local.deadline_s,
+                    str(asked.get("reason_code") or "scheduler"),
+                    str(asked.get("reason") or "evicted by the scheduler"),
+                    spike_at=float(asked.get("spike_at") or now),
+                    deadline_s=float(asked.get("deadline_s") or local.deadline_s),
                     source="scheduler",
                     already_recorded=True,
                 )
         for job_id, a in assigned.items():
             if job_id in self.attempts:
                 continue
-            if a.state == JobState.DISPATCHED:
-                self._start(job_id, a.attempt)
-            else:  # running here by the store's account, but no such process: lost
-                self._safe(
-                    self.store.requeue_lost,
-                    job_id,
-                    a.attempt,
-                    why=f"its process is no longer running on node {self.name}",
-                )
-                self._notify(job_id)
+            try:
+                if a.state == JobState.DISPATCHED:
+                    self._start(job_id, a.attempt)
+                else:  # running here by the store's account, but no such process: lost
+                    self._safe(
+                        self.store.requeue_lost,
+                        job_id,
+                        a.attempt,
+                        why=f"its process is no longer running on node {self.name}",
+                    )
+                    self._notify(job_id)
+            except Exception:  # one job's trouble never stops the reconcile of the others
+                log.exception("reconcile: job %s", job_id)
+        self._take_undrains()
+
+    def _take_undrains(self) -> None:
+        """Devices an admin returned to service since we last looked."""
+        try:
+            undrains = self.store.drains.undrains(self.name)
+        except Exception:
+            log.exception("reconcile: cannot read undrains")
+            return
+        for index, at in undrains.items():
+            if self._undrains_seen.get(index) == at:
+                continue
+            first = index not in self._undrains_seen
+            self._undrains_seen[index] = at
+            if first and at < self._started_at:
+                continue  # an undrain from before this agent started is not news
+            for i in self.health.devices if index == WHOLE_NODE else [index]:
+                if self.health.undrain(i):
+                    log.info("device %s/%s undrained by an admin: back in service", self.name, i)
+                    self._next_heartbeat = 0.0
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -1,14 +1,19 @@
-"""Executors start an attempt's process and take it down.  The local one runs each attempt
-as a process group of its own on this host.
+"""Executors start an attempt's processes and take them down.  The local one runs each
+attempt on this host below an attempt shim (:mod:`ebbtide.workers.shim`).
 
-Each attempt's process group is started with ``PR_SET_PDEATHSIG`` (Linux), so an agent
-killed with ``kill -9`` takes its job leaders with it instead of leaving orphans that
-would run on while the job is requeued elsewhere.
+The shim is the leader of a new session and a child subreaper, so every process the job
+starts — through a shell script, a launcher with workers, a daemon that ``setsid``\\ s
+away — stays below it: the attempt's processes are exactly the shim's descendants.  The
+agent renews the shim's lease every tick; a shim whose agent is gone or silent kills the
+attempt by itself.  Each shim is also recorded under ``run_dir`` so that a restarted agent
+kills whatever its previous incarnation left (:meth:`LocalExecutor.reap_leftovers`).
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -18,9 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-#: How long to wait for the last members of a process group to vanish, in seconds.
+from ebbtide.workers import shim
+
+log = logging.getLogger("ebbtide.executor")
+
+#: How long to wait for an attempt's last processes to vanish, in seconds.
 GROUP_SWEEP_TIMEOUT_S = 1.0
-_PR_SET_PDEATHSIG = 1
+#: How long the shim gets to kill its attempt when told to, before the agent does, in s.
+SHIM_KILL_WAIT_S = 0.5
+#: The default lease of an attempt: the shim kills it after this long without renewal, in s.
+DEFAULT_LEASE_S = 5.0
 
 
 @dataclass
@@ -34,80 +46,249 @@ class Launch:
     cwd: str | None
     stdout_path: Path
     stderr_path: Path
+    #: the shim kills the attempt when its lease is not renewed for this long, in seconds
+    lease_s: float = DEFAULT_LEASE_S
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How an attempt's processes ended."""
+
+    #: the exit code, 128 + N for signal N
+    code: int
+    #: ``job`` (its own exit, or a signal ebbtide sent), ``lease`` (the agent stopped
+    #: renewing), ``agent_gone``, ``start`` (it could not be started), ``killed`` (the
+    #: supervisor itself was killed: by ebbtide at a deadline, or from outside)
+    cause: str = shim.CAUSE_JOB
+    #: in words, when there is more to say (why it could not start)
+    detail: str = ""
 
 
 @dataclass
 class Handle:
+    #: the attempt's supervisor (the shim): leader of its session and process group
     pid: int
     pgid: int
+    #: the supervisor's start time (``/proc/PID/stat`` field 22), against pid reuse
+    start_ticks: int = 0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    lease_fd: int | None = field(default=None, repr=False)
+    status_path: Path | None = None
+    record_path: Path | None = None
+    #: ebbtide killed it (a deadline, a sweep): that, not the shim's report, is how it ended
+    swept: bool = False
 
 
 class Executor(Protocol):
     def start(self, launch: Launch) -> Handle: ...
 
-    def poll(self, handle: Handle) -> int | None:
-        """The exit code once the leader has exited (128 + N for signal N), else None."""
+    def poll(self, handle: Handle) -> Exit | None:
+        """How the attempt ended, once it has; else None."""
         ...
 
     def signal(self, handle: Handle, signum: int) -> None:
-        """Send ``signum`` to the whole process group."""
+        """Send ``signum`` to every process of the attempt (not to its supervisor)."""
+        ...
+
+    def renew(self, handle: Handle) -> None:
+        """Renew the attempt's lease (every agent tick)."""
         ...
 
     def sweep(self, handle: Handle) -> None:
-        """Kill whatever is left of the group, reap it, and wait until it is gone."""
+        """Kill whatever is left of the attempt, reap it, and wait until it is gone."""
         ...
 
 
-def _child_setup() -> None:  # pragma: no cover - runs in the child
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except OSError:
-            pass
+def start_ticks(pid: int) -> int:
+    """A process's start time in clock ticks since boot (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    return int(stat[stat.rfind(b")") + 2 :].split()[19])
 
 
 class LocalExecutor:
-    """Runs attempts as local process groups (``setsid``), logs to per-attempt files."""
+    """Runs attempts as local process trees below an attempt shim; logs to per-attempt
+    files.  ``run_dir`` (default: none) is where shims are recorded for
+    :meth:`reap_leftovers`."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        self.run_dir = run_dir
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def start(self, launch: Launch) -> Handle:
         launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(launch.stdout_path, "ab") as out, open(launch.stderr_path, "ab") as err:
-            popen = subprocess.Popen(
-                launch.argv,
-                env=launch.env,
-                cwd=launch.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=_child_setup,
-                close_fds=True,
+        status_path = launch.stdout_path.parent / "shim.json"
+        with contextlib.suppress(FileNotFoundError):
+            status_path.unlink()
+        lease_r, lease_w = os.pipe()
+        os.set_blocking(lease_w, False)
+        argv = [
+            sys.executable,
+            "-I",  # the job's PYTHONPATH and friends are not the shim's business
+            shim.__file__,
+            "--lease-fd",
+            str(lease_r),
+            "--lease-s",
+            f"{launch.lease_s:g}",
+            "--status",
+            str(status_path),
+            *(["--cwd", launch.cwd] if launch.cwd else []),
+            "--",
+            *launch.argv,
+        ]
+        try:
+            with open(launch.stdout_path, "ab") as out, open(launch.stderr_path, "ab") as err:
+                popen = subprocess.Popen(
+                    argv,
+                    env=launch.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    pass_fds=(lease_r,),
+                    close_fds=True,
+                )
+        except BaseException:
+            os.close(lease_w)
+            raise
+        finally:
+            os.close(lease_r)
+        handle = Handle(
+            pid=popen.pid,
+            pgid=popen.pid,
+            start_ticks=start_ticks(popen.pid),
+            popen=popen,
+            lease_fd=lease_w,
+            status_path=status_path,
+        )
+        if self.run_dir is not None:
+            handle.record_path = self.run_dir / f"{launch.job_id}.{launch.attempt}.json"
+            handle.record_path.write_text(
+                json.dumps({"pid": handle.pid, "start_ticks": handle.start_ticks})
             )
-        return Handle(pid=popen.pid, pgid=popen.pid, popen=popen)
+        return handle
 
-    def poll(self, handle: Handle) -> int | None:
+    def poll(self, handle: Handle) -> Exit | None:
         assert handle.popen is not None
         code = handle.popen.poll()
         if code is None:
             return None
-        return 128 - code if code < 0 else code
+        return self._exit(handle, 128 - code if code < 0 else code)
+
+    @staticmethod
+    def _exit(handle: Handle, code: int) -> Exit:
+        """The shim's report, or — when the shim itself was killed — a plain ``killed``."""
+        if handle.swept:
+            return Exit(128 + signal.SIGKILL, cause=shim.CAUSE_KILLED)
+        try:
+            report = json.loads(handle.status_path.read_text()) if handle.status_path else None
+        except (OSError, ValueError):
+            report = None
+        if not isinstance(report, dict):
+            return Exit(code, cause="killed")
+        return Exit(
+            int(report.get("exit_code", code)),
+            cause=str(report.get("cause", shim.CAUSE_JOB)),
+            detail=str(report.get("error") or ""),
+        )
 
     def signal(self, handle: Handle, signum: int) -> None:
-        try:
-            os.killpg(handle.pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if not self._unreaped(handle):
+            return
+        for pid in shim.descendants(handle.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def renew(self, handle: Handle) -> None:
+        if handle.lease_fd is None:
+            return
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+            os.write(handle.lease_fd, shim.RENEW)
 
     def sweep(self, handle: Handle) -> None:
-        self.signal(handle, signal.SIGKILL)
+        handle.swept = True
+        if self._unreaped(handle) and self._tell_shim_to_kill(handle):
+            self._release(handle)
+            return
+        if self._unreaped(handle):
+            # the shim holds the tree together (a subreaper) while its members die; then
+            # the shim and its group go.  Once the shim is reaped its pid may be reused:
+            # then there is nothing of ours left to kill (it took its tree with it).
+            for _ in range(50):
+                pids = shim.descendants(handle.pid)
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(handle.pgid, signal.SIGKILL)
         give_up = time.monotonic() + GROUP_SWEEP_TIMEOUT_S
         while time.monotonic() < give_up:
             if handle.popen is not None:
-                handle.popen.poll()  # reap the leader: a zombie still counts in its group
+                handle.popen.poll()  # reap the shim: a zombie still counts in its group
             try:
                 os.killpg(handle.pgid, 0)
             except (ProcessLookupError, PermissionError):
-                return
+                break
             time.sleep(0.005)
+        self._release(handle)
+
+    @staticmethod
+    def _tell_shim_to_kill(handle: Handle) -> bool:
+        """Ask the shim to kill and reap its attempt; True once it has and has exited."""
+        if handle.lease_fd is None or handle.popen is None:
+            return False
+        try:
+            os.write(handle.lease_fd, shim.KILL)
+        except OSError:
+            return False
+        give_up = time.monotonic() + SHIM_KILL_WAIT_S
+        while handle.popen.poll() is None:
+            if time.monotonic() > give_up:
+                return False  # stopped or hung: the agent kills it all itself
+            time.sleep(0.001)
+        return True
+
+    @staticmethod
+    def _unreaped(handle: Handle) -> bool:
+        """Whether the supervisor's pid is still its own (running, or a zombie not yet
+        reaped), so that its descendants and group are the attempt's."""
+        if handle.popen is not None:
+            return handle.popen.returncode is None
+        return bool(handle.start_ticks) and start_ticks(handle.pid) == handle.start_ticks
+
+    def _release(self, handle: Handle) -> None:
+        if handle.lease_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(handle.lease_fd)
+            handle.lease_fd = None
+        if handle.record_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                handle.record_path.unlink()
+
+    def reap_leftovers(self) -> list[int]:
+        """Kill the attempts a previous agent on this node left running; return the pids of
+        their supervisors.  Called once when an agent starts, before it reconciles."""
+        if self.run_dir is None:
+            return []
+        killed = []
+        for record in sorted(self.run_dir.glob("*.json")):
+            try:
+                data = json.loads(record.read_text())
+                pid, ticks = int(data["pid"]), int(data["start_ticks"])
+            except (OSError, ValueError, KeyError, TypeError):
+                record.unlink(missing_ok=True)
+                continue
+            if ticks and start_ticks(pid) == ticks:
+                log.warning(
+                    "killing attempt %s left by a previous agent (pid %s)", record.stem, pid
+                )
+                self.sweep(Handle(pid=pid, pgid=pid, start_ticks=ticks))
+                killed.append(pid)
+            record.unlink(missing_ok=True)
+        return killed

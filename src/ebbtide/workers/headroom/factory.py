@@ -7,7 +7,11 @@ Accepted forms:
 - ``static:COMPUTE%,MEM`` — a fixed online usage on every device, e.g. ``static:20%,8GiB``;
 - ``trace:PATH`` — replay a trace CSV (``.csv`` or ``.csv.gz``); a bare file name that is
   not found is looked up among the traces shipped with ebbtide (``trace:genai_sample.csv``);
-- ``trace:PATH@10x`` — the same, ten times faster than recorded.
+- ``trace:PATH@10x`` — the same, ten times faster than recorded;
+- ``prometheus:URL`` — NVIDIA DCGM exporter figures, for planning only, from a Prometheus
+  server (``prometheus:http://HOST:9090``) or the exporter itself
+  (``prometheus:http://HOST:9400/metrics``), optionally with ``?LABEL=VALUE`` selectors
+  (devices come from DCGM; ``--devices`` is ignored).
 
 For ``static`` and ``trace`` the devices are the ``--devices`` list; without one,
 ``static`` has one 80 GiB device and ``trace`` as many 80 GiB devices as the trace names.
@@ -23,11 +27,13 @@ from ebbtide.units import parse_memory_mib
 from ebbtide.workers.devices import DEFAULT_DEVICE_MEMORY_MIB
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
 from ebbtide.workers.headroom.nvml import NvmlSource
+from ebbtide.workers.headroom.prometheus import PrometheusSource
 from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.headroom.trace import TraceSource
 
 HEADROOM_FORMS = (
-    "nvml, static, static:COMPUTE%,MEM (e.g. static:20%,8GiB), trace:PATH or trace:PATH@10x"
+    "nvml, static, static:COMPUTE%,MEM (e.g. static:20%,8GiB), trace:PATH, trace:PATH@10x "
+    "or prometheus:URL"
 )
 
 _SPEEDUP_RE = re.compile(r"^(?P<path>.+)@(?P<speedup>\d+(?:\.\d+)?)[xX]?$")
@@ -104,4 +110,6 @@ def open_source(
         return TraceSource(_resolve_trace(path_text), devices, speedup=speedup, loop=loop)
     if kind == "trace":
         raise _bad(spec, "trace needs a file path")
+    if kind == "prometheus":
+        return PrometheusSource(arg.strip())
     raise _bad(spec, "unknown headroom source")

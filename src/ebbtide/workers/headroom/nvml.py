@@ -1,50 +1,179 @@
 """Headroom measured on real GPUs through NVML (``pynvml``, from nvidia-ml-py).
 
-Per device and per sample:
+**Devices.**  A GPU is offered whole, unless it is in MIG mode: then each of its MIG
+instances is a device of its own (named by its ``MIG-…`` UUID in ``CUDA_VISIBLE_DEVICES``).
+Devices are numbered 0, 1, … across the node in NVML order, whole GPUs and MIG instances
+together, whatever GPUs ``indices`` selects: a device's index is ebbtide's, not NVML's, and
+is the same in every agent of the node (on a node without MIG, it is the NVML index).
 
-- **online memory** is the sum of ``usedGpuMemory`` over the compute and graphics
-  processes whose pid is not one of ``offline_pids``.  When NVML cannot tell some
-  process's memory (``usedGpuMemory`` is ``None``: no permission, WDDM), it is the
-  device's used memory minus the memory of the offline processes it could measure
-  (driver overhead then counts as online: erring towards less headroom).
-- **online compute** is the device utilization when no offline process runs on the
-  device.  Otherwise it is the sum of the latest per-process ``smUtil`` samples
-  (``nvmlDeviceGetProcessUtilization``) of the other processes; where the device does
-  not keep those samples (``NotSupported``) or has none (``NotFound``), the whole device
-  utilization counts as online.
+**Ownership.**  A GPU process is ebbtide's when ``offline.owner(pid)`` names a job; every
+other process is online.
 
-Device indices are NVML's (the indices ``CUDA_VISIBLE_DEVICES`` uses by default).
+**Online memory** is the sum of ``usedGpuMemory`` over the online compute and graphics
+processes.  When NVML cannot tell some online process's memory (``None``: no permission,
+WDDM), it is the device's used memory minus the memory of ebbtide's processes it could
+measure (driver overhead then counts as online: erring towards less headroom).
+``offline_memory_mib`` is what ebbtide's processes hold (``None`` when NVML cannot tell).
+
+**Online compute**, by :class:`~ebbtide.workers.headroom.base.ComputeBasis`:
+
+- ``device``: no process of ebbtide's on the GPU: its whole utilisation (the share of
+  time a kernel ran) is online.
+- ``process``: per-process SM samples (``nvmlDeviceGetProcessUtilization``).  The GPU
+  takes one every 1/6 s to 1 s, one per process that used SMs in that period; ebbtide
+  keeps the latest per process and asks only for newer ones, so polling faster than the
+  GPU samples reuses them.  A sample older than :data:`PROCESS_SAMPLE_MAX_AGE_S` (or as
+  far in the future: clocks disagree) is dropped, and a process without one counts as
+  idle; when the clock steps back past the newest sample seen, the cache starts over.
+  Offline share = the sum of ebbtide's processes' samples (at least the compute granted to
+  ebbtide's slices on the device while some job has no sampled process yet: its first
+  sample is up to a period away, and its first kernels must not look like an online
+  spike), online share = that of the others; online compute = max(utilisation − offline
+  share, online share).  The first
+  term catches online processes without samples, the second the time both ran at once.
+  A process that stops using SMs gets no more samples, so its last one counts for up to
+  :data:`PROCESS_SAMPLE_MAX_AGE_S`.
+- ``slices``: the GPU keeps no per-process samples (``NotSupported``, ``NoPermission``).
+  Online compute = utilisation − the compute granted to ebbtide's slices on the device.
+  This assumes ebbtide's jobs use no more than their slices (with MPS the slice is also
+  their cap).  It errs towards less online compute by whatever part of their slices
+  ebbtide's jobs leave unused (and by the time online and offline kernels overlap): the
+  sum online + slices is the utilisation, so a device is never planned past what it
+  really ran, but online growth into a slice its job idles in goes unseen until the job
+  uses it again.  A job that overruns an uncapped slice makes online look larger:
+  erring towards eviction.
+- ``instance``: a MIG instance reports no utilisation.  It counts as fully busy (100) as
+  soon as an online process runs on it, else idle: ebbtide shares a MIG instance only with
+  its own jobs.
+
+**Faults.**  A thread waits for XID events (:mod:`~ebbtide.workers.headroom.nvml_events`)
+and turns each into a :class:`~ebbtide.workers.headroom.base.DeviceFault` with the
+driver's recovery action; an XID of the whole GPU is a fault of each of its MIG instances.
+A device whose sample fails does not fail :meth:`NvmlSource.sample`: its sample is the
+worst case (``ok=False``, all of it online) and one fault is queued when it goes from
+answering to not (a ``GPU is lost`` one when NVML says so); one reported by an XID 79 is
+not reported again by the sample.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ebbtide.errors import UserError
-from ebbtide.workers.headroom.base import DeviceInfo, DeviceSample
+from ebbtide.workers.headroom.base import (
+    NO_OFFLINE,
+    ComputeBasis,
+    DeviceFault,
+    DeviceInfo,
+    DeviceSample,
+    Offline,
+    RecoveryAction,
+)
+from ebbtide.workers.headroom.nvml_events import (
+    EVENT_WAIT_MS,
+    HandleIndex,
+    XidWatcher,
+    read_recovery_action,
+)
+from ebbtide.workers.headroom.xid import LOST_XIDS, disables_device, xid_meaning
+
+log = logging.getLogger("ebbtide.headroom.nvml")
 
 _MIB_B = 1024 * 1024
+_S_US = 1_000_000
 
-#: per-process utilization samples older than this, relative to the newest one, are ignored, in µs
-PROCESS_UTIL_WINDOW_US = 1_000_000
+#: A per-process SM sample counts this long after it was taken, in seconds (and is dropped
+#: when stamped further than this in the future); GPUs sample every 1/6 s to 1 s.
+PROCESS_SAMPLE_MAX_AGE_S = 2.0
+
+#: What a device that NVML reports lost is, in words.
+GPU_LOST_MEANING = "GPU is lost: NVML can no longer reach it"
 
 
 class NvmlUnavailable(UserError):
     """NVML cannot be used on this machine (no ``pynvml``, no driver, no GPU)."""
 
 
+@dataclass
+class _ProcessSamples:
+    """The latest per-process SM sample of each process on one GPU."""
+
+    #: pid → (timestamp µs, smUtil)
+    latest: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: the newest timestamp seen (NVML is asked for newer ones only), µs
+    newest_us: int = 0
+
+    def shares(self, nvml: Any, handle: Any, pids: Iterable[int], now: float) -> dict[int, int]:
+        """pid → its fresh smUtil, for the processes in ``pids`` that have one.  Raises
+        ``NotSupported`` / ``NoPermission`` where the GPU keeps no samples."""
+        now_us = round(now * _S_US)
+        max_age_us = round(PROCESS_SAMPLE_MAX_AGE_S * _S_US)
+        if self.newest_us > now_us + max_age_us:  # the clock went back: start over
+            self.newest_us, self.latest = 0, {}
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self.newest_us)
+        except nvml.NVMLError_NotFound:  # none newer: what was seen still holds
+            samples = []
+        for s in samples:
+            stamp = int(s.timeStamp)
+            if stamp > now_us + max_age_us:  # not to be trusted, nor to stop the asking
+                continue
+            seen = self.latest.get(s.pid)
+            if seen is None or stamp >= seen[0]:
+                self.latest[s.pid] = (stamp, int(s.smUtil))
+            self.newest_us = max(self.newest_us, stamp)
+        listed = set(pids)
+        self.latest = {
+            pid: (stamp, util)
+            for pid, (stamp, util) in self.latest.items()
+            if pid in listed and abs(now_us - stamp) <= max_age_us
+        }
+        return {pid: util for pid, (_, util) in self.latest.items()}
+
+
+@dataclass
+class _Slot:
+    """One device offered: a whole GPU or a MIG instance."""
+
+    info: DeviceInfo
+    #: the device's own handle (the MIG device handle for an instance)
+    handle: Any
+    #: NVML index and handle of the GPU (the parent, for an instance)
+    gpu: int
+    gpu_handle: Any
+    #: per-process samples (whole GPUs only)
+    samples: _ProcessSamples | None
+
+    @property
+    def mig(self) -> bool:
+        return self.info.mig_gpu_instance is not None
+
+
 class NvmlSource:
-    """Samples online usage on this node's GPUs with NVML.
+    """Samples online usage on this node's GPUs with NVML, and watches their faults.
 
     ``nvml`` is the ``pynvml`` module (imported here when ``None``) or a stand-in such as
     :class:`~ebbtide.workers.headroom.fake_nvml.FakeNvml`.  ``indices`` limits the source
-    to those NVML device indices (default: all).  Thread-safe: samples are serialised.
+    to those NVML GPU indices, MIG instances included (default: all).  ``clock`` (Unix
+    seconds) stamps the faults the XID watcher sees; ``event_wait_ms`` is how long one
+    wait for an XID event lasts (``close`` waits about that long).  Thread-safe: samples
+    are serialised.
     """
 
-    def __init__(self, nvml: Any = None, indices: Iterable[int] | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        indices: Iterable[int] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        event_wait_ms: int = EVENT_WAIT_MS,
+    ) -> None:
         if nvml is None:
             try:
                 import pynvml
@@ -55,6 +184,7 @@ class NvmlSource:
                 ) from None
             nvml = pynvml
         self._nvml = nvml
+        self._clock = clock
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
@@ -64,125 +194,345 @@ class NvmlSource:
             ) from None
         self._lock = threading.Lock()
         self._closed = False
+        self._faults_lock = threading.Lock()
+        self._faults: list[DeviceFault] = []
         try:
-            self._handles, self._devices = self._open_devices(indices)
+            self._slots = self._open_devices(indices)
+            #: per slot: None while it answers; else whether the fault it is down for is `lost`
+            self._down: list[bool | None] = [None] * len(self._slots)
+            self._position = {slot.info.index: pos for pos, slot in enumerate(self._slots)}
+            handles = HandleIndex()
+            gpus: dict[int, Any] = {}
+            for slot in self._slots:
+                handles.add(slot.handle, slot.info.uuid, (slot.gpu, slot.info.mig_gpu_instance))
+                gpus[slot.gpu] = slot.gpu_handle
+            for gpu, handle in gpus.items():
+                handles.add(handle, None, (gpu, None))
+            self._watcher = XidWatcher(
+                nvml, list(gpus.items()), handles, self._on_xid, wait_ms=event_wait_ms
+            )
         except BaseException:
             nvml.nvmlShutdown()
             raise
-        #: per device: the newest per-process utilization timestamp seen, in NVML µs
-        self._newest_us = [0] * len(self._devices)
 
-    def _open_devices(self, indices: Iterable[int] | None) -> tuple[list[Any], list[DeviceInfo]]:
+    # -- devices ------------------------------------------------------------------------
+
+    def _open_devices(self, indices: Iterable[int] | None) -> list[_Slot]:
         nvml = self._nvml
         count = nvml.nvmlDeviceGetCount()
-        wanted = list(range(count)) if indices is None else list(indices)
-        if not wanted:
+        if count == 0:
             raise NvmlUnavailable("NVML reports no GPU on this machine")
-        handles: list[Any] = []
-        devices: list[DeviceInfo] = []
-        for index in wanted:
-            if not 0 <= index < count:
-                raise NvmlUnavailable(f"no GPU with index {index}: NVML reports {count}")
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-            devices.append(
-                DeviceInfo(
-                    index=index,
-                    memory_mib=int(memory.total // _MIB_B),
-                    name=_text(nvml.nvmlDeviceGetName(handle)),
-                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                )
-            )
-            handles.append(handle)
-        return handles, devices
+        wanted = set(range(count)) if indices is None else set(indices)
+        for gpu in sorted(wanted):
+            if not 0 <= gpu < count:
+                raise NvmlUnavailable(f"no GPU with index {gpu}: NVML reports {count}")
+        if not wanted:
+            raise NvmlUnavailable("no GPU selected")
+        slots: list[_Slot] = []
+        index = 0  # ebbtide's numbering runs over every GPU of the node, selected or not
+        for gpu in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(gpu)
+                carved = self._carve(handle)
+            except nvml.NVMLError as exc:
+                if gpu in wanted:
+                    raise NvmlUnavailable(f"cannot open GPU {gpu}: {exc}") from None
+                log.warning("nvml: GPU %d (not used) cannot be read: %s; counted as one", gpu, exc)
+                index += 1
+                continue
+            if gpu in wanted:
+                if not carved:
+                    log.warning("nvml: GPU %d is in MIG mode with no MIG instance: unused", gpu)
+                for device_handle, gi in carved:
+                    slots.append(self._slot(index, gpu, handle, device_handle, gi))
+                    index += 1
+            else:
+                index += len(carved)
+        if not slots:
+            raise NvmlUnavailable("no GPU or MIG instance to offer on this machine")
+        return slots
+
+    def _carve(self, handle: Any) -> list[tuple[Any, int | None]]:
+        """The devices one GPU offers: itself, or its MIG instances (handle, GPU-instance id)."""
+        nvml = self._nvml
+        try:
+            mig_mode = nvml.nvmlDeviceGetMigMode(handle)[0]
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound):
+            mig_mode = None
+        if mig_mode != nvml.NVML_DEVICE_MIG_ENABLE:
+            return [(handle, None)]
+        carved: list[tuple[Any, int | None]] = []
+        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError_NotFound:
+                continue
+            carved.append((mig, int(nvml.nvmlDeviceGetGpuInstanceId(mig))))
+        return carved
+
+    def _slot(self, index: int, gpu: int, gpu_handle: Any, handle: Any, gi: int | None) -> _Slot:
+        nvml = self._nvml
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        info = DeviceInfo(
+            index=index,
+            memory_mib=int(memory.total // _MIB_B),
+            name=_text(nvml.nvmlDeviceGetName(handle)),
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            mig_parent=None if gi is None else gpu,
+            mig_gpu_instance=gi,
+        )
+        samples = _ProcessSamples() if gi is None else None
+        return _Slot(info, handle, gpu, gpu_handle, samples)
 
     def devices(self) -> list[DeviceInfo]:
-        return list(self._devices)
+        return [slot.info for slot in self._slots]
 
-    def sample(self, now: float, offline_pids: frozenset[int] = frozenset()) -> list[DeviceSample]:
+    @property
+    def watching_xids(self) -> bool:
+        """Whether XID events are watched (False: no GPU here reports them)."""
+        return self._watcher.active
+
+    # -- samples ------------------------------------------------------------------------
+
+    def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
         with self._lock:
             if self._closed:
                 raise RuntimeError("NvmlSource.sample() called after close()")
-            return [
-                self._sample_device(pos, handle, now, offline_pids)
-                for pos, handle in enumerate(self._handles)
-            ]
+            gpu_processes: dict[int, Any] = {}  # one process list per GPU and sample
+            samples = []
+            for pos, slot in enumerate(self._slots):
+                try:
+                    if slot.mig:
+                        sample = self._sample_instance(slot, now, offline, gpu_processes)
+                    else:
+                        sample = self._sample_gpu(slot, now, offline)
+                except self._nvml.NVMLError as exc:
+                    sample = self._worst_case(pos, slot, now, exc)
+                else:
+                    self._answered(pos)
+                samples.append(sample)
+            return samples
 
-    def _processes(self, handle: Any) -> dict[int, int | None]:
-        """pid → usedGpuMemory in bytes (``None``: unknown), compute and graphics together."""
+    def _sample_gpu(self, slot: _Slot, now: float, offline: Offline) -> DeviceSample:
+        nvml = self._nvml
+        memory = nvml.nvmlDeviceGetMemoryInfo(slot.handle)
+        utilization_pct = float(nvml.nvmlDeviceGetUtilizationRates(slot.handle).gpu)
+        processes = self._processes(slot.handle)
+        online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
+        ours = {pid for pid in processes if offline.owner(pid) is not None}
+        index = slot.info.index
+        basis = ComputeBasis.DEVICE
+        offline_pct: float | None = 0.0
+        online_pct = utilization_pct
+        if ours:
+            assert slot.samples is not None
+            try:
+                shares = slot.samples.shares(nvml, slot.handle, processes, now)
+            except (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission):
+                basis, offline_pct = ComputeBasis.SLICES, None
+                online_pct = utilization_pct - offline.granted_compute_pct(index)
+            else:
+                offline_share = float(sum(shares.get(pid, 0) for pid in ours))
+                online_share = float(sum(u for pid, u in shares.items() if pid not in ours))
+                basis, offline_pct = ComputeBasis.PROCESS, min(100.0, offline_share)
+                # a job none of whose processes has a sample yet (it just started, its
+                # first sample is up to a period away) is taken to use its slice, so its
+                # first kernels are not mistaken for an online spike
+                jobs = {offline.owner(pid) for pid in ours}
+                if jobs - {offline.owner(pid) for pid in ours if pid in shares}:
+                    offline_share = max(offline_share, offline.granted_compute_pct(index))
+                online_pct = max(utilization_pct - offline_share, online_share)
+        return DeviceSample(
+            index=index,
+            time=now,
+            online_compute_pct=min(100.0, max(0.0, online_pct)),
+            online_memory_mib=online_mib,
+            offline_compute_pct=offline_pct,
+            offline_memory_mib=offline_mib,
+            basis=basis.value,
+        )
+
+    def _sample_instance(
+        self, slot: _Slot, now: float, offline: Offline, gpu_processes: dict[int, Any]
+    ) -> DeviceSample:
+        nvml = self._nvml
+        memory = nvml.nvmlDeviceGetMemoryInfo(slot.handle)
+        if slot.gpu not in gpu_processes:
+            try:
+                gpu_processes[slot.gpu] = self._processes(slot.gpu_handle, by_instance=True)
+            except nvml.NVMLError_NoPermission:  # only root sees all instances' processes
+                gpu_processes[slot.gpu] = None
+            except nvml.NVMLError as exc:
+                gpu_processes[slot.gpu] = exc
+        listed = gpu_processes[slot.gpu]
+        if isinstance(listed, Exception):
+            raise listed
+        if listed is None:
+            processes = self._processes(slot.handle)
+        else:
+            gi = slot.info.mig_gpu_instance
+            processes = {pid: used for pid, (used, on) in listed.items() if on == gi}
+        online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
+        busy = any(offline.owner(pid) is None for pid in processes)
+        return DeviceSample(
+            index=slot.info.index,
+            time=now,
+            online_compute_pct=100.0 if busy else 0.0,
+            online_memory_mib=online_mib,
+            offline_compute_pct=None,
+            offline_memory_mib=offline_mib,
+            basis=ComputeBasis.INSTANCE.value,
+        )
+
+    def _processes(self, handle: Any, *, by_instance: bool = False) -> Any:
+        """pid → usedGpuMemory in bytes (``None``: unknown), compute and graphics together;
+        with ``by_instance``, pid → (that, GPU-instance id)."""
         nvml = self._nvml
         listed = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
         with contextlib.suppress(nvml.NVMLError_NotSupported):
             listed += nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
         memory_b: dict[int, int | None] = {}
+        instance: dict[int, int | None] = {}
         for proc in listed:
             used = proc.usedGpuMemory
             if proc.pid in memory_b:  # listed as both compute and graphics: one allocation
                 seen = memory_b[proc.pid]
                 used = None if used is None or seen is None else max(used, seen)
             memory_b[proc.pid] = used
+            instance[proc.pid] = getattr(proc, "gpuInstanceId", None)
+        if by_instance:
+            return {pid: (used, instance[pid]) for pid, used in memory_b.items()}
         return memory_b
 
-    def _sample_device(
-        self, pos: int, handle: Any, now: float, offline_pids: frozenset[int]
-    ) -> DeviceSample:
-        nvml = self._nvml
-        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        utilization_pct = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        processes = self._processes(handle)
+    # -- faults -------------------------------------------------------------------------
 
-        offline_here = {pid for pid in processes if pid in offline_pids}
-        online_b = [used for pid, used in processes.items() if pid not in offline_here]
-        if any(used is None for used in online_b):
-            offline_known_b = sum(processes[pid] or 0 for pid in offline_here)
-            online_memory_b = max(0, int(memory.used) - offline_known_b)
-        else:
-            online_memory_b = sum(used or 0 for used in online_b)
-
-        if offline_here:
-            online_compute_pct = self._online_compute_pct(pos, handle, offline_pids)
-            if online_compute_pct is None:
-                online_compute_pct = utilization_pct
-        else:
-            online_compute_pct = utilization_pct
-
+    def _worst_case(self, pos: int, slot: _Slot, now: float, exc: Exception) -> DeviceSample:
+        lost = isinstance(exc, self._nvml.NVMLError_GpuIsLost)
+        meaning = GPU_LOST_MEANING if lost else f"NVML cannot read the device: {exc}"
+        fault = DeviceFault(slot.info.index, now, None, meaning, lost=lost, disabling=True)
+        if self._went_down(pos, fault):
+            log.error("nvml: device %d does not answer: %s", slot.info.index, meaning)
+        basis = ComputeBasis.INSTANCE if slot.mig else ComputeBasis.DEVICE
         return DeviceSample(
-            index=self._devices[pos].index,
+            index=slot.info.index,
             time=now,
-            online_compute_pct=min(100.0, max(0.0, online_compute_pct)),
-            online_memory_mib=online_memory_b / _MIB_B,
+            online_compute_pct=100.0,
+            online_memory_mib=float(slot.info.memory_mib),
+            basis=basis.value,
+            ok=False,
         )
 
-    def _online_compute_pct(
-        self, pos: int, handle: Any, offline_pids: frozenset[int]
-    ) -> float | None:
-        """Sum of the latest ``smUtil`` of non-offline processes; ``None`` if NVML can't say."""
+    def _went_down(self, pos: int, fault: DeviceFault) -> bool:
+        """Queue ``fault`` unless the device is already down for one at least as bad."""
+        with self._faults_lock:
+            down = self._down[pos]
+            if down is not None and (down or not fault.lost):
+                return False
+            self._down[pos] = fault.lost
+            self._faults.append(fault)
+            return True
+
+    def _answered(self, pos: int) -> None:
+        if self._down[pos] is None:  # the common case, without the lock
+            return
+        with self._faults_lock:
+            if self._down[pos] is not None:
+                self._down[pos] = None
+                log.info("nvml: device %d answers again", self._slots[pos].info.index)
+
+    def _on_xid(self, gpu: int, gpu_instance: int | None, xid: int) -> None:
+        """An XID on GPU ``gpu`` (the watcher thread): a fault for each device it hits."""
+        now = self._clock()
+        hit = [pos for pos, slot in enumerate(self._slots) if slot.gpu == gpu]
+        if gpu_instance is not None and any(self._slots[p].mig for p in hit):
+            mine = [p for p in hit if self._slots[p].info.mig_gpu_instance == gpu_instance]
+            if mine:
+                hit = mine
+            else:  # an instance made since ebbtide started: the whole GPU, to be safe
+                log.warning(
+                    "nvml: XID %d on MIG instance %d of GPU %d, unknown here: "
+                    "taken as a fault of the whole GPU",
+                    xid,
+                    gpu_instance,
+                    gpu,
+                )
+        if not hit:
+            return
+        action = read_recovery_action(self._nvml, self._slots[hit[0]].gpu_handle)
+        lost = xid in LOST_XIDS
+        for pos in hit:
+            fault = DeviceFault(
+                index=self._slots[pos].info.index,
+                time=now,
+                xid=xid,
+                meaning=xid_meaning(xid),
+                recovery_action=action.value,
+                lost=lost,
+                disabling=disables_device(xid, action),
+            )
+            if lost:
+                self._went_down(pos, fault)
+            else:
+                with self._faults_lock:
+                    self._faults.append(fault)
+        log.warning(
+            "nvml: %s on device(s) %s (recovery action: %s)",
+            xid_meaning(xid),
+            ", ".join(str(self._slots[p].info.index) for p in hit),
+            action.value,
+        )
+
+    def faults(self) -> list[DeviceFault]:
+        with self._faults_lock:
+            faults, self._faults = self._faults, []
+        return faults
+
+    def check(self, index: int) -> str | None:
+        """``None`` when device ``index`` answers (memory, and utilisation for a whole GPU)
+        and the driver asks for no recovery action; else why not, in a few words."""
+        if index not in self._position:
+            raise ValueError(f"no device with index {index} here")
+        slot = self._slots[self._position[index]]
         nvml = self._nvml
-        since_us = max(0, self._newest_us[pos] - PROCESS_UTIL_WINDOW_US)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("NvmlSource.check() called after close()")
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
-        except (nvml.NVMLError_NotSupported, nvml.NVMLError_NotFound):
-            return None
-        if not samples:
-            return None
-        newest_us = max(int(s.timeStamp) for s in samples)
-        self._newest_us[pos] = max(self._newest_us[pos], newest_us)
-        latest: dict[int, tuple[int, float]] = {}
-        for s in samples:
-            stamp = int(s.timeStamp)
-            if stamp < newest_us - PROCESS_UTIL_WINDOW_US:
-                continue
-            if s.pid not in latest or stamp >= latest[s.pid][0]:
-                latest[s.pid] = (stamp, float(s.smUtil))
-        return sum(util for pid, (_, util) in latest.items() if pid not in offline_pids)
+            nvml.nvmlDeviceGetMemoryInfo(slot.handle)
+            if not slot.mig:
+                nvml.nvmlDeviceGetUtilizationRates(slot.handle)
+        except nvml.NVMLError_GpuIsLost:
+            return GPU_LOST_MEANING
+        except nvml.NVMLError as exc:
+            return f"NVML cannot read the device: {exc}"
+        action = read_recovery_action(nvml, slot.gpu_handle)
+        if action not in (RecoveryAction.NONE, RecoveryAction.UNKNOWN):
+            return f"the driver asks for a recovery action: {action.value.replace('_', ' ')}"
+        return None
 
     def close(self) -> None:
-        """Shut NVML down (once; later calls do nothing)."""
+        """Stop the XID watcher and shut NVML down (once; later calls do nothing)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self._watcher.close()
         self._nvml.nvmlShutdown()
+
+
+def _memory_split(
+    processes: dict[int, int | None], offline: Offline, used_b: int
+) -> tuple[float, float | None]:
+    """(online MiB, offline MiB or ``None`` when some of ebbtide's processes' is unknown)."""
+    ours = [used for pid, used in processes.items() if offline.owner(pid) is not None]
+    theirs = [used for pid, used in processes.items() if offline.owner(pid) is None]
+    ours_known_b = sum(used or 0 for used in ours)
+    if any(used is None for used in theirs):
+        online_b = max(0, used_b - ours_known_b)
+    else:
+        online_b = sum(used or 0 for used in theirs)
+    offline_mib = None if any(used is None for used in ours) else ours_known_b / _MIB_B
+    return online_b / _MIB_B, offline_mib
 
 
 def _text(value: str | bytes) -> str:

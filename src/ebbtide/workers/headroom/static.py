@@ -6,7 +6,7 @@ import math
 import threading
 from collections.abc import Sequence
 
-from ebbtide.workers.headroom.base import DeviceInfo, DeviceSample
+from ebbtide.workers.headroom.base import NO_OFFLINE, DeviceFault, DeviceInfo, DeviceSample, Offline
 
 
 def check_usage(compute_pct: float, memory_mib: float) -> tuple[float, float]:
@@ -40,6 +40,8 @@ class StaticSource:
         self._position = {d.index: pos for pos, d in enumerate(self._devices)}
         self._usage = [usage] * len(self._devices)
         self._lock = threading.Lock()
+        self._faults: list[DeviceFault] = []
+        self._failing: dict[int, str] = {}
 
     def devices(self) -> list[DeviceInfo]:
         return list(self._devices)
@@ -53,7 +55,7 @@ class StaticSource:
         with self._lock:
             self._usage[self._position[index]] = usage
 
-    def sample(self, now: float, offline_pids: frozenset[int] = frozenset()) -> list[DeviceSample]:
+    def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
         with self._lock:
             usage = list(self._usage)
         return [
@@ -65,6 +67,28 @@ class StaticSource:
             )
             for device, (compute, memory) in zip(self._devices, usage, strict=True)
         ]
+
+    def inject_fault(self, fault: DeviceFault, *, failing: str | None = None) -> None:
+        """Report ``fault`` at the next :meth:`faults` (tests, demos).  ``failing`` makes
+        the device fail its health checks with that reason until :meth:`heal`."""
+        with self._lock:
+            self._faults.append(fault)
+            if failing is not None:
+                self._failing[fault.index] = failing
+
+    def heal(self, index: int) -> None:
+        """Device ``index`` passes its health checks again."""
+        with self._lock:
+            self._failing.pop(index, None)
+
+    def faults(self) -> list[DeviceFault]:
+        with self._lock:
+            out, self._faults = self._faults, []
+        return out
+
+    def check(self, index: int) -> str | None:
+        with self._lock:
+            return self._failing.get(index)
 
     def close(self) -> None:
         """Nothing to release."""

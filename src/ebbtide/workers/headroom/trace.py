@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ebbtide.workers.devices import DEFAULT_DEVICE_MEMORY_MIB
-from ebbtide.workers.headroom.base import DeviceInfo, DeviceSample
+from ebbtide.workers.headroom.base import NO_OFFLINE, DeviceFault, DeviceInfo, DeviceSample, Offline
 
 TRACE_COLUMNS = ("t_s", "device", "online_compute_pct", "online_memory_mib")
 
@@ -206,7 +206,7 @@ class TraceSource:
             t_s %= self._trace.duration_s
         return t_s
 
-    def sample(self, now: float, offline_pids: frozenset[int] = frozenset()) -> list[DeviceSample]:
+    def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
         t_s = self.trace_time_s(now)
         samples = []
         for device, series in zip(self._devices, self._trace.series, strict=True):
@@ -220,6 +220,14 @@ class TraceSource:
                 )
             )
         return samples
+
+    def faults(self) -> list[DeviceFault]:
+        """A replayed trace has no faults."""
+        return []
+
+    def check(self, index: int) -> str | None:
+        """A replayed device always passes."""
+        return None
 
     def close(self) -> None:
         """Nothing to release: the trace is read whole at construction."""

@@ -1,0 +1,68 @@
+"""One attempt as its node agent holds it: the slice, the process tree, the eviction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+from ebbtide.preemption.enforcer import EvictionClock
+from ebbtide.queue.states import JobState
+from ebbtide.scheduling.snapshot import ActiveAttempt
+from ebbtide.workers.executor import Handle
+from ebbtide.workers.ownership import Tree
+from ebbtide.workers.status import StatusReader
+
+
+@dataclass
+class LocalAttempt:
+    job_id: int
+    attempt: int
+    priority: int
+    queue: str
+    devices: tuple[int, ...]
+    compute_pct: float
+    memory_mib: int
+    gpus: int
+    deadline_s: float
+    signal: int
+    handle: Handle
+    #: the attempt's process tree, as ownership lookups know it
+    tree: Tree
+    dispatched_at: float
+    started_at: float
+    #: the job's status lines (checkpoints, progress)
+    status: StatusReader
+    last_checkpoint_at: float | None = None
+    eviction: EvictionClock | None = None
+    walltime_s: float | None = None
+    #: why the agent ended it, when it was not the job's own doing (walltime, fencing)
+    ended_by: str | None = None
+
+    def view(self, node: str) -> ActiveAttempt:
+        return ActiveAttempt(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            state=JobState.EVICTING if self.eviction else JobState.RUNNING,
+            priority=self.priority,
+            queue=self.queue,
+            node=node,
+            devices=self.devices,
+            compute_pct=self.compute_pct,
+            memory_mib=self.memory_mib,
+            deadline_s=self.deadline_s,
+            signal=self.signal,
+            dispatched_at=self.dispatched_at,
+            started_at=self.started_at,
+            last_checkpoint_at=self.last_checkpoint_at,
+            gpus=self.gpus,
+        )
+
+
+def tree_of(job_id: int, handle: Handle) -> Tree:
+    """The ownership record of an attempt whose supervisor is ``handle``."""
+    try:
+        created = psutil.Process(handle.pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        created = 0.0
+    return Tree(job_id=job_id, root_pid=handle.pid, root_created=created)

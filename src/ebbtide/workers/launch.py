@@ -1,0 +1,114 @@
+"""What an attempt is started with: its command line and its environment.
+
+The environment contract (``EBBTIDE_*``) is what :mod:`ebbtide.job` reads, and what a
+job in any language can follow (``examples/count.sh``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ebbtide.queue.spec import JobSpec
+from ebbtide.units import signal_name
+from ebbtide.workers.executor import Launch
+from ebbtide.workers.headroom.base import DeviceInfo
+
+
+def argv_for(spec: JobSpec, attempt_dir: Path) -> list[str]:
+    """The command line: the spec's command, or its script written to the attempt's
+    directory and run by its ``#!`` line (``/bin/sh`` without one)."""
+    if spec.command:
+        return list(spec.command)
+    script = attempt_dir / "job.script"
+    script.write_text(spec.script or "")
+    script.chmod(0o755)
+    if (spec.script or "").startswith("#!"):
+        first = (spec.script or "").splitlines()[0][2:].strip()
+        return [*shlex.split(first), str(script), *spec.args]
+    return ["/bin/sh", str(script), *spec.args]
+
+
+def env_for(
+    spec: JobSpec,
+    job: Any,
+    attempt: int,
+    *,
+    node: str,
+    devices: Sequence[DeviceInfo],
+    ckpt_dir: Path,
+    status_path: Path,
+    mps: bool = False,
+) -> dict[str, str]:
+    """The attempt's environment: the agent's, the spec's, then ebbtide's contract."""
+    env = dict(os.environ)
+    env.update(spec.env)
+    env.update(
+        {
+            "EBBTIDE_JOB_ID": str(job.id),
+            "EBBTIDE_ATTEMPT": str(attempt),
+            "EBBTIDE_NODE": node,
+            "EBBTIDE_CHECKPOINT_DIR": str(ckpt_dir),
+            "EBBTIDE_RESUME_FROM": job.checkpoint_path or "",
+            "EBBTIDE_WARNING_SIGNAL": signal_name(job.signal),
+            "EBBTIDE_STATUS_FILE": str(status_path),
+            "EBBTIDE_DEADLINE_S": f"{job.deadline_s:g}",
+            # devices named by index follow NVML's order, which is the PCI bus order
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": ",".join(d.visible_id for d in devices),
+        }
+    )
+    if job.array_index is not None:
+        env["EBBTIDE_ARRAY_INDEX"] = str(job.array_index)
+    if mps:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(job.compute_pct)))
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+            f"{i}={job.memory_mib}M" for i in range(len(devices))
+        )
+    return env
+
+
+def launch_for(
+    spec: JobSpec,
+    job: Any,
+    attempt: int,
+    *,
+    home: Path,
+    node: str,
+    devices: Sequence[DeviceInfo],
+    lease_s: float,
+    mps: bool = False,
+) -> Launch:
+    """Everything the executor needs to start ``attempt`` of ``job``; makes its log and
+    checkpoint directories."""
+    attempt_dir = home / "logs" / str(job.id) / str(attempt)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir = Path(spec.checkpoint_dir or home / "checkpoints" / str(job.id)).expanduser()
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    return Launch(
+        job_id=job.id,
+        attempt=attempt,
+        argv=argv_for(spec, attempt_dir),
+        env=env_for(
+            spec,
+            job,
+            attempt,
+            node=node,
+            devices=devices,
+            ckpt_dir=ckpt_dir,
+            status_path=status_path_for(home, job.id, attempt),
+            mps=mps,
+        ),
+        cwd=spec.cwd,
+        stdout_path=attempt_dir / "stdout.log",
+        stderr_path=attempt_dir / "stderr.log",
+        lease_s=lease_s,
+    )
+
+
+def status_path_for(home: Path, job_id: int, attempt: int) -> Path:
+    """The file the job appends status lines to (checkpoints, progress)."""
+    return home / "logs" / str(job_id) / str(attempt) / "status.jsonl"

@@ -1,0 +1,263 @@
+"""The attempt shim: a small supervisor between the node agent and one attempt's processes.
+
+The local executor starts every attempt through this shim, as the leader of a new
+session.  The shim
+
+1. becomes a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so every process the job
+   starts stays below it, however deep or detached (``setsid``, a double fork): the
+   attempt's processes are exactly the shim's descendants;
+2. starts the job (its argv, environment and working directory) and waits for it;
+3. holds a **lease**: the agent writes to a pipe every tick.  When the agent is gone (the
+   pipe reads end-of-file: killed, crashed) or stops renewing for ``--lease-s`` (paused,
+   hung, cut off), the shim kills every process of the attempt and exits.  No agent is
+   needed for that, so an attempt never outlives its agent's lease.  The agent also kills
+   an attempt through the pipe (``K``): the shim, a subreaper, kills and reaps every
+   process of it, so none lingers as a zombie for init to reap;
+4. when the job's leader exits, kills what the job left behind, writes how it ended to
+   ``--status`` (JSON) and exits with the leader's exit code (``128 + N`` for signal N).
+
+It uses the standard library only and is run by path (``python -I shim.py``), so it
+starts in a few tens of milliseconds and no job environment (``PYTHONPATH``…) reaches it.
+Signals the agent sends to the attempt's process group (the eviction warning) are
+caught and ignored here: they are meant for the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+#: prctl option: orphaned descendants are re-parented to this process, not to init
+PR_SET_CHILD_SUBREAPER = 36
+#: prctl option: a signal this process gets when its parent dies
+PR_SET_PDEATHSIG = 1
+
+#: Why the shim ended the attempt (the ``cause`` in the status file).
+CAUSE_JOB = "job"  # the job's leader exited by itself (or by a signal the agent sent)
+CAUSE_LEASE = "lease"  # the agent stopped renewing the lease
+CAUSE_AGENT_GONE = "agent_gone"  # the lease pipe closed: the agent is gone
+CAUSE_START = "start"  # the job could not be started at all
+CAUSE_KILLED = "killed"  # the agent told the shim to kill the attempt (a deadline, a sweep)
+
+#: What the agent writes to the lease pipe: a renewal, or "kill the attempt now".
+RENEW = b"."
+KILL = b"K"
+
+#: Exit code when the job could not be started (as a shell says for "command not found").
+START_FAILED_EXIT = 127
+#: Exit code when the lease ended the attempt (SIGKILL's 128 + 9: the job was killed).
+LEASE_EXIT = 137
+
+#: Signals caught (and ignored) by the shim: the warning signals meant for the job.
+_CAUGHT = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGQUIT,
+    signal.SIGALRM,
+    signal.SIGXCPU,
+)
+#: Rounds of "kill every descendant" before giving up on a fork storm.
+_KILL_ROUNDS = 200
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root`` (from ``/proc``), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 2 or fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _reap() -> list[tuple[int, int]]:
+    """Reap every exited child; return their ``(pid, wait status)``."""
+    done: list[tuple[int, int]] = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done.append((pid, status))
+
+
+def kill_tree(root: int) -> int:
+    """SIGKILL every descendant of ``root`` until none is left; return how many died."""
+    killed = 0
+    for _ in range(_KILL_ROUNDS):
+        pids = descendants(root)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        _reap()
+        time.sleep(0.001)
+    _reap()
+    return killed
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell would report it: the code, or 128 + the signal."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _write_status(path: str | None, **fields: object) -> None:
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({**fields, "time": time.time()}, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _say(f"cannot write {path}: {exc}")
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"ebbtide: {text}\n".encode())
+
+
+def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child before exec
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    lease_fd: int | None,
+    lease_s: float,
+    status_path: str | None,
+    cwd: str | None = None,
+) -> int:
+    """Supervise one attempt (see the module doc); return the shim's exit code."""
+    me = os.getpid()
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for signum in _CAUGHT:
+        signal.signal(signum, lambda *_: None)
+
+    try:
+        # a single-threaded process: preexec_fn is safe here
+        leader = subprocess.Popen(
+            list(argv), cwd=cwd or None, preexec_fn=_set_pdeathsig, close_fds=True
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        where = f" in {cwd}" if cwd else ""
+        error = f"could not start {list(argv)!r}{where}: {exc}"
+        _say(error)
+        _write_status(status_path, cause=CAUSE_START, exit_code=START_FAILED_EXIT, error=error)
+        return START_FAILED_EXIT
+
+    expires = time.monotonic() + lease_s
+    watched = [wake_r] + ([lease_fd] if lease_fd is not None else [])
+    while True:
+        for pid, status in _reap():
+            if pid == leader.pid:
+                leader.returncode = exit_code(status)
+        if leader.returncode is not None:
+            left = kill_tree(me)
+            code = int(leader.returncode)
+            _write_status(status_path, cause=CAUSE_JOB, exit_code=code, leftovers_killed=left)
+            return code
+        timeout = max(0.0, expires - time.monotonic()) if lease_fd is not None else None
+        try:
+            ready, _, _ = select.select(watched, [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries select
+            continue
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+        if lease_fd is not None and lease_fd in ready:
+            try:
+                data: bytes | None = os.read(lease_fd, 4096)
+            except BlockingIOError:
+                data = None  # nothing after all
+            except OSError as exc:
+                _say(f"lease pipe: {exc}")
+                data = b""
+            if data and KILL in data:
+                return _end(me, status_path, CAUSE_KILLED, "killed by the node agent", quiet=True)
+            if data:
+                expires = time.monotonic() + lease_s
+            elif data is not None:
+                return _end(me, status_path, CAUSE_AGENT_GONE, "the node agent is gone")
+        if lease_fd is not None and time.monotonic() >= expires:
+            return _end(
+                me,
+                status_path,
+                CAUSE_LEASE,
+                f"the node agent did not renew the lease for {lease_s:g}s",
+            )
+
+
+def _end(me: int, status_path: str | None, cause: str, why: str, *, quiet: bool = False) -> int:
+    if not quiet:
+        _say(f"{why}: killing the attempt")
+    killed = kill_tree(me)
+    _write_status(status_path, cause=cause, exit_code=LEASE_EXIT, error=why, killed=killed)
+    return LEASE_EXIT
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ebbtide-shim", description=__doc__.splitlines()[0])
+    parser.add_argument("--lease-fd", type=int, help="read end of the agent's lease pipe")
+    parser.add_argument("--lease-s", type=float, default=5.0, help="lease length, in seconds")
+    parser.add_argument("--status", help="where to write how the attempt ended (JSON)")
+    parser.add_argument("--cwd", help="the job's working directory")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
+    ns = parser.parse_args(args)
+    argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
+    if not argv:
+        parser.error("no command to run")
+    if ns.lease_fd is not None:
+        os.set_blocking(ns.lease_fd, False)
+    return run(argv, lease_fd=ns.lease_fd, lease_s=ns.lease_s, status_path=ns.status, cwd=ns.cwd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

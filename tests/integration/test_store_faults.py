@@ -1,0 +1,97 @@
+"""The store and device faults, on SQLite and PostgreSQL: a GPU fault moves a job without
+counting against it; a job that cannot start fails at once; admins' drains."""
+
+from __future__ import annotations
+
+import pytest
+
+from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import Store
+
+from .test_store import start, submit
+
+S = JobState
+
+FAULT = {
+    "reason": "GPU fault on n1/0: XID 79: GPU has fallen off the bus",
+    "reason_code": "gpu_fault",
+    "deadline_s": 0.0,
+    "spike_at": 100.0,
+    "freed_at": 100.2,
+    "latency_s": 0.2,
+    "killed": True,
+}
+
+
+def test_a_gpu_fault_requeues_without_counting_as_eviction_or_failure(store: Store) -> None:
+    job_id = submit(store, max_attempts=1)
+    attempt = start(store, job_id)
+    # the job died of the fault before it could be warned: still running by the store
+    assert store.finish_attempt(job_id, attempt, exit_code=134, eviction=FAULT) == S.QUEUED
+    job = store.get(job_id)
+    assert (job.evictions, job.failures, job.attempts) == (0, 0, 1)
+    [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+    assert ev["reason_code"] == "gpu_fault" and "XID 79" in ev["reason"]
+
+
+def test_a_gpu_fault_during_an_eviction_does_not_count_either(store: Store) -> None:
+    job_id = submit(store)
+    attempt = start(store, job_id)
+    store.begin_eviction(
+        job_id,
+        attempt,
+        reason=FAULT["reason"],
+        reason_code="gpu_fault",
+        deadline_s=30,
+        spike_at=100.0,
+        source="agent",
+    )
+    assert store.eviction_request(job_id, attempt)["reason_code"] == "gpu_fault"  # type: ignore[index]
+    assert store.finish_attempt(job_id, attempt, exit_code=143, eviction=FAULT) == S.QUEUED
+    assert store.get(job_id).evictions == 0
+
+
+def test_eviction_request_is_none_without_one(store: Store) -> None:
+    job_id = submit(store)
+    assert store.eviction_request(job_id, 1) is None
+
+
+def test_a_final_failure_does_not_retry(store: Store) -> None:
+    job_id = submit(store, max_attempts=5)
+    attempt = start(store, job_id)
+    why = "could not start ['/nope']: No such file or directory"
+    assert store.finish_attempt(job_id, attempt, exit_code=127, why=why, final=True) == S.FAILED
+    assert store.get(job_id).reason == f"{why} (exit code 127)"
+
+
+def test_drains_and_undrains_are_kept_per_device(store: Store) -> None:
+    d = store.drains
+    d.drain("n1", 0, by="root", reason="bad fan")
+    d.drain("n2", WHOLE_NODE, by="root")
+    assert [(x.node, x.device, x.reason) for x in d.drained()] == [
+        ("n1", 0, "bad fan"),
+        ("n2", WHOLE_NODE, ""),
+    ]
+    assert d.drained()[0].describe() == "n1/0 drained by root: bad fan"
+    assert d.undrains("n1") == {}
+    d.undrain("n1", 0, by="admin2")
+    assert [x.node for x in d.drained()] == ["n2"]
+    assert set(d.undrains("n1")) == {0}
+    d.undrain("n2", WHOLE_NODE, by="root")
+    assert d.drained() == []
+
+
+def test_undraining_a_node_lifts_its_device_drains(store: Store) -> None:
+    store.drains.drain("n1", 2, by="root")
+    store.drains.undrain("n1", WHOLE_NODE, by="root")
+    assert store.drains.drained() == []
+    assert set(store.drains.undrains("n1")) == {2, WHOLE_NODE}
+
+
+@pytest.mark.parametrize("device", [0, WHOLE_NODE])
+def test_drain_twice_keeps_one_row(store: Store, device: int) -> None:
+    store.drains.drain("n1", device, by="a", reason="one")
+    store.drains.drain("n1", device, by="b", reason="two")
+    [x] = store.drains.drained()
+    assert (x.by, x.reason) == ("b", "two")
