@@ -32,3 +32,15 @@ bench: $(BIN)/.installed  ## figures, not pass/fail
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Wheels of ebbtide and its runtime dependencies (CPython 3.12, Linux x86_64) for
+# benchmarks/gpu_check.py on a GPU machine without a package index; there:
+#   python3 -m pip install --no-index --find-links .gpu-wheels ebbtide
+GPU_WHEELS ?= .gpu-wheels
+.PHONY: gpu-check-wheels
+gpu-check-wheels: $(BIN)/.installed
+	rm -rf $(GPU_WHEELS)
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(GPU_WHEELS) .
+	$(BIN)/pip download --quiet --only-binary=:all: --implementation cp --python-version 3.12 \
+		--platform manylinux2014_x86_64 --dest $(GPU_WHEELS) $(GPU_WHEELS)/ebbtide-*.whl
+	@echo "$(GPU_WHEELS): $$(ls $(GPU_WHEELS) | wc -l) wheels, $$(du -sh $(GPU_WHEELS) | cut -f1)"
