@@ -63,14 +63,21 @@ def test_lost_start_message_is_made_good_by_reconciliation(node):  # type: ignor
     wait_until(lambda: store.get(job_id).state == "running", timeout=5)
 
 
-def test_stale_start_for_an_old_attempt_is_ignored(node):  # type: ignore[no-untyped-def]
-    store, agent, _ = node
+def test_stale_start_for_an_old_attempt_is_ignored(tmp_path):  # type: ignore[no-untyped-def]
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    agent = NodeAgent("n1", store, StaticSource(parse_devices("1x80GiB")), home=tmp_path)
+    # given up on before the agent ever looked (a running agent might start it first)
     job_id, attempt = _dispatch(store, SLEEPER)
     store.requeue_lost(job_id, attempt, why="test: given up on")
-    agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
-    time.sleep(0.8)  # a tick and a reconciliation
-    assert store.get(job_id).state == "queued"
-    assert agent.attempts == {}
+    agent.start()
+    try:
+        agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
+        time.sleep(0.8)  # a tick and a reconciliation
+        assert store.get(job_id).state == "queued"
+        assert agent.attempts == {}
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
 
 
 def test_attempt_the_store_gave_away_is_killed(node):  # type: ignore[no-untyped-def]
