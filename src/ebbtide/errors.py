@@ -57,5 +57,11 @@ class StaleState(EbbtideError):
     """
 
 
+class NotLeader(EbbtideError):
+    """A scheduler wrote with a leadership epoch that is no longer the current one: it
+    lost its lock (its connection dropped, it was paused) and another scheduler leads.
+    The write did not happen; the deposed scheduler stands down."""
+
+
 class BrokerUnavailable(EbbtideError):
     """The message broker cannot be reached."""

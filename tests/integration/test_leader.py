@@ -1,9 +1,21 @@
-"""One active scheduler: the leader lock on SQLite (flock) and PostgreSQL (advisory lock)."""
+"""One active scheduler: the leader lock on SQLite (flock beside the database) and
+PostgreSQL (advisory lock), the leadership epoch that fences a deposed leader's writes,
+and schedulers that stand down when they lose the lead and survive a store outage."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from ebbtide.errors import NotLeader
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
-from ebbtide.scheduling.leader import LeaderLock
+from ebbtide.scheduling.leader import LeaderLock, lock_path
+from ebbtide.scheduling.loop import Scheduler
 
 
 def test_only_one_holder_and_a_standby_takes_over(db_url, tmp_path):  # type: ignore[no-untyped-def]
@@ -23,3 +35,168 @@ def test_only_one_holder_and_a_standby_takes_over(db_url, tmp_path):  # type: ig
         b.release()
         a_store.close()
         b_store.close()
+
+
+def test_every_leader_begins_a_new_epoch_and_a_deposed_ones_writes_fail(db_url, tmp_path):  # type: ignore[no-untyped-def]
+    store = Store(db_url)
+    [job_id] = store.submit(JobSpec(command=["true"]), "alice", defaults_deadline_s=30)
+    a, b = LeaderLock(store.engine, tmp_path, "a"), LeaderLock(store.engine, tmp_path, "b")
+    try:
+        assert a.try_acquire()
+        first = a.epoch
+        assert first is not None and a.still_held()
+        as_a = store.fenced(first)
+        as_a.set_reasons({job_id: "a is leading"})  # writes while it leads
+        a.release()
+        assert b.try_acquire() and b.epoch == first + 1
+        with pytest.raises(NotLeader, match=f"epoch {first + 1} has begun"):
+            as_a.dispatch(
+                job_id, expected_attempts=0, node="n", devices=(0,), compute_pct=1, memory_mib=1
+            )
+        assert store.get(job_id).state == "queued"  # nothing was written
+        assert store.fenced(first + 1).set_reasons({job_id: "b leads"}) == 1
+    finally:
+        a.release()
+        b.release()
+        store.close()
+
+
+def test_the_sqlite_lock_lives_with_the_database_whatever_the_home(tmp_path):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    a_store, b_store = Store(url), Store(url)
+    a = LeaderLock(a_store.engine, tmp_path / "home-a")
+    b = LeaderLock(b_store.engine, tmp_path / "home-b")
+    try:
+        assert lock_path(a_store.engine, tmp_path) == tmp_path / "shared.db.scheduler.lock"
+        assert a.try_acquire() is True
+        assert b.try_acquire() is False
+    finally:
+        a.release()
+        b.release()
+        a_store.close()
+        b_store.close()
+
+
+@pytest.mark.postgres
+def test_a_leader_whose_lock_connection_drops_no_longer_leads(postgres_url, tmp_path):  # type: ignore[no-untyped-def]
+    store = Store(postgres_url)
+    a, b = LeaderLock(store.engine, tmp_path, "a"), LeaderLock(store.engine, tmp_path, "b")
+    try:
+        assert a.try_acquire()
+        pid = a._conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        a._conn.commit()
+        _terminate(store, pid)
+        assert a.still_held() is False
+        assert b.try_acquire() is True  # the database let the lock go with the session
+    finally:
+        a.release()
+        b.release()
+        store.close()
+
+
+def _terminate(store: Store, pid: int) -> None:
+    with store.engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        conn.commit()
+
+
+def _wait(predicate: Any, timeout: float = 20.0) -> None:
+    give_up = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < give_up, "condition not met in time"
+        time.sleep(0.05)
+
+
+class Recorder:
+    """The ``send`` of one scheduler: counts its dispatches."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, node: str, cmd: dict[str, Any]) -> None:
+        if cmd.get("op") == "start":
+            with self.lock:
+                self.starts.append(int(cmd["job_id"]))
+
+
+def _heartbeat(store: Store) -> None:
+    store.heartbeat(
+        "n1",
+        started_at=time.time(),
+        devices=[
+            {
+                "index": 0,
+                "memory_mib": 81920,
+                "online_compute_pct": 0,
+                "online_memory_mib": 0,
+                "sampled_at": time.time(),
+            }
+        ],
+    )
+
+
+@pytest.mark.postgres
+def test_a_deposed_scheduler_stands_down_and_nothing_is_dispatched_twice(postgres_url, tmp_path):  # type: ignore[no-untyped-def]
+    store = Store(postgres_url)
+    sends = {"a": Recorder(), "b": Recorder()}
+    locks = {name: LeaderLock(store.engine, tmp_path, name) for name in ("a", "b")}
+    schedulers = {
+        name: Scheduler(Store(postgres_url), send=sends[name], leader=locks[name], wakeups=False)
+        for name in ("a", "b")
+    }
+    try:
+        _heartbeat(store)
+        schedulers["a"].start()
+        _wait(lambda: locks["a"].epoch is not None)
+        first_epoch = locks["a"].epoch
+        schedulers["b"].start()
+        spec = JobSpec(command=["true"], gpu="1%", gpumem="1MiB")
+        first = store.submit(spec, "alice", defaults_deadline_s=30)
+        _wait(lambda: len(sends["a"].starts) == 1)
+        # a's lock connection drops: a stands down at its next pass, and whoever leads
+        # next (b, or a again) does so in a new epoch
+        pid = locks["a"]._conn.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        locks["a"]._conn.commit()
+        _terminate(store, pid)
+        _wait(lambda: any((lk.epoch or 0) > (first_epoch or 0) for lk in locks.values()))
+        _wait(lambda: sum(lk.held for lk in locks.values()) == 1)
+        _heartbeat(store)
+        second = [*store.submit(spec, "alice", defaults_deadline_s=30)]
+        second += store.submit(spec, "alice", defaults_deadline_s=30)
+        _wait(lambda: len(sends["a"].starts) + len(sends["b"].starts) == 3)
+        time.sleep(1.5)  # a few more passes
+        assert sorted(sends["a"].starts + sends["b"].starts) == sorted(first + second)
+        assert {j: store.get(j).attempts for j in first + second} == dict.fromkeys(
+            first + second, 1
+        )
+    finally:
+        for s in schedulers.values():
+            s.stop()
+            s._store.close()
+        store.close()
+
+
+def test_a_standby_survives_a_store_outage_and_takes_over(db_url, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    store = Store(db_url)
+    lock = LeaderLock(store.engine, tmp_path, "standby")
+    real = LeaderLock.try_acquire
+    outage = {"left": 3}
+
+    def flaky(self: LeaderLock) -> bool:
+        if outage["left"] > 0:
+            outage["left"] -= 1
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))
+        return real(self)
+
+    monkeypatch.setattr(LeaderLock, "try_acquire", flaky)
+    monkeypatch.setattr("ebbtide.scheduling.loop.LEADER_RETRY_S", 0.05)
+    scheduler = Scheduler(store, leader=lock, wakeups=False)
+    scheduler.start()
+    try:
+        _wait(lambda: lock.epoch is not None)
+        assert outage["left"] == 0
+        assert scheduler._thread is not None and scheduler._thread.is_alive()
+    finally:
+        scheduler.stop()
+        store.close()

@@ -129,11 +129,26 @@ def _v3_device_drains(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v4_leadership(conn: Connection) -> None:
+    """The scheduler's leadership epoch, which fences a deposed leader's writes."""
+    table = sa.Table(
+        "leadership",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("epoch", sa.Integer, nullable=False),
+        sa.Column("holder", sa.String, nullable=False),
+        sa.Column("acquired_at", sa.Float, nullable=False),
+    )
+    table.create(conn)
+    conn.execute(table.insert().values(id=1, epoch=0, holder="", acquired_at=0.0))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
     _v2_backoff_and_admission,
     _v3_device_drains,
+    _v4_leadership,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

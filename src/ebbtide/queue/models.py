@@ -117,6 +117,18 @@ class DeviceDrain(SQLModel, table=True):
     at: float
 
 
+class Leadership(SQLModel, table=True):
+    """The scheduler's leadership epoch: one row, bumped by every scheduler that takes the
+    lead; every write a leader makes checks it (a deposed leader's writes fail)."""
+
+    __tablename__ = "leadership"
+
+    id: int = Field(primary_key=True)
+    epoch: int
+    holder: str = ""
+    acquired_at: float = 0.0
+
+
 class SchemaVersion(SQLModel, table=True):
     __tablename__ = "ebbtide_schema"
 

@@ -11,6 +11,7 @@ all in one database transaction.  Losing a race raises :class:`StaleState`.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import (
     InvalidTransition,
     JobNotFound,
+    NotLeader,
     PermissionDenied,
     SpecError,
     StaleState,
@@ -32,7 +34,7 @@ from ebbtide.queue import migrations
 from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
-from ebbtide.queue.models import Attempt, Event, Job, Node
+from ebbtide.queue.models import Attempt, Event, Job, Leadership, Node
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import (
     ACTIVE_STATES,
@@ -51,6 +53,25 @@ JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
+LEADERSHIP: sa.Table = Leadership.__table__  # type: ignore[attr-defined]
+
+
+def check_epoch(conn: Connection, epoch: int) -> None:
+    """Raise :class:`NotLeader` unless ``epoch`` is the current leadership epoch.
+
+    On PostgreSQL the row is read ``FOR SHARE``: a new leader's bump waits for this
+    transaction, and this one, once the bump is in, sees it.  SQLite's writes hold the
+    database's write lock from their first statement, which orders them the same way.
+    """
+    stmt = sa.select(LEADERSHIP.c.epoch).where(LEADERSHIP.c.id == 1)
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(read=True)
+    current = conn.execute(stmt).scalar()
+    if current != epoch:
+        raise NotLeader(
+            f"this scheduler led in epoch {epoch}, but epoch {current} has begun: another "
+            "scheduler leads now"
+        )
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -84,12 +105,25 @@ class Store:
         #: admins' drains and undrains of nodes and devices
         self.drains = Drains(self.engine, clock)
 
+    #: the leadership epoch every write must still hold (a leader's view); None: any
+    _epoch: int | None = None
+
     def close(self) -> None:
         self.engine.dispose()
+
+    def fenced(self, epoch: int) -> Store:
+        """This store as a leader of ``epoch`` sees it: every write first checks, in its
+        own transaction, that the epoch is still the current one, and raises
+        :class:`NotLeader` (writing nothing) once another scheduler has taken the lead."""
+        view = copy.copy(self)
+        view._epoch = epoch
+        return view
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:
+            if self._epoch is not None:
+                check_epoch(conn, self._epoch)
             yield conn
 
     @contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.config.policy import Policy
-from ebbtide.errors import StaleState
+from ebbtide.errors import NotLeader, StaleState
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -55,7 +55,9 @@ class Scheduler:
         on_policy: Callable[[Policy], None] | None = None,
         wakeups: bool = True,
     ) -> None:
+        #: the store as this scheduler writes to it: fenced by its epoch while it leads
         self.store = store
+        self._store = store
         self.runtime = PolicyRuntime(policy or Policy(), policy_path, on_change=on_policy)
         self._wakeups = wakeups
         self.send = send or (lambda node, cmd: None)
@@ -231,23 +233,54 @@ class Scheduler:
             self.leader.release()
 
     def _run(self) -> None:
-        if self.leader is not None:
-            waiting_logged = False
-            while not self.leader.try_acquire():
-                if not waiting_logged:
-                    log.info("another scheduler is active; standing by")
-                    waiting_logged = True
-                if self._stop.wait(LEADER_RETRY_S):
-                    return
-            log.info("this scheduler is the active one")
+        while self._take_the_lead():
+            self._lead()
+
+    def _take_the_lead(self) -> bool:
+        """Wait until this scheduler leads (at once without a leader lock); False when
+        stopped first.  A store that cannot be reached is waited out, never fatal."""
+        if self.leader is None:
+            return not self._stop.is_set()
+        logged = False
         while not self._stop.is_set():
             try:
+                if self.leader.try_acquire():
+                    assert self.leader.epoch is not None
+                    self.store = self._store.fenced(self.leader.epoch)
+                    log.info("this scheduler is the active one (epoch %s)", self.leader.epoch)
+                    return True
+                if not logged:
+                    log.info("another scheduler is active; standing by")
+                    logged = True
+            except Exception as exc:
+                log.warning(
+                    "cannot reach the store to take the lead (%s); trying again",
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+            self._stop.wait(LEADER_RETRY_S)
+        return False
+
+    def _lead(self) -> None:
+        """Plan pass after pass while this scheduler leads; return when it does not."""
+        while not self._stop.is_set():
+            if self.leader is not None and not self.leader.still_held():
+                self._stand_down("its lock or its epoch is gone")
+                return
+            try:
                 self.run_once()
+            except NotLeader as exc:
+                self._stand_down(str(exc))
+                return
             except Exception:
                 log.exception("scheduler pass failed")
             self._wake.wait(PLAN_PERIOD_S)
             self._wake.clear()
 
+    def _stand_down(self, why: str) -> None:
+        log.error("this scheduler no longer leads (%s): standing by", why)
+        if self.leader is not None:
+            self.leader.release()
+        self.store = self._store
 
 def unavailable(node: str, index: int, device: dict[str, Any], drains: dict[Any, str]) -> str:
     """Why nothing new may go to ``node``/``index``: a fault its agent reports, or an
