@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ebbtide.errors import EbbtideError
+from ebbtide.messaging.messages import StartAttempt
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -170,7 +171,7 @@ class Bench:
                 compute_pct=self.args.compute_pct,
                 memory_mib=self.args.memory_mib,
             )
-            self.agent.command({"op": "start", "job_id": s.job_id, "attempt": s.attempts})
+            self.agent.command(StartAttempt(job_id=s.job_id, attempt=s.attempts))
         self._wait_ready(batch)
         # drop notifications of earlier rounds, then spike every device of the batch
         while not self.notified.empty():

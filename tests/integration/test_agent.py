@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ebbtide.messaging.messages import StartAttempt
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.workers.agent import NodeAgent
@@ -49,7 +50,7 @@ def test_duplicate_start_runs_the_attempt_once(node):  # type: ignore[no-untyped
     store, agent, _ = node
     job_id, attempt = _dispatch(store, SLEEPER)
     for _ in range(3):
-        agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
+        agent.command(StartAttempt(job_id=job_id, attempt=attempt))
     wait_until(lambda: store.get(job_id).state == "running")
     time.sleep(0.3)
     started = [e for e in store.events(job_id) if e["type"] == "started"]
@@ -71,7 +72,7 @@ def test_stale_start_for_an_old_attempt_is_ignored(tmp_path):  # type: ignore[no
     store.requeue_lost(job_id, attempt, why="test: given up on")
     agent.start()
     try:
-        agent.command({"op": "start", "job_id": job_id, "attempt": attempt})
+        agent.command(StartAttempt(job_id=job_id, attempt=attempt))
         time.sleep(0.8)  # a tick and a reconciliation
         assert store.get(job_id).state == "queued"
         assert agent.attempts == {}

@@ -6,32 +6,44 @@ from __future__ import annotations
 import time
 import uuid
 
+import dramatiq
 import pytest
 
 from ebbtide.messaging.bus import Bus
+from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttempt
 
 
 def _roundtrip(bus: Bus) -> None:
-    got: list[tuple[str, dict]] = []
+    got: list[tuple[str, object]] = []
     bus.serve(
         nodes={"a": lambda m: got.append(("a", m)), "b": lambda m: got.append(("b", m))},
         events=lambda m: got.append(("sched", m)),
     )
     try:
-        bus.send_to_node("a", {"op": "start", "job_id": 1, "attempt": 1})
-        bus.send_to_node("b", {"op": "evict", "job_id": 2, "attempt": 3})
-        bus.send_to_node("nobody", {"op": "start", "job_id": 9, "attempt": 1})
-        bus.notify_scheduler({"op": "changed", "job_id": 1})
+        bus.send_to_node("a", StartAttempt(job_id=1, attempt=1))
+        evict = EvictAttempt(job_id=2, attempt=3, reason="online_memory", spike_at=5.0)
+        bus.send_to_node("b", evict)
+        bus.send_to_node("nobody", StartAttempt(job_id=9, attempt=1))
+        bus.notify_scheduler(AttemptChanged(job_id=1, node="a"))
+        bus.broker.enqueue(  # not a command at all: logged and dropped
+            dramatiq.Message(
+                queue_name=bus.node_queue("a"),
+                actor_name="ebbtide_node_command",
+                args=({"op": "explode", "node": "a"},),
+                kwargs={},
+                options={},
+            )
+        )
         give_up = time.monotonic() + 10
         while len(got) < 3 and time.monotonic() < give_up:
             time.sleep(0.01)
         time.sleep(0.2)
     finally:
         bus.close()
-    assert sorted((who, m["op"], m["job_id"]) for who, m in got) == [
-        ("a", "start", 1),
-        ("b", "evict", 2),
-        ("sched", "changed", 1),
+    assert sorted(((who, m) for who, m in got), key=lambda x: x[0]) == [
+        ("a", StartAttempt(job_id=1, attempt=1)),
+        ("b", evict),
+        ("sched", AttemptChanged(job_id=1, node="a")),
     ]
 
 

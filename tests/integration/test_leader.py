@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from ebbtide.errors import NotLeader
+from ebbtide.messaging.messages import StartAttempt
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock, lock_path
@@ -114,10 +115,10 @@ class Recorder:
         self.starts: list[int] = []
         self.lock = threading.Lock()
 
-    def __call__(self, node: str, cmd: dict[str, Any]) -> None:
-        if cmd.get("op") == "start":
+    def __call__(self, node: str, cmd: Any) -> None:
+        if isinstance(cmd, StartAttempt):
             with self.lock:
-                self.starts.append(int(cmd["job_id"]))
+                self.starts.append(cmd.job_id)
 
 
 def _heartbeat(store: Store) -> None:

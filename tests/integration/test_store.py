@@ -392,15 +392,21 @@ def test_exit_0_succeeds(store: Store) -> None:
     assert store.active_attempts() == []
 
 
-#: exit codes of an evicted attempt: asked to requeue, crashed, killed by the warning signal
-EVICTED_EXITS = [REQUEUE_EXIT_CODE, 1, -15, 137, None]
+#: exit codes of an evicted attempt: asked to requeue, ended by the warning signal (TERM),
+#: killed at the deadline, not known
+EVICTED_EXITS = [REQUEUE_EXIT_CODE, 128 + 15, 137, None]
 
 
 def test_exit_while_evicting_requeues(store: Store) -> None:
-    """Any exit but 0 during an eviction is an eviction, whatever max_attempts says."""
+    """An eviction's exits are evictions, whatever max_attempts says."""
     jobs = {code: in_state(store, S.EVICTING, max_attempts=1) for code in EVICTED_EXITS}
     ended = {
-        code: store.finish_attempt(job_id, attempt, exit_code=code, eviction=EVICTION)
+        code: store.finish_attempt(
+            job_id,
+            attempt,
+            exit_code=code,
+            eviction={**EVICTION, "killed": True} if code == 137 else EVICTION,
+        )
         for code, (job_id, attempt) in jobs.items()
     }
     assert ended == dict.fromkeys(EVICTED_EXITS, S.QUEUED)
@@ -424,6 +430,21 @@ def test_exit_while_evicting_requeues(store: Store) -> None:
         assert {e["attempt"] for e in events[-3:]} == {attempt}
         assert store.attempts(job_id)[0].outcome == AttemptOutcome.EVICTED
     assert sorted(q.id for q in store.queued_jobs()) == sorted(j for j, _ in jobs.values())
+
+
+@pytest.mark.parametrize(("max_attempts", "state"), [(1, S.FAILED), (3, S.QUEUED)])
+def test_a_crash_while_evicting_counts_as_a_failure(
+    store: Store, max_attempts: int, state: JobState
+) -> None:
+    """A traceback in the checkpoint code is the job's failure, not just an eviction:
+    a job that always crashes when warned runs out of attempts."""
+    job_id, attempt = in_state(store, S.EVICTING, max_attempts=max_attempts)
+    assert store.finish_attempt(job_id, attempt, exit_code=1, eviction=EVICTION) == state
+    job = store.get(job_id)
+    assert (job.evictions, job.failures) == (1, 1)
+    assert "crashed while being evicted (exit 1)" in job.reason
+    assert f"1 of {max_attempts} failures" in job.reason
+    assert types(store, job_id)[-2] == EventType.EVICTED
 
 
 def test_exit_0_while_evicting_succeeds(store: Store) -> None:

@@ -1,7 +1,12 @@
 """The message bus: dramatiq queues between the scheduler and the node agents.
 
-- ``<namespace>.node.<name>``: commands for one node agent (``start``, ``evict``).
-- ``<namespace>.events``: events back to the scheduler (``changed``: wake up and replan).
+- ``<namespace>.node.<name>``: commands for one node agent (:class:`StartAttempt`,
+  :class:`EvictAttempt`).
+- ``<namespace>.events``: events back to the scheduler (:class:`AttemptChanged`: wake
+  up and replan).
+
+Both ends speak the typed models of :mod:`ebbtide.messaging.messages`; a payload that
+does not validate is logged and dropped.
 
 Messages are hints, never the truth: the SQL store is.  Handlers are idempotent and
 short (they queue the command for the agent's loop and return), a lost message is made
@@ -24,6 +29,14 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.message import Message
 
 from ebbtide.errors import BrokerUnavailable
+from ebbtide.messaging.messages import (
+    AttemptChanged,
+    EvictAttempt,
+    StartAttempt,
+    ValidationError,
+    parse_event,
+    parse_node_command,
+)
 
 log = logging.getLogger("ebbtide.bus")
 
@@ -35,15 +48,16 @@ WORKER_TIMEOUT_MS = 50
 _NODE_ACTOR = "ebbtide_node_command"
 _EVENT_ACTOR = "ebbtide_scheduler_event"
 
-Handler = Callable[[dict[str, Any]], None]
+NodeHandler = Callable[[StartAttempt | EvictAttempt], None]
+EventHandler = Callable[[AttemptChanged], None]
 
 
 class Bus:
     def __init__(self, broker: Broker, namespace: str = "ebbtide") -> None:
         self.broker = broker
         self.namespace = namespace
-        self._node_handlers: dict[str, Handler] = {}
-        self._event_handler: Handler | None = None
+        self._node_handlers: dict[str, NodeHandler] = {}
+        self._event_handler: EventHandler | None = None
         self._worker: dramatiq.Worker | None = None
         self._redis: Any = None
         register = dramatiq.actor(
@@ -98,11 +112,13 @@ class Bus:
         except Exception as exc:  # a lost message is made good by reconciliation
             log.warning("could not send %s to %s: %s", payload.get("op"), queue_name, exc)
 
-    def send_to_node(self, node: str, command: dict[str, Any]) -> None:
-        self._send(self.node_queue(node), _NODE_ACTOR, {**command, "node": node})
+    def send_to_node(self, node: str, command: StartAttempt | EvictAttempt) -> None:
+        self._send(
+            self.node_queue(node), _NODE_ACTOR, {**command.model_dump(mode="json"), "node": node}
+        )
 
-    def notify_scheduler(self, event: dict[str, Any]) -> None:
-        self._send(self.events_queue, _EVENT_ACTOR, event)
+    def notify_scheduler(self, event: AttemptChanged) -> None:
+        self._send(self.events_queue, _EVENT_ACTOR, event.model_dump(mode="json"))
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -111,14 +127,28 @@ class Bus:
         if handler is None:
             log.info("command for unknown node %s dropped", payload.get("node"))
             return
-        handler(payload)
+        try:
+            command = parse_node_command(payload)
+        except ValidationError as exc:
+            log.warning("malformed node command dropped: %s", exc.errors()[:1])
+            return
+        handler(command)
 
     def _on_event(self, payload: dict[str, Any]) -> None:
-        if self._event_handler is not None:
-            self._event_handler(payload)
+        if self._event_handler is None:
+            return
+        try:
+            event = parse_event(payload)
+        except ValidationError as exc:
+            log.warning("malformed scheduler event dropped: %s", exc.errors()[:1])
+            return
+        self._event_handler(event)
 
     def serve(
-        self, *, nodes: Mapping[str, Handler] | None = None, events: Handler | None = None
+        self,
+        *,
+        nodes: Mapping[str, NodeHandler] | None = None,
+        events: EventHandler | None = None,
     ) -> None:
         """Start consuming: the given nodes' command queues and, with ``events``, the
         scheduler's event queue.  One dramatiq worker per process."""

@@ -55,14 +55,12 @@ TRANSITIONS: frozenset[tuple[JobState | None, JobState]] = frozenset(
         (S.RUNNING, S.FAILED),
         (S.RUNNING, S.QUEUED),  # failed with attempts left, or its agent stopped heartbeating
         (S.RUNNING, S.EVICTING),
-        (S.RUNNING, S.HELD),  # requeued but held (max attempts of evictions reached)
         (S.RUNNING, S.CANCELLED),  # its agent is gone and a cancel was asked for
         # eviction
         (S.EVICTING, S.QUEUED),  # the normal end of an eviction: requeue
         (S.EVICTING, S.SUCCEEDED),  # finished during the warning
         (S.EVICTING, S.FAILED),
         (S.EVICTING, S.CANCELLED),  # eviction on behalf of qdel
-        (S.EVICTING, S.HELD),
         # cancellation of jobs that hold no slice
         (S.HELD, S.CANCELLED),
         (S.WAITING, S.CANCELLED),

@@ -30,12 +30,12 @@ from ebbtide.errors import (
     StaleState,
     UserError,
 )
-from ebbtide.queue import migrations
+from ebbtide.queue import migrations, outcomes
 from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
 from ebbtide.queue.models import Attempt, Event, Job, Leadership, Node
-from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -45,9 +45,6 @@ from ebbtide.queue.states import (
     check_transition,
 )
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
-
-#: the reason code of an eviction for a GPU fault (``EvictReason.GPU_FAULT``)
-GPU_FAULT = "gpu_fault"
 
 JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
@@ -305,15 +302,20 @@ class Store:
         data: dict[str, Any] | None = None,
         changes: dict[str, Any] | None = None,
         now: float | None = None,
+        fence_attempt: int | None = None,
     ) -> None:
+        """The one place a job's state changes (see the module doc).  The row must still be
+        in ``source`` and, when given, at attempt ``fence_attempt`` (default ``attempt``);
+        the event is recorded for ``attempt``."""
         check_transition(source, target)
+        fence = attempt if fence_attempt is None else fence_attempt
         stmt = JOBS.update().where(JOBS.c.id == job_id, JOBS.c.state == source.value)
-        if attempt is not None:
-            stmt = stmt.where(JOBS.c.attempts == attempt)
+        if fence is not None:
+            stmt = stmt.where(JOBS.c.attempts == fence)
         result = conn.execute(stmt.values(state=target.value, **(changes or {})))
         if result.rowcount != 1:
-            fence = f" attempt {attempt}" if attempt is not None else ""
-            raise StaleState(f"job {job_id}{fence} is no longer {source.value}")
+            at = f" attempt {fence}" if fence is not None else ""
+            raise StaleState(f"job {job_id}{at} is no longer {source.value}")
         self._event(conn, job_id, event, attempt=attempt, data=data, now=now)
 
     def _event(
@@ -567,24 +569,28 @@ class Store:
         number = expected_attempts + 1
         devs = ",".join(str(d) for d in devices)
         with self._tx() as conn:
-            result = conn.execute(
-                JOBS.update()
-                .where(
-                    JOBS.c.id == job_id,
-                    JOBS.c.state == JobState.QUEUED.value,
-                    JOBS.c.attempts == expected_attempts,
-                )
-                .values(
-                    state=JobState.DISPATCHED.value,
-                    attempts=number,
-                    node=node,
-                    devices=devs,
-                    reason=f"dispatched to {node} device {devs}",
-                )
+            self._transition(
+                conn,
+                job_id,
+                JobState.QUEUED,
+                JobState.DISPATCHED,
+                event=EventType.DISPATCHED,
+                attempt=number,
+                fence_attempt=expected_attempts,
+                now=now,
+                data={
+                    "node": node,
+                    "devices": list(devices),
+                    "compute_pct": compute_pct,
+                    "memory_mib": memory_mib,
+                },
+                changes={
+                    "attempts": number,
+                    "node": node,
+                    "devices": devs,
+                    "reason": f"dispatched to {node} device {devs}",
+                },
             )
-            if result.rowcount != 1:
-                raise StaleState(f"job {job_id} is no longer queued at attempt {expected_attempts}")
-            check_transition(JobState.QUEUED, JobState.DISPATCHED)
             conn.execute(
                 ATTEMPTS.insert().values(
                     job_id=job_id,
@@ -595,19 +601,6 @@ class Store:
                     memory_mib=memory_mib,
                     dispatched_at=now,
                 )
-            )
-            self._event(
-                conn,
-                job_id,
-                EventType.DISPATCHED,
-                attempt=number,
-                now=now,
-                data={
-                    "node": node,
-                    "devices": list(devices),
-                    "compute_pct": compute_pct,
-                    "memory_mib": memory_mib,
-                },
             )
         return number
 
@@ -761,12 +754,10 @@ class Store:
     ) -> JobState:
         """Record the end of an attempt's process and move the job on; return its new state.
 
-        Exit 0 succeeds.  An exit during an eviction, or exit code 99 at any time, is an
-        eviction: the job is requeued (or cancelled, if that was asked); an eviction for a
-        GPU fault does not count as one (no backoff, no ``max_preemptions``).  Any other
-        exit is a failure, requeued while attempts remain (``final``: never, as for a job
-        that cannot be started at all); ``why`` says what ended it when the agent knows
-        better than the exit code (``"walltime 2h exceeded"``).
+        What the end means is :func:`ebbtide.queue.outcomes.decide`'s verdict (success,
+        cancellation, eviction, failure, and what counts toward which limit); ``final``
+        makes a failure end the job (it cannot be started at all); ``why`` says what ended
+        it when the agent knows better than the exit code (``"walltime 2h exceeded"``).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -775,85 +766,70 @@ class Store:
         now = self.clock.time()
         if max_attempts is None:
             max_attempts = self.spec(job_id).max_attempts
-        fault = (eviction or {}).get("reason_code") == GPU_FAULT
-        evicted = source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault
+        verdict = outcomes.decide(
+            source=source,
+            exit_code=exit_code,
+            eviction=eviction,
+            cancel_requested=job.cancel_requested,
+            evictions=job.evictions,
+            failures=job.failures,
+            max_attempts=max_attempts,
+            attempt=attempt,
+            warning_signal=job.signal,
+            why=why,
+            final=final,
+        )
+        target = verdict.target
         data: dict[str, Any] = {"exit_code": exit_code}
-        changes: dict[str, Any] = {"exit_code": exit_code, "node": None, "devices": None}
+        changes: dict[str, Any] = {
+            "exit_code": exit_code,
+            "node": None,
+            "devices": None,
+            "reason": verdict.reason,
+            "evictions": verdict.evictions,
+            "failures": verdict.failures,
+        }
+        if target in FINAL_STATES:
+            changes["finished_at"] = now
+        else:
+            changes["requeued_at"] = now
+        if exit_code == 0 and eviction:
+            data["finished_during_eviction"] = eviction  # its latency stays on record
         with self._tx() as conn:
-            if exit_code == 0 and eviction:
-                data["finished_during_eviction"] = eviction  # its latency stays on record
-            if exit_code == 0:
-                target, event, outcome = (
-                    JobState.SUCCEEDED,
-                    EventType.SUCCEEDED,
-                    AttemptOutcome.SUCCEEDED,
-                )
-                changes.update(finished_at=now, reason="")
-            elif job.cancel_requested:
-                target, event, outcome = (
-                    JobState.CANCELLED,
-                    EventType.CANCELLED,
-                    AttemptOutcome.CANCELLED,
-                )
-                changes.update(finished_at=now, reason="cancelled")
-            elif evicted:
-                outcome = AttemptOutcome.EVICTED
-                why = (eviction or {}).get("reason") or "the job asked to be requeued (exit 99)"
+            if verdict.evicted:
                 self._event(
                     conn,
                     job_id,
                     EventType.EVICTED,
                     attempt=attempt,
                     now=now,
-                    data={"reason": why, **(eviction or {}), "exit_code": exit_code},
+                    data={"reason": verdict.why, **(eviction or {}), "exit_code": exit_code},
                 )
-                target, event = JobState.QUEUED, EventType.REQUEUED
-                changes.update(reason=f"requeued: {why}", requeued_at=now)
-                if not fault:
-                    changes["evictions"] = job.evictions + 1
-                data["reason"] = why
-            else:
-                failures = job.failures + 1
-                changes["failures"] = failures
-                outcome = AttemptOutcome.FAILED
-                if failures < max_attempts and not final:
-                    self._event(
-                        conn,
-                        job_id,
-                        EventType.FAILED,
-                        attempt=attempt,
-                        now=now,
-                        data={"exit_code": exit_code, "final": False, "why": why},
-                    )
-                    target, event = JobState.QUEUED, EventType.REQUEUED
-                    text = (
-                        f"attempt {attempt} failed ({why or f'exit {exit_code}'}); "
-                        f"{failures} of {max_attempts} failures"
-                    )
-                    changes.update(reason=f"requeued: {text}", requeued_at=now)
-                    data["reason"] = text
-                else:
-                    target, event = JobState.FAILED, EventType.FAILED
-                    changes.update(
-                        finished_at=now,
-                        reason=f"{why} (exit code {exit_code})"
-                        if why
-                        else f"exit code {exit_code}",
-                    )
-                    data["final"] = True
-                    data["why"] = why
+                data["reason"] = verdict.why
+            if verdict.failed_before_requeue:
+                self._event(
+                    conn,
+                    job_id,
+                    EventType.FAILED,
+                    attempt=attempt,
+                    now=now,
+                    data={"exit_code": exit_code, "final": False, "why": why},
+                )
+                data["reason"] = verdict.why
+            if verdict.final:
+                data.update(final=True, why=verdict.why)
             self._transition(
                 conn,
                 job_id,
                 source,
                 target,
-                event=event,
+                event=verdict.event,
                 attempt=attempt,
                 data=data,
                 changes=changes,
                 now=now,
             )
-            self._end_attempt(conn, job_id, attempt, outcome, exit_code)
+            self._end_attempt(conn, job_id, attempt, verdict.outcome, exit_code)
         return target
 
     def requeue_lost(self, job_id: int, attempt: int, *, why: str) -> None:

@@ -24,6 +24,13 @@ from typing import Any
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.config.policy import Policy
 from ebbtide.errors import NotLeader, StaleState
+from ebbtide.messaging.messages import (
+    AttemptChanged,
+    DeviceReport,
+    EvictAttempt,
+    StartAttempt,
+    ValidationError,
+)
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -39,7 +46,7 @@ PLAN_PERIOD_S = 0.5
 #: How often a standby scheduler tries to become the active one, in seconds.
 LEADER_RETRY_S = 1.0
 
-Send = Callable[[str, dict[str, Any]], None]
+Send = Callable[[str, StartAttempt | EvictAttempt], None]
 
 
 class Scheduler:
@@ -71,7 +78,7 @@ class Scheduler:
     def policy(self) -> Policy:
         return self.runtime.policy
 
-    def wake(self, _event: dict[str, Any] | None = None) -> None:
+    def wake(self, _event: AttemptChanged | None = None) -> None:
         self._wake.set()
 
     # -- one pass -----------------------------------------------------------------------
@@ -83,31 +90,27 @@ class Scheduler:
         for node in self.store.nodes():
             if node.stopping or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 continue
-            for d in json.loads(node.devices_json):
-                index, online_c, online_m = (
-                    int(d["index"]),
-                    d["online_compute_pct"],
-                    d["online_memory_mib"],
+            for d in node_devices(node.name, node.devices_json):
+                self.runtime.observe(
+                    node.name, d.index, d.sampled_at, d.online_compute_pct, d.online_memory_mib
                 )
-                sampled_at = float(d.get("sampled_at") or 0.0)
-                self.runtime.observe(node.name, index, sampled_at, online_c, online_m)
-                evicted_at = d.get("last_eviction_at")
+                evicted_at = d.last_eviction_at
                 devices.append(
                     DeviceView(
                         node=node.name,
-                        index=index,
-                        memory_mib=float(d["memory_mib"]),
-                        online_compute_pct=float(online_c),
-                        online_memory_mib=float(online_m),
+                        index=d.index,
+                        memory_mib=d.memory_mib,
+                        online_compute_pct=d.online_compute_pct,
+                        online_memory_mib=d.online_memory_mib,
                         # expected online growth within the deadline guards admission
-                        reserve_compute_pct=float(d.get("reserve_compute_pct", 0.0)),
-                        reserve_memory_mib=float(d.get("reserve_memory_mib", 0.0)),
-                        sampled_at=sampled_at,
+                        reserve_compute_pct=d.reserve_compute_pct,
+                        reserve_memory_mib=d.reserve_memory_mib,
+                        sampled_at=d.sampled_at,
                         cooldown_until=(evicted_at + defaults.eviction_cooldown_s)
                         if evicted_at
                         else 0.0,
-                        unavailable=unavailable(node.name, index, d, drains),
-                        planning_only=d.get("eviction_trigger") is False,
+                        unavailable=unavailable(node.name, d, drains),
+                        planning_only=not d.eviction_trigger,
                     )
                 )
         return Snapshot(
@@ -148,7 +151,7 @@ class Scheduler:
                     self.store.requeue_lost(
                         ev.job_id, ev.attempt, why=f"taken back before it started: {ev.message}"
                     )
-                    self.send(ev.node, {"op": "evict", "job_id": ev.job_id, "attempt": ev.attempt})
+                    self.send(ev.node, EvictAttempt(job_id=ev.job_id, attempt=ev.attempt))
                     continue
                 self.store.begin_eviction(
                     ev.job_id,
@@ -164,15 +167,14 @@ class Scheduler:
             log.info("evict job %s attempt %s: %s", ev.job_id, ev.attempt, ev.message)
             self.send(
                 ev.node,
-                {
-                    "op": "evict",
-                    "job_id": ev.job_id,
-                    "attempt": ev.attempt,
-                    "reason": ev.reason.value,
-                    "message": ev.message,
-                    "spike_at": now,
-                    "deadline_s": ev.deadline_s,
-                },
+                EvictAttempt(
+                    job_id=ev.job_id,
+                    attempt=ev.attempt,
+                    reason=ev.reason.value,
+                    message=ev.message,
+                    spike_at=now,
+                    deadline_s=ev.deadline_s,
+                ),
             )
         for d in decisions.dispatches:
             try:
@@ -187,7 +189,7 @@ class Scheduler:
             except StaleState:
                 continue
             log.info("dispatch job %s attempt %s to %s/%s", d.job_id, number, d.node, d.devices)
-            self.send(d.node, {"op": "start", "job_id": d.job_id, "attempt": number})
+            self.send(d.node, StartAttempt(job_id=d.job_id, attempt=number))
 
     def reconcile(self, now: float) -> None:
         """Requeue attempts whose node is gone, or whose start never happened."""
@@ -282,10 +284,23 @@ class Scheduler:
             self.leader.release()
         self.store = self._store
 
-def unavailable(node: str, index: int, device: dict[str, Any], drains: dict[Any, str]) -> str:
-    """Why nothing new may go to ``node``/``index``: a fault its agent reports, or an
+
+def node_devices(node: str, devices_json: str) -> list[DeviceReport]:
+    """A node's heartbeat devices; one that does not validate is logged and left out
+    (it takes no work until its agent reports it properly)."""
+    out = []
+    for raw in json.loads(devices_json or "[]"):
+        try:
+            out.append(DeviceReport.model_validate(raw))
+        except ValidationError as exc:
+            log.warning("node %s: malformed device report left out: %s", node, exc.errors()[:1])
+    return out
+
+
+def unavailable(node: str, device: DeviceReport, drains: dict[Any, str]) -> str:
+    """Why nothing new may go to ``node``/``device``: a fault its agent reports, or an
     admin's drain of the device or the node; "" when it may take work."""
-    if device.get("health") == "unhealthy":
-        fault = device.get("fault") or {}
-        return f"{node}/{index} is out of service: {fault.get('meaning') or 'a fault'}"
-    return drains.get((node, index)) or drains.get((node, WHOLE_NODE)) or ""
+    if device.unhealthy:
+        meaning = device.fault.meaning if device.fault else "a fault"
+        return f"{node}/{device.index} is out of service: {meaning}"
+    return drains.get((node, device.index)) or drains.get((node, WHOLE_NODE)) or ""

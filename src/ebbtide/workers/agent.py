@@ -39,6 +39,7 @@ from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import EbbtideError, StaleState
+from ebbtide.messaging.messages import AttemptChanged, DeviceReport, EvictAttempt, StartAttempt
 from ebbtide.preemption.enforcer import EvictionClock
 from ebbtide.preemption.victims import EvictReason, evictions_for_device
 from ebbtide.queue.drains import WHOLE_NODE
@@ -57,6 +58,10 @@ from ebbtide.workers.ownership import ProcessOwnership
 from ebbtide.workers.status import Checkpoint, StatusReader
 
 log = logging.getLogger("ebbtide.agent")
+
+#: The inbox's own command: leave gracefully (evict everything within its deadline).
+SHUTDOWN = object()
+Command = StartAttempt | EvictAttempt | object
 
 #: How often the agent samples headroom and checks its attempts, in seconds (≥ 10 Hz).
 SAMPLE_PERIOD_S = 0.05
@@ -101,7 +106,7 @@ class NodeAgent:
         self.last_eviction_at: dict[int, float] = {}
         self.devices = source.devices()
         self.attempts: dict[int, LocalAttempt] = {}
-        self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.inbox: queue.Queue[Command] = queue.Queue()
         self.latest: list[DeviceSample] = []
         #: which GPU process is whose: the attempts' trees, for the headroom source
         self.ownership = ProcessOwnership()
@@ -143,14 +148,14 @@ class NodeAgent:
         self._thread = threading.Thread(target=self._run, name=f"agent-{self.name}", daemon=True)
         self._thread.start()
 
-    def command(self, cmd: dict[str, Any]) -> None:
+    def command(self, cmd: StartAttempt | EvictAttempt) -> None:
         """Queue a command from the scheduler (called from a message handler: stays short)."""
         self.inbox.put(cmd)
         self._wake.set()
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Graceful stop: evict every attempt within its deadline, wait, then leave."""
-        self.inbox.put({"op": "shutdown"})
+        self.inbox.put(SHUTDOWN)
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -346,26 +351,23 @@ class NodeAgent:
 
     # -- commands -----------------------------------------------------------------------
 
-    def _handle(self, cmd: dict[str, Any], now: float) -> None:
-        op = cmd.get("op")
-        if op == "start":
-            self._start(int(cmd["job_id"]), int(cmd["attempt"]))
-        elif op == "evict":
-            local = self.attempts.get(int(cmd["job_id"]))
-            if local and local.attempt == int(cmd["attempt"]) and not local.eviction:
+    def _handle(self, cmd: Command, now: float) -> None:
+        if isinstance(cmd, StartAttempt):
+            self._start(cmd.job_id, cmd.attempt)
+        elif isinstance(cmd, EvictAttempt):
+            local = self.attempts.get(cmd.job_id)
+            if local and local.attempt == cmd.attempt and not local.eviction:
                 self._evict(
                     local,
-                    cmd.get("reason", "scheduler"),
-                    cmd.get("message", ""),
-                    spike_at=float(cmd.get("spike_at", now)),
-                    deadline_s=float(cmd.get("deadline_s", local.deadline_s)),
+                    cmd.reason,
+                    cmd.message,
+                    spike_at=now if cmd.spike_at is None else cmd.spike_at,
+                    deadline_s=local.deadline_s if cmd.deadline_s is None else cmd.deadline_s,
                     source="scheduler",
                     already_recorded=True,
                 )
-        elif op == "shutdown":
+        elif cmd is SHUTDOWN:
             self._begin_shutdown(now)
-        else:
-            log.warning("unknown command %r", cmd)
 
     def _start(self, job_id: int, attempt: int) -> None:
         if self._stopping or job_id in self.attempts:
@@ -621,9 +623,10 @@ class NodeAgent:
                     **self.health.report(d.index, now),
                 }
             )
+        reports = [DeviceReport.model_validate(v).model_dump(mode="json") for v in views]
         try:
             self.store.heartbeat(
-                self.name, started_at=self._started_at, devices=views, stopping=self._stopping
+                self.name, started_at=self._started_at, devices=reports, stopping=self._stopping
             )
             self._last_heartbeat_ok = self.clock.monotonic()
         except Exception:
@@ -663,14 +666,16 @@ class NodeAgent:
             elif a.state == JobState.EVICTING and not local.eviction:
                 # the scheduler's message has not arrived (yet): its record says why
                 asked = self._safe(self.store.eviction_request, job_id, local.attempt) or {}
-                self._evict(
-                    local,
-                    str(asked.get("reason_code") or "scheduler"),
-                    str(asked.get("reason") or "evicted by the scheduler"),
-                    spike_at=float(asked.get("spike_at") or now),
-                    deadline_s=float(asked.get("deadline_s") or local.deadline_s),
-                    source="scheduler",
-                    already_recorded=True,
+                self._handle(
+                    EvictAttempt(
+                        job_id=job_id,
+                        attempt=local.attempt,
+                        reason=asked.get("reason_code") or "scheduler",
+                        message=asked.get("reason") or "evicted by the scheduler",
+                        spike_at=asked.get("spike_at"),
+                        deadline_s=asked.get("deadline_s"),
+                    ),
+                    now,
                 )
         for job_id, a in assigned.items():
             if job_id in self.attempts:
@@ -714,7 +719,7 @@ class NodeAgent:
     def _notify(self, job_id: int) -> None:
         if self.notify is not None:
             try:
-                self.notify({"op": "changed", "job_id": job_id, "node": self.name})
+                self.notify(AttemptChanged(job_id=job_id, node=self.name))
             except Exception:
                 log.exception("could not notify the scheduler")
 
