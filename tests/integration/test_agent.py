@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ebbtide.messaging.messages import StartAttempt
+from ebbtide.messaging.messages import EvictAttempt, StartAttempt
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.workers.agent import NodeAgent
@@ -158,3 +158,27 @@ def test_an_agent_cut_off_from_the_store_kills_its_attempts(tmp_path, monkeypatc
     finally:
         agent.kill()
         store.close()
+
+
+def test_only_online_pressure_starts_a_devices_cooldown(node):  # type: ignore[no-untyped-def]
+    store, agent, source = node
+    cancelled, attempt = _dispatch(store, SLEEPER, deadline_s=1)
+    wait_until(lambda: store.get(cancelled).state == "running")
+    store.begin_eviction(
+        cancelled,
+        attempt,
+        reason="cancelled by its owner",
+        reason_code="cancelled",
+        deadline_s=1,
+        spike_at=time.time(),
+        source="scheduler",
+    )
+    agent.command(EvictAttempt(job_id=cancelled, attempt=attempt, reason="cancelled"))
+    wait_until(lambda: store.get(cancelled).state == "queued")
+    assert agent.last_eviction_at == {}  # a qdel does not keep others off the device
+
+    spiked, _ = _dispatch(store, SLEEPER, deadline_s=1)
+    wait_until(lambda: store.get(spiked).state == "running")
+    source.set(0, 10.0, 80_000)
+    wait_until(lambda: store.get(spiked).state == "queued")
+    assert set(agent.last_eviction_at) == {0}

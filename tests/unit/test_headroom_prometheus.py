@@ -464,6 +464,24 @@ def test_a_new_xid_is_one_fault_and_the_first_value_is_the_baseline(
     assert (fault.index, fault.xid, fault.lost, fault.disabling) == (0, 43, False, False)
 
 
+def test_a_device_an_xid_took_out_is_returned_by_an_admin_not_by_its_checks(
+    fake: FakeDcgm, opened: Opener, clock: Clock, url: str
+) -> None:
+    source = opened(url)
+
+    def fetch(xid: int) -> None:
+        fake.gpus[0].xid = xid
+        fake.scraped_at = clock.now = clock.now + 30
+        assert source.refresh() is True
+
+    fetch(13)  # an application's own error: the device stays in service
+    assert source.check(0) is None
+    fetch(48)
+    why = source.check(0)
+    assert why is not None and "XID 48" in why and "ebb node undrain" in why
+    assert source.check(1) is None  # the other device is fine
+
+
 def test_stale_figures_are_the_worst_case_and_fail_the_check(
     fake: FakeDcgm, opened: Opener, clock: Clock, url: str
 ) -> None:
@@ -644,3 +662,18 @@ def test_the_factory_opens_a_prometheus_source(fake: FakeDcgm) -> None:
         assert len(source.devices()) == 2
     finally:
         source.close()
+
+
+def test_the_agent_asks_prometheus_for_its_own_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ebbtide.workers.headroom import factory
+
+    seen: list[object] = []
+    monkeypatch.setattr(
+        factory, "PrometheusSource", lambda url, node_labels=None: seen.append((url, node_labels))
+    )
+    factory.open_source("prometheus:http://prom:9090", None, node="gpu-a")
+    factory.open_source("prometheus:http://prom:9090?Hostname=x", None)
+    assert seen == [
+        ("http://prom:9090", {"Hostname": "gpu-a"}),
+        ("http://prom:9090?Hostname=x", None),
+    ]

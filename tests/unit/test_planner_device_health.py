@@ -7,7 +7,7 @@ import dataclasses
 
 from ebbtide.scheduling.planner import plan
 
-from .builders import att, dev, job, snap
+from .builders import NOW, att, dev, job, snap
 
 
 def test_no_dispatch_to_a_device_out_of_service() -> None:
@@ -36,3 +36,32 @@ def test_planning_only_figures_never_evict_but_still_bound_admission() -> None:
     p = plan(snap([job(2)], [att(1, m=20_000)], [slow]))
     assert p.evictions == []
     assert p.dispatches == []  # no headroom on the figures it has
+
+
+def test_a_drained_device_is_named_when_the_others_have_no_room() -> None:
+    drained = dataclasses.replace(dev(i=0), unavailable="n/0 drained by alice: fan")
+    full = dev(i=1, om=80_000)
+    p = plan(snap([job(1)], devices=[drained, full]))
+    assert p.blocked[1] == (
+        "waiting for headroom: no device has 10% and 1GiB free (margin included); "
+        "not taking work: n/0 drained by alice: fan"
+    )
+
+
+def test_a_cooling_device_is_named_when_the_others_have_no_room() -> None:
+    cooling = dataclasses.replace(dev(i=0), cooldown_until=NOW + 20)
+    full = dev(i=1, om=80_000)
+    p = plan(snap([job(1)], devices=[cooling, full]))
+    assert p.blocked[1].startswith("waiting for headroom: no device has 10%")
+    assert "cooling down after an eviction: n/0 until" in p.blocked[1]
+
+
+def test_every_cause_is_listed_when_no_device_takes_work() -> None:
+    devices = [
+        dataclasses.replace(dev(i=0), unavailable="n/0 is out of service: XID 79"),
+        dataclasses.replace(dev(i=1), unavailable="n/1 drained by bob: fan"),
+    ]
+    p = plan(snap([job(1)], devices=devices))
+    assert p.blocked[1] == (
+        "waiting: no device takes work (n/0 is out of service: XID 79, n/1 drained by bob: fan)"
+    )

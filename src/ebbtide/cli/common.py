@@ -28,5 +28,5 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("dramatiq", "pika"):
+    for noisy in ("dramatiq", "pika", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

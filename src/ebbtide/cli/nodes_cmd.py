@@ -14,28 +14,30 @@ from ebbtide.errors import UserError
 @click.command("nodes")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def nodes(as_json: bool) -> None:
-    """Show node agents and their devices: heartbeat age, the latest online load, health
-    (a device out of service names its fault: the XID and what it means), the last fault
-    seen, drains and eviction cooldowns."""
+    """Show node agents and their devices: heartbeat age; per device the latest online
+    load, the slices ebbtide holds there, and its state: ok, out of service (the fault:
+    the XID and what it means, and when), drained (by whom, why), cooling down after an
+    eviction, or showing stale figures; and the last fault seen."""
     client = _client()
     rows = client.nodes()
     if as_json:
         _echo_json(rows)
         return
     now = time.time()
-    click.echo(f"{'NODE':<16} {'AGE':>6}  {'DEV':>3}  {'ONLINE (compute / memory)':<28}  STATE")
+    click.echo(
+        f"{'NODE':<16} {'AGE':>6}  {'DEV':>3}  {'ONLINE (compute / memory)':<27}  "
+        f"{'EBBTIDE SLICES':<22}  STATE"
+    )
     for n in rows:
         age = f"{n['heartbeat_age_s']:.1f}s"
-        node_state = " (stopping)" if n["stopping"] else ""
-        if n["drained"]:
-            node_state += f" ({n['drained']})"
         if not n["devices"]:
-            click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices{node_state}")
+            click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices")
         for pos, d in enumerate(n["devices"]):
             name, shown_age = (n["name"][:16], age) if pos == 0 else ("", "")
+            stopping = " (agent stopping)" if n["stopping"] and pos == 0 else ""
             click.echo(
-                f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<28}  "
-                f"{_state(d, now)}{node_state if pos == 0 else ''}"
+                f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
+                f"{_slices(d):<22}  {_state(d, now)}{stopping}"
             )
 
 
@@ -48,28 +50,54 @@ def _load(d: dict[str, Any]) -> str:
     )
 
 
+def _slices(d: dict[str, Any]) -> str:
+    from ebbtide.units import format_mib
+
+    held = d.get("slices") or {}
+    jobs = held.get("jobs") or []
+    if not jobs:
+        return "-"
+    return f"{len(jobs)}: {held['compute_pct']:.0f}% / {format_mib(held['memory_mib'])}"
+
+
 def _state(d: dict[str, Any], now: float) -> str:
     parts = []
     if d.get("health") == "unhealthy":
         fault = d.get("fault") or {}
-        text = f"unhealthy: {fault.get('meaning') or 'a fault'}"
+        text = f"OUT OF SERVICE: {fault.get('meaning') or 'a fault'}{_since(fault, now)}"
         if d.get("healthy_in_s") is not None:
             text += f" (checks pass; back in {d['healthy_in_s']:.0f}s)"
         elif d.get("failing"):
             text += f" (check: {d['failing']})"
         parts.append(text)
-    else:
-        parts.append("ok")
-        last = d.get("last_fault")
-        if last:
-            parts.append(f"last fault: {last.get('meaning')}")
     if d.get("drained"):
-        parts.append(d["drained"])
+        parts.append(str(d["drained"]))
+    if d.get("sample_ok") is False:
+        parts.append("STALE: no fresh figures from the device; the worst case is assumed")
     if d.get("cooldown_until") and d["cooldown_until"] > now:
         parts.append(f"cooling down {d['cooldown_until'] - now:.0f}s")
     if d.get("eviction_trigger") is False:
         parts.append("planning only (device-level figures)")
-    return "; ".join(parts)
+    last = d.get("last_fault")
+    if last and d.get("health") != "unhealthy":
+        parts.append(f"last fault: {last.get('meaning')}{_since(last, now)}")
+    return "; ".join(parts) or "ok"
+
+
+def _since(fault: dict[str, Any], now: float) -> str:
+    at = fault.get("at")
+    if not at:
+        return ""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return f" at {stamp} ({_ago(now - at)} ago)"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def _target(text: str) -> tuple[str, int | None]:

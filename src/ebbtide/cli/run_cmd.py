@@ -20,7 +20,8 @@ def _agent_options(fn: Any) -> Any:
         help="Where online usage comes from: nvml (real GPUs, per process), static, "
         "static:20%,8GiB, trace:FILE or trace:FILE@10x (replay 10x faster), or "
         "prometheus:URL (DCGM exporter figures through Prometheus or the exporter's "
-        "/metrics; planning only, never an eviction trigger; add ?Hostname=NODE).",
+        "/metrics; for planning: online load never triggers an eviction from them; a "
+        "Prometheus server is asked for Hostname=--node unless ?LABEL=VALUE says otherwise).",
     )(fn)
     fn = click.option(
         "--devices",
@@ -32,12 +33,12 @@ def _agent_options(fn: Any) -> Any:
     return fn
 
 
-def _open_source(devices: str | None, headroom: str) -> Any:
+def _open_source(devices: str | None, headroom: str, node: str) -> Any:
     from ebbtide.workers.devices import parse_devices
     from ebbtide.workers.headroom.factory import open_source
 
     devs = parse_devices(devices) if devices else None
-    return open_source(headroom, devs)
+    return open_source(headroom, devs, node=node)
 
 
 @click.command("up")
@@ -78,8 +79,8 @@ def _run_node(
 
     _setup_logging(log_level)
     settings = Settings.from_env()
-    source = _open_source(devices, headroom)
     name = node or socket.gethostname()
+    source = _open_source(devices, headroom, name)
     rt = build(
         settings,
         scheduler=with_scheduler,

@@ -113,6 +113,8 @@ class DeviceReport(_Message):
     reserve_memory_mib: float = 0.0
     #: Unix seconds of the sample
     sampled_at: float = 0.0
+    #: False: the device did not answer, or its figures are stale (they are the worst case)
+    sample_ok: bool = True
     #: Unix seconds a slice was last taken back here (the eviction cooldown counts from it)
     last_eviction_at: float | None = None
     #: ``healthy`` or ``unhealthy``

@@ -220,9 +220,9 @@ def unplaced_reason(
     """Why a job that passed its quotas found no device: windows, cooldown, or room."""
     now, gates = snapshot.now, snapshot.gates
     devices = list(devices)
+    out = _listed(sorted({d.unavailable for d in devices if d.unavailable}))
     if devices and all(d.unavailable for d in devices):
-        more = ", …" if len(devices) > 1 else ""
-        return f"waiting: no device takes work ({devices[0].unavailable}{more})"
+        return f"waiting: no device takes work ({out})"
     devices = [d for d in devices if not d.unavailable]
     open_here = []
     closed_why = ""
@@ -254,7 +254,22 @@ def unplaced_reason(
     if gates is not None:
         share = " within the share the open windows allow"
     slice_text = f"{job.gpus} whole GPU(s)" if job.gpus else f"{job.compute_pct:g}%"
+    notes = []
+    cooling = sorted((d.cooldown_until, f"{d.node}/{d.index}") for d, _ in in_time)
+    cooling = [(u, name) for u, name in cooling if u > now]
+    if cooling:
+        names = _listed([name for _, name in cooling])
+        notes.append(f"cooling down after an eviction: {names} until {clock_text(cooling[0][0])}")
+    if out:
+        notes.append(f"not taking work: {out}")
     return (
         f"waiting for headroom: no device has {slice_text} and "
         f"{format_mib(job.memory_mib)} free{share} (margin included)"
+        + "".join(f"; {n}" for n in notes)
     )
+
+
+def _listed(items: list[str], most: int = 3) -> str:
+    """``a, b, c (+2 more)``."""
+    shown = ", ".join(items[:most])
+    return shown + (f" (+{len(items) - most} more)" if len(items) > most else "")

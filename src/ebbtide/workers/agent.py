@@ -59,6 +59,9 @@ from ebbtide.workers.status import Checkpoint, StatusReader
 
 log = logging.getLogger("ebbtide.agent")
 
+#: Evictions for online pressure: only these start a device's eviction cooldown.
+PRESSURE_REASONS = frozenset({EvictReason.ONLINE_MEMORY.value, EvictReason.ONLINE_COMPUTE.value})
+
 #: The inbox's own command: leave gracefully (evict everything within its deadline).
 SHUTDOWN = object()
 Command = StartAttempt | EvictAttempt | object
@@ -570,9 +573,13 @@ class NodeAgent:
         eviction = None
         if local.eviction:
             local.eviction.freed_at = freed_at
-            for d in local.devices:
-                self.last_eviction_at[d] = freed_at
-            # the cooldown must be on record before the requeue can be seen
+            if local.eviction.reason in PRESSURE_REASONS:
+                # online pressure: the device cools down (a cancel, a window's close, a
+                # fault or a shutdown says nothing about the online side's next spike)
+                for d in local.devices:
+                    self.last_eviction_at[d] = freed_at
+            # the cooldown and the device's health must be on record before the requeue
+            # can be seen, or the job could be placed right back where it was
             self._heartbeat()
             eviction = local.eviction.report(
                 last_checkpoint_at=local.last_checkpoint_at, started_at=local.started_at
@@ -615,6 +622,7 @@ class NodeAgent:
                     "offline_compute_pct": s.offline_compute_pct if s else None,
                     "offline_memory_mib": s.offline_memory_mib if s else None,
                     "basis": s.basis if s else None,
+                    "sample_ok": s.ok if s else True,
                     "eviction_trigger": not d.planning_only,
                     "reserve_compute_pct": reserve_c,
                     "reserve_memory_mib": reserve_m,

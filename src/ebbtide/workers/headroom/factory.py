@@ -83,11 +83,14 @@ def open_source(
     *,
     speedup: float = 1.0,
     loop: bool = False,
+    node: str | None = None,
 ) -> HeadroomSource:
     """Open the headroom source ``spec`` names (see the module doc).
 
     ``speedup`` and ``loop`` apply to traces; a ``@Nx`` suffix in the spec overrides
-    ``speedup``.  Raises ``ValueError`` naming the accepted forms on a bad spec.
+    ``speedup``.  ``node`` is this node's name: a Prometheus server is asked for the
+    series whose ``Hostname`` is it, unless the spec names selectors of its own.
+    Raises ``ValueError`` naming the accepted forms on a bad spec.
     """
     text = spec.strip()
     kind, sep, arg = text.partition(":")
@@ -111,5 +114,5 @@ def open_source(
     if kind == "trace":
         raise _bad(spec, "trace needs a file path")
     if kind == "prometheus":
-        return PrometheusSource(arg.strip())
+        return PrometheusSource(arg.strip(), node_labels={"Hostname": node} if node else None)
     raise _bad(spec, "unknown headroom source")

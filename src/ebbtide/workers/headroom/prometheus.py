@@ -13,8 +13,9 @@ Spec forms (``--headroom prometheus:URL``):
   exporter's own page, in Prometheus text format;
 - either with ``?LABEL=VALUE&…`` selectors that pick this node's series, e.g.
   ``prometheus:http://prom:9090?Hostname=gpu-a``.  Without them, the ``node_labels``
-  given to :class:`PrometheusSource` apply; without those, a Prometheus server is asked
-  for ``Hostname`` = this machine's host name, and an exporter's page is read whole.
+  given to :class:`PrometheusSource` apply (the agent passes ``Hostname`` = its node
+  name, ``--node``); without those, a Prometheus server is asked for ``Hostname`` = this
+  machine's host name, and an exporter's page is read whole.
 
 Per device (a GPU, or a MIG instance: one with a ``GPU_I_ID`` label) and per sample:
 
@@ -396,6 +397,10 @@ class PrometheusSource:
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
         self._faults: list[DeviceFault] = []
+        #: devices with an XID that took them out of service: DCGM's figures cannot show
+        #: that they recovered (its XID field keeps the last one), so checks keep failing
+        #: and an admin returns them (``ebb node undrain``)
+        self._unverifiable: dict[int, int] = {}
         #: why the last fetch failed (``None``: it did not)
         self._error: str | None = None
         self._closed = False
@@ -538,6 +543,8 @@ class PrometheusSource:
         if last is None or xid == last[0] or xid == 0:
             return
         unknown = RecoveryAction.UNKNOWN
+        if disables_device(xid, unknown):
+            self._unverifiable[index] = xid
         self._faults.append(
             DeviceFault(
                 index=index,
@@ -591,11 +598,18 @@ class PrometheusSource:
         return out
 
     def check(self, index: int) -> str | None:
-        """``None`` while device ``index`` has figures younger than ``stale_after_s``."""
+        """``None`` while device ``index`` has figures younger than ``stale_after_s`` and
+        no XID that took it out of service (DCGM cannot show that it recovered)."""
         if not 0 <= index < len(self._devices):
             return f"no device with index {index} (devices: 0–{len(self._devices) - 1})"
         with self._lock:
             figures, error = self._latest[index], self._error
+            xid = self._unverifiable.get(index)
+        if xid is not None:
+            return (
+                f"XID {xid} seen in DCGM figures, which cannot show a recovery: "
+                "return the device with `ebb node undrain` once it is fixed"
+            )
         age_s = self._clock() - figures.time
         if age_s <= self._stale_after_s:
             return None
