@@ -110,9 +110,7 @@ class LeaderLock:
             conn.execute(
                 LEADERSHIP.update()
                 .where(LEADERSHIP.c.id == 1)
-                .values(
-                    epoch=LEADERSHIP.c.epoch + 1, holder=self.holder, acquired_at=time.time()
-                )
+                .values(epoch=LEADERSHIP.c.epoch + 1, holder=self.holder, acquired_at=time.time())
             )
             epoch = conn.execute(
                 sa.select(LEADERSHIP.c.epoch).where(LEADERSHIP.c.id == 1)
