@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
+import operator
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +29,7 @@ from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import Store, job_to_dict
+from ebbtide.units import MAX_INT64, shown
 
 #: How often ``wait`` looks at the job, in seconds.
 WAIT_POLL_S = 0.2
@@ -34,6 +37,20 @@ WAIT_POLL_S = 0.2
 
 class WaitTimeout(EbbtideError):
     """``Client.wait`` ran out of time; the job goes on."""
+
+
+def _whole(value: Any, name: str, low: int = 1, high: int = MAX_INT64) -> int:
+    """An int argument from ``low`` to ``high`` (ids: what the store holds), else a
+    :class:`SpecError` naming the argument and the bounds."""
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None:
+        raise SpecError(name, f"expected a whole number (an int), got {shown(value)}")
+    if not low <= number <= high:
+        raise SpecError(name, f"must be from {low} to {high}, got {number}")
+    return number
 
 
 class Client:
@@ -100,7 +117,7 @@ class Client:
     # -- reading ------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        return self.store.get(job_id)
+        return self.store.get(_whole(job_id, "job_id"))
 
     def list(
         self,
@@ -114,13 +131,23 @@ class Client:
         states = None
         if state is not None:
             items = [state] if isinstance(state, str | JobState) else list(state)
-            states = [JobState(s) for s in items]
+            try:
+                states = [JobState(s) for s in items]
+            except ValueError:
+                known = ", ".join(s.value for s in JobState)
+                raise SpecError(
+                    "state", f"expected one of {known}, got {shown(state, 60)}"
+                ) from None
+        if array_id is not None:
+            array_id = _whole(array_id, "array_id")
+        if limit is not None:
+            limit = _whole(limit, "limit", 0)
         return self.store.list_jobs(
             states=states, owner=owner, queue=queue, array_id=array_id, limit=limit
         )
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
-        return self.store.events(job_id)
+        return self.store.events(_whole(job_id, "job_id"))
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that
@@ -137,12 +164,15 @@ class Client:
     # -- acting -------------------------------------------------------------------------
 
     def cancel(self, job_id: int) -> Job:
+        job_id = _whole(job_id, "job_id")
         return self.store.cancel(job_id, user=self.user, admin=self.is_admin)
 
     def hold(self, job_id: int) -> Job:
+        job_id = _whole(job_id, "job_id")
         return self.store.hold(job_id, user=self.user, admin=self.is_admin)
 
     def release(self, job_id: int) -> Job:
+        job_id = _whole(job_id, "job_id")
         return self.store.release(job_id, user=self.user, admin=self.is_admin)
 
     # -- nodes --------------------------------------------------------------------------
@@ -153,6 +183,10 @@ class Client:
         now = time.time()
         cooldown_s = self.policy.defaults.eviction_cooldown_s
         drains = {(d.node, d.device): d for d in self.store.drains.drained()}
+        held: dict[tuple[str, int], list[Any]] = {}
+        for a in self.store.active_attempts():
+            for index in a.devices:
+                held.setdefault((a.node, index), []).append(a)
         out = []
         for n in self.store.nodes():
             node_drain = drains.get((n.name, WHOLE_NODE))
@@ -160,9 +194,15 @@ class Client:
             for d in devices:
                 evicted = d.get("last_eviction_at")
                 d["cooldown_until"] = evicted + cooldown_s if evicted else None
-                drain = drains.get((n.name, int(d["index"])))
+                drain = drains.get((n.name, int(d["index"]))) or node_drain
                 d["drained"] = drain.describe() if drain else None
                 d.setdefault("health", "healthy")
+                slices = held.get((n.name, int(d["index"])), [])
+                d["slices"] = {
+                    "jobs": [a.job_id for a in slices],
+                    "compute_pct": sum(100.0 if a.gpus else a.compute_pct for a in slices),
+                    "memory_mib": sum(a.memory_mib for a in slices),
+                }
             out.append(
                 {
                     "name": n.name,
@@ -205,6 +245,13 @@ class Client:
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled; return it."""
+        job_id = _whole(job_id, "job_id")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (math.isfinite(timeout) and timeout >= 0)
+        ):
+            raise SpecError("timeout", f"expected seconds (a finite number >= 0), got {timeout!r}")
         give_up = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.store.get(job_id)

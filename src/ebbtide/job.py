@@ -123,7 +123,7 @@ def warning_signal() -> signal.Signals:
     """The signal the agent sends as the eviction warning (``EBBTIDE_WARNING_SIGNAL``)."""
     raw = os.environ.get("EBBTIDE_WARNING_SIGNAL", "").strip() or "TERM"
     try:
-        return signal.Signals(units.parse_signal(raw))
+        return signal.Signals(units.parse_warning_signal(raw))
     except ValueError as exc:
         raise ValueError(f"EBBTIDE_WARNING_SIGNAL: {exc}") from None
 

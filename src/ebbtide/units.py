@@ -1,13 +1,39 @@
-"""Parsers for the quantities users write: memory sizes, durations, GPU shares, signals.
+"""Parsers for the quantities users write: memory sizes, durations, GPU shares, signals,
+ids; and the bounds every such number is held to.
 
-Each parser raises ``ValueError`` with a message that names the allowed forms; callers
-wrap it into a :class:`~ebbtide.errors.SpecError` naming the field.
+Each parser raises ``ValueError`` with a message that names the allowed forms (or the
+bound that was passed); callers wrap it into a :class:`~ebbtide.errors.SpecError` naming
+the field.  Numbers are written in ASCII digits only, never with an exponent, ``inf`` or
+``nan``, and every parser refuses values past its bound before they reach the store
+(64-bit signed integers) or a timer.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import signal
+from decimal import Decimal, InvalidOperation
+
+#: The largest integer the store keeps (a signed 64-bit column in SQLite and
+#: PostgreSQL): no job id may be larger.
+MAX_INT64 = 2**63 - 1
+#: The longest duration anything may give, in seconds (366 days): far below where
+#: dates and timers overflow, and longer than any job or window means.
+MAX_DURATION_S = 366 * 86400.0
+#: The most GPU memory one device may have or one job may ask for, in MiB (1 TiB).
+MAX_MEMORY_MIB = 1024 * 1024
+#: The most whole GPUs one job may ask for.
+MAX_GPUS = 64
+#: The finest GPU share, in percent of one GPU: shares are given to two decimals.
+GPU_SHARE_STEP_PCT = 0.01
+#: Longest text a number may be written in, in characters (a 1 TiB byte count has 13
+#: digits; longer text is a mistake, and ``int()`` refuses past 4300 digits anyway).
+MAX_NUMBER_CHARS = 64
+#: The signals a job may be warned with: catchable, sent only by another process, and
+#: ending a job that ignores them.  The attempt shim (``workers/shim.py``) ignores exactly
+#: these, so a warning reaches the job and never ends the shim.
+WARNING_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "XCPU")
 
 _MEM_UNITS_MIB = {
     "": 1 / (1024 * 1024),  # bare numbers are bytes
@@ -25,29 +51,78 @@ _MEM_UNITS_MIB = {
     "tb": 1_000_000_000_000 / (1024 * 1024),
     "tib": 1024 * 1024,
 }
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+_MEM_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]*)\s*")
 
 MEMORY_FORMS = "a size like 4GiB, 512MiB, 16GB or a byte count"
 DURATION_FORMS = "a duration like 30s, 5m, 2h, 1.5s, 02:00:00 or 90 (seconds)"
 GPU_FORMS = "a share of one GPU (25%, 0.25) or a whole number of GPUs (1, 2)"
 
 
-def parse_memory_mib(text: str | int | float) -> int:
-    """Parse a memory size into MiB (rounded up).  Bare numbers are bytes, as in PBS."""
-    if isinstance(text, bool):
-        raise ValueError(f"expected {MEMORY_FORMS}, got {text!r}")
-    if isinstance(text, int | float):
-        value, unit = float(text), ""
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to about ``limit`` characters (``'9999…'``)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    closing = text[-1] if text[-1] in "'\"" else ""
+    return text[: limit - 1 - len(closing)] + "…" + closing
+
+
+def _text(text: object, forms: str) -> str:
+    """``text`` as a string no longer than a number can be, else a ``ValueError``."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected {forms}, got {type(text).__name__} {shown(text)}")
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"expected {forms}, got {len(text)} characters")
+    return text
+
+
+def _finite(value: int | float, forms: str) -> float:
+    """A real number as a finite float (``ValueError`` for inf, nan and huge ints)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected {forms}, got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"expected {forms}, got {shown(value)} (not a finite number)")
+    return number
+
+
+def parse_int(text: str | int, low: int, high: int, what: str = "a whole number") -> int:
+    """A whole number from ``low`` to ``high`` written in ASCII digits (a sign allowed)."""
+    expected = f"expected {what} from {low} to {high}"
+    if isinstance(text, int) and not isinstance(text, bool):
+        number = text
+    elif isinstance(text, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", text):
+        number = int(text)
     else:
-        m = _MEM_RE.match(text)
+        raise ValueError(f"{expected}, got {shown(text)}")
+    if not low <= number <= high:
+        raise ValueError(f"{expected}, got {shown(text)}")
+    return number
+
+
+def parse_memory_mib(text: str | int | float) -> int:
+    """Parse a memory size into MiB (rounded up).  Bare numbers are bytes, as in PBS.
+
+    At most :data:`MAX_MEMORY_MIB` (1 TiB).
+    """
+    if isinstance(text, str):
+        m = _MEM_RE.fullmatch(_text(text, MEMORY_FORMS))
         if not m:
             raise ValueError(f"expected {MEMORY_FORMS}, got {text!r}")
         value, unit = float(m.group(1)), m.group(2).lower()
+    else:
+        value, unit = _finite(text, MEMORY_FORMS), ""
     if unit not in _MEM_UNITS_MIB:
         raise ValueError(f"unknown unit {unit!r}; expected {MEMORY_FORMS}")
     mib = value * _MEM_UNITS_MIB[unit]
     if mib < 0:
         raise ValueError("must not be negative")
+    if mib > MAX_MEMORY_MIB:
+        raise ValueError(f"must be at most 1TiB ({MAX_MEMORY_MIB} MiB), got {shown(text)}")
     return max(0, int(-(-mib // 1)))
 
 
@@ -59,59 +134,91 @@ def format_mib(mib: float) -> str:
     return f"{mib:g}MiB"
 
 
-_DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_DUR_RE = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|min|h|d)?\s*")
 _DUR_UNITS_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration_s(text: str | int | float) -> float:
-    """Parse a duration into seconds: ``30s``, ``5m``, ``2h``, ``HH:MM:SS``, ``MM:SS``, ``90``."""
-    if isinstance(text, bool):
-        raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
-    if isinstance(text, int | float):
-        if text < 0:
+    """Parse a duration into seconds: ``30s``, ``5m``, ``2h``, ``HH:MM:SS``, ``MM:SS``, ``90``.
+
+    At most :data:`MAX_DURATION_S` (366 days).
+    """
+    if not isinstance(text, str):
+        seconds = _finite(text, DURATION_FORMS)
+        if seconds < 0:
             raise ValueError("must not be negative")
-        return float(text)
-    if ":" in text:
+    elif ":" in _text(text, DURATION_FORMS):
         parts = text.strip().split(":")
-        if len(parts) > 3 or not all(re.fullmatch(r"\d+(\.\d+)?", p) for p in parts):
+        if len(parts) > 3 or not all(re.fullmatch(_NUMBER, p) for p in parts):
             raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
         seconds = 0.0
         for part in parts:
             seconds = seconds * 60 + float(part)
-        return seconds
-    m = _DUR_RE.match(text)
-    if not m:
-        raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
-    return float(m.group(1)) * _DUR_UNITS_S[m.group(2)]
+    else:
+        m = _DUR_RE.fullmatch(text)
+        if not m:
+            raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
+        seconds = float(m.group(1)) * _DUR_UNITS_S[m.group(2)]
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"must be at most 366 days ({MAX_DURATION_S:.0f}s), got {shown(text)}")
+    return seconds
+
+
+_GPU_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(%?)\s*")
 
 
 def parse_gpu(text: str | int | float) -> tuple[float, int]:
     """Parse a GPU request into ``(compute_pct, whole_gpus)``.
 
     ``25%`` and ``0.25`` are a quarter of one GPU → ``(25.0, 0)``; ``1`` and ``2`` are
-    whole GPUs → ``(100.0, 1)`` and ``(100.0, 2)`` (compute per device).
+    whole GPUs → ``(100.0, 1)`` and ``(100.0, 2)`` (compute per device).  A share is in
+    (0, 100] percent to :data:`GPU_SHARE_STEP_PCT` (two decimals of a percent); a count
+    is at most :data:`MAX_GPUS`.
     """
-    if isinstance(text, bool):
-        raise ValueError(f"expected {GPU_FORMS}, got {text!r}")
-    raw = str(text).strip()
-    try:
-        if raw.endswith("%"):
-            pct = float(raw[:-1])
-            if not 0 < pct <= 100:
-                raise ValueError(f"a percentage must be in (0, 100], got {raw!r}")
-            return (100.0, 1) if pct == 100 else (pct, 0)
-        value = float(raw)
-    except ValueError as exc:
-        if "percentage" in str(exc):
-            raise
-        raise ValueError(f"expected {GPU_FORMS}, got {raw!r}") from None
-    if value <= 0:
+    if isinstance(text, str):
+        m = _GPU_RE.fullmatch(_text(text, GPU_FORMS))
+        if not m:
+            raise ValueError(f"expected {GPU_FORMS}, got {text!r}")
+        raw, percent = m.group(1), bool(m.group(2))
+        try:
+            value = Decimal(raw)
+        except InvalidOperation:  # pragma: no cover - the pattern admits decimals only
+            raise ValueError(f"expected {GPU_FORMS}, got {text!r}") from None
+        if percent:
+            if not 0 < value <= 100:
+                raise ValueError(f"a percentage must be in (0, 100], got {text.strip()!r}")
+            pct = value
+        elif value <= 0:
+            raise ValueError(f"must be positive; expected {GPU_FORMS}")
+        elif value < 1:
+            pct = value * 100
+        else:
+            return 100.0, _whole_gpus(value, text)
+        if pct != pct.quantize(Decimal("0.01")):
+            raise ValueError(
+                f"a share is given to {GPU_SHARE_STEP_PCT:g}% (two decimals of a percent), "
+                f"got {text.strip()!r}"
+            )
+        return (100.0, 1) if pct == 100 else (float(pct), 0)
+    number = _finite(text, GPU_FORMS)
+    if number <= 0:
         raise ValueError(f"must be positive; expected {GPU_FORMS}")
-    if value < 1:
-        return value * 100.0, 0
-    if value != int(value):
+    if number >= 1:
+        return 100.0, _whole_gpus(Decimal(number), text)
+    share_pct = round(number * 100, 2)
+    if share_pct < GPU_SHARE_STEP_PCT or abs(share_pct - number * 100) > 1e-9:
+        raise ValueError(
+            f"a share is given to {GPU_SHARE_STEP_PCT:g}% (two decimals of a percent), got {text!r}"
+        )
+    return share_pct, 0
+
+
+def _whole_gpus(value: Decimal, text: object) -> int:
+    if value != value.to_integral_value():
         raise ValueError(f"more than one GPU must be a whole number; expected {GPU_FORMS}")
-    return 100.0, int(value)
+    if value > MAX_GPUS:
+        raise ValueError(f"at most {MAX_GPUS} whole GPUs, got {shown(text)}")
+    return int(value)
 
 
 def parse_signal(text: str | int) -> int:
@@ -121,15 +228,33 @@ def parse_signal(text: str | int) -> int:
             return int(signal.Signals(text))
         except ValueError:
             raise ValueError(f"unknown signal number {text}") from None
-    name = str(text).strip().upper()
-    if name.isdigit():
+    if not isinstance(text, str):
+        raise ValueError(f"expected a signal name like TERM, USR1, INT, got {shown(text)}")
+    name = text.strip().upper()
+    if re.fullmatch(r"[0-9]{1,4}", name):
         return parse_signal(int(name))
     if not name.startswith("SIG"):
         name = "SIG" + name
     try:
         return int(signal.Signals[name])
     except KeyError:
-        raise ValueError(f"unknown signal {text!r}; expected a name like TERM, USR1, INT") from None
+        raise ValueError(
+            f"unknown signal {shown(text)}; expected a name like TERM, USR1, INT"
+        ) from None
+
+
+def parse_warning_signal(text: str | int) -> int:
+    """Parse the eviction warning signal: one of :data:`WARNING_SIGNALS` (by name or
+    number).  KILL and STOP cannot be caught, so they cannot warn; others would end or
+    stop the attempt's shim, or mean something else to the job."""
+    signum = parse_signal(text)
+    name = signal_name(signum)
+    if name not in WARNING_SIGNALS:
+        raise ValueError(
+            f"{name} cannot be a warning signal (a job must be able to catch it); "
+            f"use one of {', '.join(WARNING_SIGNALS)}"
+        )
+    return signum
 
 
 def signal_name(signum: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +11,7 @@ import click
 
 from ebbtide.cli.common import _client, _echo_json
 from ebbtide.errors import UserError
+from ebbtide.units import MAX_INT64, shown
 
 JOB_STATES_HELP = (
     "held, waiting, queued, dispatched, running, evicting, succeeded, failed, cancelled"
@@ -50,11 +52,15 @@ class _QsubCommand(click.Command):
     type=click.Choice(["training", "inference", "batch"]),
     help="What the job is (default: batch).",
 )
-@click.option("--deadline", help="Eviction deadline, e.g. 30s (decision to free slice).")
-@click.option("--signal", "signal_", help="Warning signal at eviction (default TERM).")
+@click.option("--deadline", help="Eviction deadline, 1s..1h, e.g. 30s (decision to free slice).")
+@click.option(
+    "--signal",
+    "signal_",
+    help="Warning signal at eviction: TERM (default), INT, HUP, USR1, USR2, QUIT, ALRM, XCPU.",
+)
 @click.option("--checkpoint-dir", help="Where the job keeps checkpoints.")
 @click.option("-d", "--cwd", help="Working directory of the job.")
-@click.option("--max-attempts", help="Failed attempts allowed before the job fails.")
+@click.option("--max-attempts", help="Failed attempts allowed before the job fails, 1..100.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"id": ...} instead.')
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -126,7 +132,7 @@ def _slice_text(job: Any) -> str:
 
 
 @click.command("qstat")
-@click.option("-f", "full", type=int, metavar="ID", help="Show one job in full.")
+@click.option("-f", "full", metavar="ID", help="Show one job in full.")
 @click.option("-u", "user", help="Only this user's jobs.")
 @click.option("-Q", "queues", is_flag=True, help="Show queues with job counts per state.")
 @click.option(
@@ -134,7 +140,7 @@ def _slice_text(job: Any) -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def qstat(
-    full: int | None, user: str | None, queues: bool, states: Sequence[str], as_json: bool
+    full: str | None, user: str | None, queues: bool, states: Sequence[str], as_json: bool
 ) -> None:
     """Show jobs (all states, oldest first), one job in full (-f), or queues (-Q)."""
     from ebbtide.queue.states import JobState
@@ -150,7 +156,7 @@ def qstat(
             click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
         return
     if full is not None:
-        job = client.get(full)
+        job = client.get(parse_job_id(full, "-f"))
         data = client.as_dict(job)
         if as_json:
             _echo_json(data)
@@ -182,21 +188,45 @@ def qstat(
 # -- qdel / qhold / qrls ----------------------------------------------------------------
 
 
+def _job_id(text: str) -> int | None:
+    """``12`` → 12; None for anything but digits; an error past what the store holds."""
+    if not re.fullmatch(r"[0-9]{1,30}", text.strip()):
+        return None
+    number = int(text)
+    if not 1 <= number <= MAX_INT64:
+        raise UserError(f"{text!r} is not a job id: ids go from 1 to {MAX_INT64}")
+    return number
+
+
+def parse_job_id(text: str, flag: str) -> int:
+    """A job id given to ``flag``; a :class:`UserError` naming the flag otherwise."""
+    try:
+        number = _job_id(text)
+    except UserError as exc:
+        raise UserError(f"{flag}: {exc}") from None
+    if number is None:
+        raise UserError(f"{flag}: {shown(text, 60)} is not a job id (expected a number like 12)")
+    return number
+
+
 def _expand_ids(client: Any, ids: Sequence[str]) -> list[int]:
     out: list[int] = []
     for text in ids:
         raw = text.split(".", 1)[0]
         if raw.endswith("[]"):
-            if not raw[:-2].isdigit():
-                raise UserError(f"{text!r} is not a job id")
-            tasks = client.list(array_id=int(raw[:-2]))
+            array_id = _job_id(raw[:-2])
+            if array_id is None:
+                raise UserError(f"{shown(text, 60)} is not a job id")
+            tasks = client.list(array_id=array_id)
             if not tasks:
-                raise UserError(f"no array with id {raw[:-2]}")
+                raise UserError(f"no array with id {array_id}")
             out.extend(t.id for t in tasks)
-        elif raw.isdigit():
-            out.append(int(raw))
+        elif (job_id := _job_id(raw)) is not None:
+            out.append(job_id)
         else:
-            raise UserError(f"{text!r} is not a job id (expected a number like 12, or 12[])")
+            raise UserError(
+                f"{shown(text, 60)} is not a job id (expected a number like 12, or 12[])"
+            )
     return out
 
 
@@ -244,12 +274,13 @@ def qrls(ids: Sequence[str], as_json: bool) -> None:
 
 
 @click.command("events")
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON list.")
-def events(job_id: int, as_json: bool) -> None:
+def events(job_id: str, as_json: bool) -> None:
     """Show what happened to a job, oldest first."""
+    number = parse_job_id(job_id, "ID")
     client = _client()
-    evs = client.events(job_id)
+    evs = client.events(number)
     if as_json:
         _echo_json(evs)
         return

@@ -8,7 +8,8 @@ two (the command line wins) into keyword arguments for
 
 Every error is a :class:`~ebbtide.errors.SpecError` whose message says where the bad
 value came from: the flag (``-l gpumem: ...``) or the file and line
-(``train.sh line 3: -J: ...``).
+(``train.sh line 3: -J: ...``).  Numbers past their bounds are errors that name the
+bound; a script must be a regular file of at most :data:`MAX_SCRIPT_BYTES`.
 """
 
 from __future__ import annotations
@@ -16,16 +17,25 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ebbtide import units
 from ebbtide.errors import SpecError
-from ebbtide.queue.spec import ArraySpec, JobSpec
+from ebbtide.queue.spec import (
+    MAX_ARRAY_INDEX,
+    MAX_ARRAY_TASKS,
+    MAX_DEADLINE_S,
+    MAX_DEPENDENCIES,
+    MAX_SCRIPT_BYTES,
+    MIN_DEADLINE_S,
+    ArraySpec,
+    JobSpec,
+)
 
 #: Directive prefixes recognised at the top of a script.
 DIRECTIVE_PREFIXES = ("#EBB", "#PBS")
@@ -33,17 +43,16 @@ DIRECTIVE_PREFIXES = ("#EBB", "#PBS")
 KNOWN_RESOURCES = ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval", "ngpus")
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
 JOB_KINDS = ("training", "inference", "batch")
-#: Longest eviction deadline a job may ask for, in seconds (as JobSpec allows).
-MAX_DEADLINE_S = 3600.0
 #: Integer options: field → (lowest, highest) allowed, as JobSpec allows.
 _INT_RANGES = {"priority": (-1024, 1023), "max_attempts": (1, 100)}
 
 ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
 DEPEND_FORMS = "depend=TYPE:ID[:ID...][,TYPE:ID...] with TYPE one of afterok, afternotok, afterany"
 
-_ARRAY_RE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?(?:%(\d+))?$")
-_JOB_ID_RE = re.compile(r"^(\d+)(?:\[\])?(?:\.[A-Za-z0-9_.\-]+)?$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Numbers are ASCII digits, at most 30 of them (more is never a sane value).
+_ARRAY_RE = re.compile(r"([0-9]{1,30})(?:-([0-9]{1,30}))?(?::([0-9]{1,30}))?(?:%([0-9]{1,30}))?")
+_JOB_ID_RE = re.compile(r"([0-9]{1,30})(?:\[\])?(?:\.[A-Za-z0-9_.\-]+)?")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Which unit parser validates each ``-l`` resource.
 _RESOURCE_PARSERS = {
@@ -132,6 +141,8 @@ def _check_resource(key: str, value: str, where: str | None, flag: str) -> None:
         raise _error(where, flag, f"must be more than zero, got {value!r}")
     if key == "deadline" and parsed > MAX_DEADLINE_S:
         raise _error(where, flag, f"must be at most {MAX_DEADLINE_S:g}s (1h), got {value!r}")
+    if key == "deadline" and parsed < MIN_DEADLINE_S:
+        raise _error(where, flag, f"must be at least {MIN_DEADLINE_S:g}s, got {value!r}")
     _probe({key: value}, where, flag)
 
 
@@ -156,8 +167,14 @@ def parse_resources(text: str, *, where: str | None = None) -> dict[str, str]:
             )
         flag = f"-l {key}"
         if key == "ngpus":
-            if not value.isdigit() or int(value) < 1:
-                raise _error(where, flag, f"expected a whole number of GPUs (1, 2), got {value!r}")
+            try:
+                units.parse_int(value, 1, units.MAX_GPUS)
+            except ValueError:
+                raise _error(
+                    where,
+                    flag,
+                    f"expected a whole number of GPUs from 1 to {units.MAX_GPUS}, got {value!r}",
+                ) from None
             key = "gpu"
         _check_resource(key, value, where, flag)
         result[key] = value
@@ -166,21 +183,31 @@ def parse_resources(text: str, *, where: str | None = None) -> dict[str, str]:
 
 def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
     """Parse ``-J 1-100:2%4`` into ArraySpec kwargs; a single ``N`` means ``N-N``."""
-    m = _ARRAY_RE.match(text.strip())
+    m = _ARRAY_RE.fullmatch(text.strip())
     if not m:
         raise _error(where, "-J", f"expected {ARRAY_FORMS}, got {text!r}")
     start = int(m.group(1))
     end = int(m.group(2)) if m.group(2) is not None else start
     result = {"start": start, "end": end}
+    if max(start, end) > MAX_ARRAY_INDEX:
+        raise _error(where, "-J", f"array indices go up to {MAX_ARRAY_INDEX}, got {text!r}")
     if m.group(3) is not None:
         result["step"] = int(m.group(3))
         if result["step"] < 1:
             raise _error(where, "-J", f"the :step must be at least 1, got {text!r}")
+        if result["step"] > MAX_ARRAY_INDEX:
+            raise _error(where, "-J", f"the :step must be at most {MAX_ARRAY_INDEX}, got {text!r}")
     if m.group(4) is not None:
         result["limit"] = int(m.group(4))
         if result["limit"] < 1:
             raise _error(
                 where, "-J", f"the %limit (tasks at once) must be at least 1, got {text!r}"
+            )
+        if result["limit"] > MAX_ARRAY_TASKS:
+            raise _error(
+                where,
+                "-J",
+                f"the %limit (tasks at once) must be at most {MAX_ARRAY_TASKS}, got {text!r}",
             )
     if end < start:
         raise _error(where, "-J", f"the range ends ({end}) before it starts ({start}) in {text!r}")
@@ -193,9 +220,17 @@ def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
 
 
 def _job_id(text: str, where: str | None) -> int:
-    m = _JOB_ID_RE.match(text.strip())
+    m = _JOB_ID_RE.fullmatch(text.strip())
     if not m or int(m.group(1)) < 1:
-        raise _error(where, "-W", f"expected a job id like 12, 12.server or 12[], got {text!r}")
+        raise _error(
+            where,
+            "-W",
+            f"expected a job id like 12, 12.server or 12[], got {units.shown(text, 60)}",
+        )
+    if int(m.group(1)) > units.MAX_INT64:
+        raise _error(
+            where, "-W", f"job ids go up to {units.MAX_INT64}, got {units.shown(text, 60)}"
+        )
     return int(m.group(1))
 
 
@@ -223,7 +258,13 @@ def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]
             dep = {"kind": kind, "job_id": _job_id(raw, where)}
             if dep not in result:
                 result.append(dep)
+                _check_dependency_count(len(result), where)
     return result
+
+
+def _check_dependency_count(count: int, where: str | None) -> None:
+    if count > MAX_DEPENDENCIES:
+        raise _error(where, "-W", f"a job may depend on at most {MAX_DEPENDENCIES} jobs")
 
 
 def _split_env(text: str) -> list[str]:
@@ -264,14 +305,17 @@ def parse_env(
         name = name.strip()
         if not name and not sep:
             continue
-        if not _ENV_NAME_RE.match(name):
+        if not _ENV_NAME_RE.fullmatch(name):
             raise _error(
-                where, "-v", f"expected VAR=value or VAR (a variable name), got {item.strip()!r}"
+                where,
+                "-v",
+                f"expected VAR=value or VAR (a variable name), got {units.shown(item.strip(), 60)}",
             )
         if not sep:
             if name not in environ:
                 raise _error(where, "-v", f"{name} is not set in the submitting environment")
             value = environ[name]
+        _probe({"env": {name: value}}, where, "-v")
         result[name] = value
     return result
 
@@ -300,7 +344,9 @@ def parse_directives(script_text: str, *, source: str = "script") -> list[tuple[
     and stops at the first line that is none of these (the first command).
     """
     found: list[tuple[int, list[str]]] = []
-    for lineno, line in enumerate(script_text.splitlines(), start=1):
+    # lines end at "\n" only, as for the shell (str.splitlines also splits at form feeds
+    # and other separators, which would put errors on the wrong line)
+    for lineno, line in enumerate(script_text.split("\n"), start=1):
         stripped = line.strip()
         if lineno == 1 and stripped.startswith("#!"):
             continue
@@ -392,34 +438,72 @@ def parse_script_directives(script_text: str, *, source: str = "script") -> Qsub
     return opts
 
 
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, size: int, name: str) -> None:
+    """A script is a regular file of at most :data:`MAX_SCRIPT_BYTES`."""
+    if not stat.S_ISREG(mode):
+        what = next((words for test, words in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise SpecError("SCRIPT", f"{name!r} is {what}, not a script (give a regular file)")
+    if size > MAX_SCRIPT_BYTES:
+        raise SpecError(
+            "SCRIPT",
+            f"{name!r} is {size} bytes; a script may be at most {MAX_SCRIPT_BYTES} (1 MiB)",
+        )
+
+
 def load_script(path: str | os.PathLike[str]) -> tuple[str, QsubOptions]:
-    """Read a job script; return its text and its directives (errors name ``SCRIPT``)."""
+    """Read a job script; return its text and its directives (errors name ``SCRIPT``).
+
+    The file is looked at (``os.stat``) before it is read: a directory, a named pipe, a
+    device or a file over :data:`MAX_SCRIPT_BYTES` is refused without reading a byte.
+    """
+    name = os.fspath(path)
+    if "\0" in name:
+        raise SpecError("SCRIPT", f"{name!r} holds a NUL byte, so it cannot be a path")
     try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is a directory, not a script") from None
+        info = os.stat(path)
+        _check_regular(info.st_mode, info.st_size, name)
+        # non-blocking: should the path turn into a pipe after the stat, open still returns
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with open(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            _check_regular(info.st_mode, info.st_size, name)
+            data = f.read(MAX_SCRIPT_BYTES + 1)
     except OSError as exc:
-        raise SpecError("SCRIPT", f"cannot read {os.fspath(path)!r}: {exc.strerror}") from None
+        raise SpecError("SCRIPT", f"cannot read {name!r}: {exc.strerror}") from None
+    if len(data) > MAX_SCRIPT_BYTES:  # it grew after the stat
+        raise SpecError(
+            "SCRIPT", f"{name!r} is over {MAX_SCRIPT_BYTES} bytes; a script may be at most 1 MiB"
+        )
+    if b"\0" in data:
+        raise SpecError("SCRIPT", f"{name!r} is not a text file (it holds a NUL byte)")
     try:
-        if b"\0" in data:
-            raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is not a text file") from None
+        raise SpecError("SCRIPT", f"{name!r} is not a text file (it is not UTF-8)") from None
     if not text.strip():
-        raise SpecError("SCRIPT", f"{os.fspath(path)!r} is empty")
-    return text, parse_script_directives(text, source=os.fspath(path))
+        raise SpecError("SCRIPT", f"{name!r} is empty")
+    return text, parse_script_directives(text, source=name)
 
 
 def _int(name: str, value: str, where: str | None, flag: str) -> int:
     low, high = _INT_RANGES[name]
     try:
-        number = int(value.strip())
+        return units.parse_int(value, low, high)
     except ValueError:
-        number = None
-    if number is None or not low <= number <= high:
-        raise _error(where, flag, f"expected a whole number from {low} to {high}, got {value!r}")
-    return number
+        raise _error(
+            where,
+            flag,
+            f"expected a whole number from {low} to {high}, got {units.shown(value, 60)}",
+        ) from None
 
 
 def build_spec_kwargs(
@@ -451,7 +535,7 @@ def build_spec_kwargs(
             raise _error(where, "--kind", f"expected one of {', '.join(JOB_KINDS)}, got {value!r}")
         if name == "signal":
             try:
-                units.parse_signal(value)
+                units.parse_warning_signal(value)
             except ValueError as exc:
                 raise _error(where, "--signal", str(exc)) from None
         _probe({name: value}, where, _FLAGS[name])
@@ -478,9 +562,11 @@ def build_spec_kwargs(
     src = cli if cli.depend else directives
     depends: list[dict[str, Any]] = []
     for i, text in enumerate(src.depend):
-        for dep in parse_depend(text, where=src.origin.get(f"depend.{i}")):
+        where = src.origin.get(f"depend.{i}")
+        for dep in parse_depend(text, where=where):
             if dep not in depends:
                 depends.append(dep)
+                _check_dependency_count(len(depends), where)
     if depends:
         kwargs["depends"] = depends
 

@@ -8,6 +8,9 @@
 
 Unknown keys are errors; every error names the file, the line and column and the field
 path, and all errors are reported at once.  ``ebb policy schema`` prints the JSON Schema.
+Every number is finite and bounded; timeouts have floors the node agent's timing needs
+(it ticks every 50 ms and heartbeats every 0.5 s).  Reading the YAML itself (duplicate
+keys, nesting, aliases) is :mod:`ebbtide.config.loader`'s.
 """
 
 from __future__ import annotations
@@ -16,54 +19,77 @@ import fnmatch
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from ebbtide.config.base import Strict
-from ebbtide.config.types import Duration, SizeMiB
+from ebbtide.config.loader import format_problems, load_yaml, read_config
+from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
+from ebbtide.queue.spec import MAX_DEADLINE_S, MIN_DEADLINE_S
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
 
 API_VERSION: Final = "ebbtide/v1"
 _QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
 
+#: Shortest heartbeat timeout, in seconds: four of the node agent's 0.5 s heartbeats (it
+#: fences its attempts at half the timeout, so two beats may be missed before it does).
+MIN_HEARTBEAT_TIMEOUT_S = 2.0
+#: Shortest dispatch timeout, in seconds: the agent picks a start up within a 50 ms tick
+#: or its next 0.5 s reconcile, then starts the attempt's shim and the job.
+MIN_DISPATCH_TIMEOUT_S = 2.0
+#: Longest heartbeat or dispatch timeout, in seconds: past an hour, a dead node's jobs wait
+#: that long before anyone notices.
+MAX_TIMEOUT_S = 3600.0
+#: Longest cooldown, backoff, recovery, warm-up or protected runtime, in seconds (a day).
+MAX_WAIT_S = 86400.0
+#: Longest online history the forecast rests on, in seconds (a week).
+MAX_HISTORY_S = 7 * 86400.0
+#: Most attempts (``max_running``) or evictions (``max_preemptions``) a limit may name.
+MAX_COUNT = 1_000_000
+
+Deadline = Annotated[Duration, between(MIN_DEADLINE_S, MAX_DEADLINE_S)]
+Wait = Annotated[Duration, between(0, MAX_WAIT_S)]
+Percent = Annotated[float, Field(ge=0, le=100), NOT_BOOL]
+Fraction = Annotated[float, Field(gt=0, le=1), NOT_BOOL]
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT), NOT_BOOL]
+
 
 class Defaults(Strict):
     #: compute kept free on every device, in percent
-    margin_compute_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    margin_compute_pct: Percent = 5.0
     #: memory kept free on every device, in MiB (``"2GiB"`` accepted)
     margin_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 2048
     #: eviction deadline of a job that gives none, in seconds (``"30s"`` accepted)
-    deadline_s: Annotated[Duration, Field(gt=0, le=3600)] = 30.0
+    deadline_s: Deadline = 30.0
     #: a node whose heartbeat is older than this is gone, in seconds
-    heartbeat_timeout_s: Annotated[Duration, Field(gt=0)] = 10.0
+    heartbeat_timeout_s: Annotated[Duration, between(MIN_HEARTBEAT_TIMEOUT_S, MAX_TIMEOUT_S)] = 10.0
     #: a dispatched attempt not started within this is requeued, in seconds
-    dispatch_timeout_s: Annotated[Duration, Field(gt=0)] = 30.0
+    dispatch_timeout_s: Annotated[Duration, between(MIN_DISPATCH_TIMEOUT_S, MAX_TIMEOUT_S)] = 30.0
     #: after an eviction on a device, nothing new is dispatched there for this long
-    eviction_cooldown_s: Annotated[Duration, Field(ge=0)] = 30.0
+    eviction_cooldown_s: Wait = 30.0
     #: a job evicted k ≥ 2 times waits backoff_base_s × 2^(k-2) before it runs again ...
-    backoff_base_s: Annotated[Duration, Field(ge=0)] = 30.0
+    backoff_base_s: Wait = 30.0
     #: ... but never longer than this
-    backoff_max_s: Annotated[Duration, Field(ge=0)] = 1800.0
+    backoff_max_s: Wait = 1800.0
     #: admission keeps back this quantile of each device's recent online compute rises
     #: over deadline-long windows (memory keeps back the largest rise, and the way back
     #: up to the recent peak): see :mod:`ebbtide.scheduling.forecast`
-    forecast_compute_quantile: Annotated[float, Field(gt=0, le=1)] = 0.9
+    forecast_compute_quantile: Fraction = 0.9
     #: how much online history the forecast rests on, in seconds
-    forecast_history_s: Annotated[Duration, Field(gt=0)] = 3600.0
+    forecast_history_s: Annotated[Duration, between(1, MAX_HISTORY_S)] = 3600.0
     #: until this much history is seen, the forecast keeps back the cold reserve below
-    forecast_warmup_s: Annotated[Duration, Field(ge=0)] = 600.0
+    forecast_warmup_s: Wait = 600.0
     #: the cold reserve: compute (percent) and memory kept back while warming up
-    forecast_cold_compute_pct: Annotated[float, Field(ge=0, le=100)] = 30.0
+    forecast_cold_compute_pct: Percent = 30.0
     forecast_cold_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
     #: a device taken out of service by a fault (an XID, a GPU off the bus) returns after
     #: its health checks pass for this long, in seconds (``ebb node undrain``: at once)
-    device_recovery_s: Annotated[Duration, Field(ge=0)] = 600.0
+    device_recovery_s: Wait = 600.0
     #: kept back on devices measured by a planning-only source (DCGM through
     #: Prometheus, seconds old), on top of the forecast: compute in percent ...
-    planning_margin_compute_pct: Annotated[float, Field(ge=0, le=100)] = 15.0
+    planning_margin_compute_pct: Percent = 15.0
     #: ... and memory in MiB
     planning_margin_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
 
@@ -98,23 +124,23 @@ class Defaults(Strict):
 
 class QueueConfig(Strict):
     #: default priority of the queue's jobs (``-p`` overrides it)
-    priority: Annotated[int, Field(ge=-1024, le=1023)] = 0
+    priority: Annotated[int, Field(ge=-1024, le=1023), NOT_BOOL] = 0
     #: False: evicted for online pressure only when memory is short (never for compute)
     preemptible: bool = True
     #: default eviction deadline of the queue's jobs, in seconds
-    deadline_s: Annotated[Duration, Field(gt=0, le=3600)] | None = None
+    deadline_s: Deadline | None = None
     #: the longest eviction deadline a job of the queue may ask for, in seconds
-    max_deadline_s: Annotated[Duration, Field(gt=0, le=3600)] | None = None
+    max_deadline_s: Deadline | None = None
     #: fraction of the fleet's compute the queue's slices may hold together
-    max_fleet_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_fleet_share: Fraction | None = None
     #: fraction of the fleet's compute one user's slices in the queue may hold
-    max_user_share: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_user_share: Fraction | None = None
     #: attempts of the queue that may hold slices at once
-    max_running: Annotated[int, Field(ge=1)] | None = None
+    max_running: Count | None = None
     #: an attempt is not evicted in its first N seconds unless memory is short online
-    min_runtime_s: Annotated[Duration, Field(ge=0)] = 0.0
+    min_runtime_s: Wait = 0.0
     #: after this many evictions a job is held (qrls to try again)
-    max_preemptions: Annotated[int, Field(ge=1)] | None = None
+    max_preemptions: Count | None = None
 
     @property
     def limits(self) -> QueueLimits:
@@ -220,21 +246,11 @@ def load_policy(path: Path | None) -> Policy:
     """The policy in ``path``, or the built-in defaults when ``path`` is None."""
     if path is None:
         return Policy()
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-    return parse_policy(text, str(path))
+    return parse_policy(read_config(path, "policy file"), str(path))
 
 
 def parse_policy(text: str, filename: str = "<policy>") -> Policy:
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise ConfigError(f"{where}: YAML syntax error: {getattr(exc, 'problem', exc)}") from None
+    node, data = load_yaml(text, filename)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -248,10 +264,10 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             problems.append((_yaml_loc(err["loc"]), msg))
-        raise ConfigError(_format(problems, node, filename)) from None
+        raise ConfigError(format_problems(problems, node, filename)) from None
     problems = cross_check(policy)
     if problems:
-        raise ConfigError(_format(problems, node, filename))
+        raise ConfigError(format_problems(problems, node, filename))
     return policy
 
 
@@ -271,36 +287,3 @@ def _yaml_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:
             continue  # the discriminated union's branch name is not in the file
         out.append(part)
     return tuple(out)
-
-
-def _format(
-    problems: list[tuple[tuple[str | int, ...], str]], node: yaml.Node | None, filename: str
-) -> str:
-    lines = []
-    for loc, msg in problems:
-        line, col = _position(node, [str(p) for p in loc])
-        path = ".".join(str(p) for p in loc) or "(top)"
-        lines.append(f"{filename}:{line}:{col}: {path}: {msg}")
-    return "\n".join(lines)
-
-
-def _position(node: yaml.Node | None, loc: list[str]) -> tuple[int, int]:
-    """Line and column (1-based) of the YAML node at ``loc``, as deep as it goes."""
-    best = node
-    for key in loc:
-        if isinstance(best, yaml.MappingNode):
-            nxt = None
-            for k, v in best.value:
-                if str(k.value) == key:
-                    nxt = v if key != loc[-1] else k
-                    break
-            if nxt is None:
-                break
-            best = nxt
-        elif isinstance(best, yaml.SequenceNode) and key.isdigit() and int(key) < len(best.value):
-            best = best.value[int(key)]
-        else:
-            break
-    if best is None:
-        return 1, 1
-    return best.start_mark.line + 1, best.start_mark.column + 1

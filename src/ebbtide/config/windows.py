@@ -20,11 +20,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ebbtide.config.base import Strict
-from ebbtide.config.types import Duration, SizeMiB
+from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.scheduling.cron import parse_cron
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
-_HHMM = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+_HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
+#: Longest a window may stay open, in seconds (31 days).
+MAX_WINDOW_S = 31 * 86400.0
+#: Longest quiet a lull window may wait for, in seconds (a day).
+MAX_LULL_FOR_S = 86400.0
 
 
 class _Window(Strict):
@@ -57,23 +61,23 @@ class _Scheduled(_Window):
     def _timezone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             raise ValueError(
-                f"unknown timezone {value!r}; use an IANA name like Europe/Berlin or UTC"
+                f"unknown timezone {value[:64]!r}; use an IANA name like Europe/Berlin or UTC"
             ) from None
         return value
 
     @field_validator("duration")
     @classmethod
     def _duration(cls, value: float | None) -> float | None:
-        if value is not None and not 0 < value <= 31 * 86400:
-            raise ValueError("must be more than 0 and at most 31 days")
+        if value is not None and not 1 <= value <= MAX_WINDOW_S:
+            raise ValueError("must be at least 1s and at most 31 days")
         return value
 
     @field_validator("until")
     @classmethod
     def _until(cls, value: str | None) -> str | None:
-        if value is not None and not _HHMM.match(value):
+        if value is not None and not _HHMM.fullmatch(value):
             raise ValueError(f"expected a local time HH:MM, got {value!r}")
         return value
 
@@ -90,7 +94,7 @@ class _Scheduled(_Window):
     def until_time(self) -> dt.time | None:
         if self.until is None:
             return None
-        m = _HHMM.match(self.until)
+        m = _HHMM.fullmatch(self.until)
         assert m is not None
         return dt.time(int(m.group(1)), int(m.group(2)))
 
@@ -100,7 +104,7 @@ class CronWindow(_Scheduled):
     #: queues the window admits; every queue if unset
     queues: list[str] | None = None
     #: fraction of each device's capacity offline work may hold while it is open
-    max_offline_share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    max_offline_share: Annotated[float, Field(gt=0, le=1), NOT_BOOL] = 1.0
 
 
 class BlackoutWindow(_Scheduled):
@@ -109,7 +113,7 @@ class BlackoutWindow(_Scheduled):
 
 class Thresholds(Strict):
     #: online compute, in percent of the device
-    compute_pct: Annotated[float, Field(ge=0, le=100)]
+    compute_pct: Annotated[float, Field(ge=0, le=100), NOT_BOOL]
     #: online memory, in MiB (``"40GiB"`` accepted)
     memory: Annotated[SizeMiB, Field(ge=0)]
 
@@ -120,12 +124,12 @@ class LullWindow(_Window):
     kind: Literal["lull"]
     #: the window opens when online usage stays below both of these ...
     below: Thresholds
-    #: ... for this long
-    for_: Annotated[Duration, Field(alias="for", gt=0)]
+    #: ... for this long (the agent samples every 50 ms: at least a second)
+    for_: Annotated[Duration, between(1, MAX_LULL_FOR_S), Field(alias="for")]
     #: and closes when online usage rises above either of these
     close_above: Thresholds
     queues: list[str] | None = None
-    max_offline_share: Annotated[float, Field(gt=0, le=1)] = 1.0
+    max_offline_share: Annotated[float, Field(gt=0, le=1), NOT_BOOL] = 1.0
 
     @model_validator(mode="after")
     def _hysteresis(self) -> LullWindow:

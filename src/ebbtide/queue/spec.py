@@ -3,6 +3,10 @@
 A bad spec raises :class:`~ebbtide.errors.SpecError` naming the field and the allowed
 values.  Sizes and durations accept the forms people write (``"4GiB"``, ``"30s"``,
 ``"02:00:00"``, ``"25%"``) and are stored normalised (MiB, seconds, percent).
+
+Every number is bounded (ids to what the store holds, durations, sizes, counts) and every
+string is checked for what the OS cannot take: NUL bytes, text that is not UTF-8,
+arguments and environments longer than ``exec`` accepts.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ebbtide import units
 from ebbtide.errors import SpecError
+from ebbtide.units import MAX_DURATION_S, MAX_GPUS, MAX_INT64, MAX_MEMORY_MIB, shown
 
 JobKind = Literal["training", "inference", "batch"]
 DependencyKind = Literal["afterok", "afternotok", "afterany"]
@@ -28,15 +33,40 @@ DEFAULT_MEMORY_MIB = 1024
 DEFAULT_COMPUTE_PCT = 10.0
 #: Exit code by which a job says "I checkpointed, requeue me" (as in Grid Engine).
 REQUEUE_EXIT_CODE = 99
+#: Shortest eviction deadline, in seconds: the node agent notices within a 50 ms tick and
+#: kills 0.15 s before the deadline, and the job needs the rest to checkpoint.
+MIN_DEADLINE_S = 1.0
+#: Longest eviction deadline a job may ask for, in seconds: the online side waits this long.
+MAX_DEADLINE_S = 3600.0
+#: Shortest walltime or checkpoint interval, in seconds: two of the node agent's 50 ms
+#: ticks, the finest it can enforce or see.
+MIN_JOB_DURATION_S = 0.1
+#: Largest script, in bytes (1 MiB): the script is stored with the job.
+MAX_SCRIPT_BYTES = 1024 * 1024
+#: Longest single argument or ``NAME=value`` environment entry, in bytes (Linux's
+#: ``MAX_ARG_STRLEN``, 128 KiB with its NUL).
+MAX_ARG_BYTES = 128 * 1024 - 1
+#: Most bytes the command, its arguments and the environment may hold together (half of
+#: Linux's usual 2 MiB ``ARG_MAX``; the agent adds its own variables).
+MAX_ARGV_ENV_BYTES = 1024 * 1024
+#: Longest path (``cwd``, ``checkpoint_dir``), in bytes (Linux's ``PATH_MAX`` less its NUL).
+MAX_PATH_BYTES = 4095
+#: Highest array index (``-J``): it fits a signed 32-bit integer in any language.
+MAX_ARRAY_INDEX = 2**31 - 1
+#: Most tasks one array may have.
+MAX_ARRAY_TASKS = 100_000
+#: Most jobs one job may depend on.
+MAX_DEPENDENCIES = 1000
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,128}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,128}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Dependency(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: DependencyKind
-    job_id: Annotated[int, Field(gt=0)]
+    job_id: Annotated[int, Field(gt=0, le=MAX_INT64)]
 
 
 class ArraySpec(BaseModel):
@@ -44,17 +74,17 @@ class ArraySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    start: Annotated[int, Field(ge=0)]
-    end: Annotated[int, Field(ge=0)]
-    step: Annotated[int, Field(ge=1)] = 1
-    limit: Annotated[int, Field(ge=1)] | None = None
+    start: Annotated[int, Field(ge=0, le=MAX_ARRAY_INDEX)]
+    end: Annotated[int, Field(ge=0, le=MAX_ARRAY_INDEX)]
+    step: Annotated[int, Field(ge=1, le=MAX_ARRAY_INDEX)] = 1
+    limit: Annotated[int, Field(ge=1, le=MAX_ARRAY_TASKS)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> ArraySpec:
         if self.end < self.start:
             raise ValueError(f"array end {self.end} is before its start {self.start}")
-        if len(self.indices()) > 100_000:
-            raise ValueError("an array may have at most 100000 tasks")
+        if len(self.indices()) > MAX_ARRAY_TASKS:
+            raise ValueError(f"an array may have at most {MAX_ARRAY_TASKS} tasks")
         return self
 
     def indices(self) -> range:
@@ -71,35 +101,40 @@ class JobSpec(BaseModel):
     number of GPUs (``1``, ``2``) — and ``gpumem``, GPU memory per device (``"4GiB"``).
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     name: str | None = None
     command: list[str] | None = None
     script: str | None = None
     args: list[str] = Field(default_factory=list)
     kind: JobKind = "batch"
-    #: compute share per device, in percent of one GPU's SMs (100 for whole GPUs)
-    compute_pct: Annotated[float, Field(gt=0, le=100)] = DEFAULT_COMPUTE_PCT
+    #: compute share per device, in percent of one GPU's SMs (100 for whole GPUs), to
+    #: two decimals
+    compute_pct: Annotated[float, Field(ge=units.GPU_SHARE_STEP_PCT, le=100)] = DEFAULT_COMPUTE_PCT
     #: number of whole GPUs; 0 means a fractional slice of one GPU
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
     #: GPU memory per device, in MiB
-    memory_mib: Annotated[int, Field(gt=0)] = DEFAULT_MEMORY_MIB
+    memory_mib: Annotated[int, Field(gt=0, le=MAX_MEMORY_MIB)] = DEFAULT_MEMORY_MIB
     queue: str = "default"
     priority: Annotated[int, Field(ge=-1024, le=1023)] = 0
     #: wall-clock limit of one attempt, in seconds
-    walltime_s: Annotated[float, Field(gt=0)] | None = None
+    walltime_s: Annotated[float, Field(ge=MIN_JOB_DURATION_S, le=MAX_DURATION_S)] | None = None
     #: eviction deadline (decision → slice free), in seconds; None: the queue's default
-    deadline_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+    deadline_s: Annotated[float, Field(ge=MIN_DEADLINE_S, le=MAX_DEADLINE_S)] | None = None
     #: the warning signal sent at eviction (a number; names are accepted on input)
     signal: int = int(signal.SIGTERM)
     #: how often the job checkpoints, in seconds, if it says (used by admission)
-    checkpoint_interval_s: Annotated[float, Field(gt=0)] | None = None
+    checkpoint_interval_s: (
+        Annotated[float, Field(ge=MIN_JOB_DURATION_S, le=MAX_DURATION_S)] | None
+    ) = None
     checkpoint_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     #: attempts that may fail before the job fails; evictions do not count
     max_attempts: Annotated[int, Field(ge=1, le=100)] = 1
-    depends: list[Dependency] = Field(default_factory=list)
+    depends: Annotated[list[Dependency], Field(max_length=MAX_DEPENDENCIES)] = Field(
+        default_factory=list
+    )
     array: ArraySpec | None = None
     hold: bool = False
 
@@ -140,12 +175,22 @@ class JobSpec(BaseModel):
     @field_validator("signal", mode="before")
     @classmethod
     def _signal(cls, value: Any) -> int:
-        return units.parse_signal(value)
+        return units.parse_warning_signal(value)
+
+    @field_validator("compute_pct")
+    @classmethod
+    def _compute_pct(cls, value: float) -> float:
+        if abs(round(value, 2) - value) > 1e-9:
+            raise ValueError(
+                f"a share is given to {units.GPU_SHARE_STEP_PCT:g}% (two decimals of a "
+                f"percent), got {value!r}"
+            )
+        return round(value, 2)
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME_RE.match(value):
+        if value is not None and not _NAME_RE.fullmatch(value):
             raise ValueError("use 1-128 letters, digits, '_', '-', '.' (no spaces)")
         return value
 
@@ -161,6 +206,45 @@ class JobSpec(BaseModel):
     def _command(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and (not value or not value[0]):
             raise ValueError("must be a non-empty argv list, like ['python', 'train.py']")
+        for i, arg in enumerate(value or []):
+            _check_os_text(arg, MAX_ARG_BYTES, f"argument {i}")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        for i, arg in enumerate(value):
+            _check_os_text(arg, MAX_ARG_BYTES, f"argument {i}")
+        return value
+
+    @field_validator("script")
+    @classmethod
+    def _script(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not value.strip():
+                raise ValueError("must not be empty")
+            _check_os_text(value, MAX_SCRIPT_BYTES, "the script")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not _ENV_NAME_RE.fullmatch(key):
+                raise ValueError(
+                    f"{shown(key)} is not a variable name (letters, digits and '_', not "
+                    "starting with a digit)"
+                )
+            _check_os_text(item, MAX_ARG_BYTES - len(key) - 1, f"the value of {key}")
+        return value
+
+    @field_validator("cwd", "checkpoint_dir")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is not None:
+            if not value:
+                raise ValueError("must not be empty (leave it unset instead)")
+            _check_os_text(value, MAX_PATH_BYTES, "the path")
         return value
 
     @model_validator(mode="after")
@@ -171,6 +255,13 @@ class JobSpec(BaseModel):
             )
         if self.gpus >= 1 and self.compute_pct != 100:
             raise ValueError("compute_pct: whole GPUs take all their compute; leave it at 100")
+        argv = [*(self.command or []), *self.args, *(f"{k}={v}" for k, v in self.env.items())]
+        size = sum(len(a.encode()) + 1 for a in argv)
+        if size > MAX_ARGV_ENV_BYTES:
+            raise ValueError(
+                f"command: the command, args and env hold {size} bytes together; at most "
+                f"{MAX_ARGV_ENV_BYTES} (1 MiB) fit in what the OS passes to a program"
+            )
         return self
 
     def display_name(self) -> str:
@@ -179,6 +270,18 @@ class JobSpec(BaseModel):
         if self.command:
             return re.sub(r"[^A-Za-z0-9_.\-]", "_", self.command[0].rsplit("/", 1)[-1])[:64]
         return "script"
+
+
+def _check_os_text(text: str, max_bytes: int, what: str) -> None:
+    """What the OS takes: UTF-8 text with no NUL byte, at most ``max_bytes`` long."""
+    if "\0" in text:
+        raise ValueError(f"{what} holds a NUL byte, which no program can be passed")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid UTF-8 text") from None
+    if size > max_bytes:
+        raise ValueError(f"{what} is {size} bytes long; at most {max_bytes} are allowed")
 
 
 def spec_error(exc: ValidationError) -> SpecError:

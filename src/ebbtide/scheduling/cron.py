@@ -5,7 +5,7 @@ from Monday (0 is Monday), and ``CronTrigger.from_crontab`` passes numbers throu
 unconverted.  So the day-of-week field is expanded here into day names, which both agree
 on.  Where crontab fires when *either* a restricted day-of-month or a restricted
 day-of-week matches, APScheduler needs *both*; rather than silently change a schedule's
-meaning, restricting both is refused.
+meaning, restricting both is refused.  So is a schedule that never fires (``0 0 31 2 *``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ from apscheduler.triggers.cron import CronTrigger
 #: Day names in crontab order: index = crontab number (0 = Sunday).
 _CRON_DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 _FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+#: A schedule that does not fire between these never fires: the span holds seven leap
+#: days, one on each day of the week, so every day of the month and month (and "last
+#: fri") that ever comes round comes round in it.
+_PROBE_START = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+_PROBE_END = dt.datetime(2029, 1, 1, tzinfo=dt.UTC)
 
 
 def _day_number(token: str, expr: str) -> int:
@@ -74,17 +79,21 @@ def parse_cron(expr: str, tz: ZoneInfo) -> CronTrigger:
             "(crontab would match either; say which you mean with two windows)"
         )
     days = _expand_days(dow.replace("?", "*"), expr)
+    spec: dict[str, str | None] = {
+        "minute": minute,
+        "hour": hour,
+        "day": None if dom in ("*", "?") else dom,
+        "month": month,
+        "day_of_week": days,
+    }
     try:
-        return CronTrigger(
-            minute=minute,
-            hour=hour,
-            day=None if dom in ("*", "?") else dom,
-            month=month,
-            day_of_week=days,
-            timezone=tz,
-        )
+        trigger = CronTrigger(**spec, timezone=tz)
+        probe = CronTrigger(**spec, timezone=dt.UTC, start_date=_PROBE_START, end_date=_PROBE_END)
     except ValueError as exc:
         raise ValueError(f"{expr!r}: {exc}") from None
+    if probe.get_next_fire_time(None, _PROBE_START) is None:
+        raise ValueError(f"{expr!r}: never fires (no month it names has that day)")
+    return trigger
 
 
 def next_fire(trigger: CronTrigger, after: float, tz: ZoneInfo) -> float | None:
