@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+import psutil
 import pytest
 
 from ebbtide.messaging.messages import EvictAttempt, StartAttempt
@@ -182,3 +183,44 @@ def test_only_online_pressure_starts_a_devices_cooldown(node):  # type: ignore[n
     source.set(0, 10.0, 80_000)
     wait_until(lambda: store.get(spiked).state == "queued")
     assert set(agent.last_eviction_at) == {0}
+
+
+def test_deadlines_are_kept_while_the_store_is_locked(tmp_path):  # type: ignore[no-untyped-def]
+    """Warnings and kills never wait for the store: with the database locked by another
+    writer (a paused scheduler mid-transaction, say), a stubborn job is still killed at
+    its deadline, and the store learns of it once the lock is gone."""
+    import sqlite3
+
+    db = tmp_path / "ebbtide.db"
+    store = Store(f"sqlite:///{db}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent("n1", store, source, home=tmp_path)
+    agent.start()
+    stubborn = [
+        sys.executable,
+        "-c",
+        "import signal,time; signal.signal(15, signal.SIG_IGN); time.sleep(60)",
+    ]
+    try:
+        job_id, _ = _dispatch(store, stubborn, deadline_s=1)
+        wait_until(lambda: store.get(job_id).state == "running")
+        shim = psutil.Process(agent.attempts[job_id].handle.pid)
+        wait_until(lambda: shim.children())
+        pid = shim.children()[0]
+        blocker = sqlite3.connect(db, timeout=30, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # hold the write lock
+        try:
+            spike = time.time()
+            source.set(0, 10.0, 80_000)
+            pid.wait(timeout=5)  # killed while the store was locked
+            assert time.time() - spike < 1.5
+            assert store.get(job_id).state == "running"  # the store has not heard yet
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        wait_until(lambda: store.get(job_id).state == "queued")
+        [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+        assert ev["killed"] is True and ev["deadline_missed"] is False
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()

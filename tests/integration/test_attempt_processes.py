@@ -141,10 +141,16 @@ def test_a_job_that_cannot_start_says_why(tmp_path, argv, cwd, says):  # type: i
 
 
 def test_the_warning_signal_is_for_the_job_not_the_shim(tmp_path):  # type: ignore[no-untyped-def]
-    job = "import signal,sys,time; signal.signal(15, lambda *a: sys.exit(42)); time.sleep(30)"
-    proc, _ = start_shim(tmp_path, [sys.executable, "-c", job])
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGTERM)  # the whole group, shim included
+    ready = tmp_path / "ready"
+    job = (
+        "import pathlib,signal,sys,time; signal.signal(15, lambda *a: sys.exit(42)); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(30)"
+    )
+    proc, _ = start_shim(tmp_path, [sys.executable, "-c", job, str(ready)])
+    wait_until(ready.exists)
+    os.kill(proc.pid, signal.SIGTERM)  # the shim shrugs it off ...
+    for pid in shim.descendants(proc.pid):  # ... the job takes it
+        os.kill(pid, signal.SIGTERM)
     assert proc.wait(10) == 42
 
 
@@ -280,3 +286,23 @@ def test_sweep_has_the_shim_kill_and_reap_everything(tmp_path, leaver):  # type:
     ended = ex.poll(handle)
     assert ended is not None and ended.cause == "killed" and ended.code == 137
     assert json.loads((tmp_path / "shim.json").read_text())["cause"] == "killed"
+
+
+def test_the_shim_keeps_an_eviction_deadline_by_itself(tmp_path):  # type: ignore[no-untyped-def]
+    """Told the deadline at the warning, the shim kills the attempt then, whatever the
+    agent does meanwhile (paused, busy, gone quiet)."""
+    ex = LocalExecutor()
+    ready = tmp_path / "ready"
+    stubborn = (
+        "import pathlib,signal,sys,time; signal.signal(15, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
+    )
+    handle = ex.start(launch(tmp_path, [sys.executable, "-c", stubborn, str(ready)], lease_s=3600))
+    wait_until(ready.exists)
+    job = psutil.Process(handle.pid).children()[0]
+    ex.signal(handle, signal.SIGTERM)  # the warning: ignored
+    ex.kill_at(handle, time.monotonic() + 0.5)
+    job.wait(timeout=5)  # no renewal, no K: the shim alone
+    wait_until(lambda: ex.poll(handle) is not None)
+    ended = ex.poll(handle)
+    assert ended is not None and ended.cause == "deadline" and ended.at is not None

@@ -153,13 +153,16 @@ class Scheduler:
                     )
                     self.send(ev.node, EvictAttempt(job_id=ev.job_id, attempt=ev.attempt))
                     continue
+                # the deadline runs from when the decision is on record (a scheduler paused
+                # between planning and writing must not eat the job's deadline)
+                decided_at = self.clock.time()
                 self.store.begin_eviction(
                     ev.job_id,
                     ev.attempt,
                     reason=ev.message,
                     reason_code=ev.reason.value,
                     deadline_s=ev.deadline_s,
-                    spike_at=now,
+                    spike_at=decided_at,
                     source="scheduler",
                 )
             except StaleState:
@@ -172,7 +175,7 @@ class Scheduler:
                     attempt=ev.attempt,
                     reason=ev.reason.value,
                     message=ev.message,
-                    spike_at=now,
+                    spike_at=decided_at,
                     deadline_s=ev.deadline_s,
                 ),
             )

@@ -1,30 +1,33 @@
 """The node agent (``ebb worker``): runs attempts on this node's devices and takes them
 back when the online tenants need the room.
 
-One loop thread does everything that touches processes, so handlers stay short (a
-message only puts a command in the inbox and wakes the loop).  Each tick (``SAMPLE_PERIOD_S``):
+One loop thread does everything that touches processes, and it never waits for the
+store: what it has to say goes to a local journal that a store thread delivers
+(:mod:`ebbtide.workers.sync`), and what it needs from the store arrives in its inbox, so a
+store that is slow, locked or gone never delays a warning or a kill.  Handlers stay short
+(a message only puts a command in an inbox).  Each tick (``SAMPLE_PERIOD_S``):
 
 1. renew every attempt's lease (its shim kills it when the renewals stop);
 2. sample the headroom source, telling the attempts' processes (their whole trees) from
    the online tenants';
 3. take in device faults (XIDs, a GPU off the bus): a device out of service has its
    slices evicted (killed at once when the GPU is gone) and takes nothing new;
-4. run the commands in the inbox (start, evict);
+4. run what is in the inbox: starts the store thread prepared, evictions, kills of
+   attempts the store gave away, undrains;
 5. reap attempts whose processes ended, read their status files (checkpoints, progress);
 6. kill attempts whose eviction deadline has come (every process of the attempt);
 7. the fast path: if the sample shows online usage plus offline slices above capacity
    minus the margin, pick victims with the same victim policy the scheduler uses and warn
    them at once, with no round trip to the scheduler;
-8. every ``HEARTBEAT_PERIOD_S``: heartbeat with the latest sample and device health, and
-   reconcile with the store (start attempts dispatched here whose message was lost; kill
-   attempts the store no longer gives to this node; take in admins' undrains).
+8. every ``HEARTBEAT_PERIOD_S``: journal a heartbeat with the latest sample and device
+   health; cut off from the store for half the heartbeat timeout, kill every attempt
+   (the scheduler is about to give them to another node).
 
 (Longer than our modules should be: it is the one loop that owns the attempts' processes,
 and every step above changes them.  What can stand alone already does: the attempt's
 record (``attempt.py``), launching (``launch.py``), process trees (``executor.py``,
 ``shim.py``, ``ownership.py``), status files (``status.py``), device health
-(``health.py``).  The store I/O it still does in the loop moves out with the typed
-messages.)
+(``health.py``), talking to the store (``sync.py``, ``journal.py``).)
 """
 
 from __future__ import annotations
@@ -33,18 +36,17 @@ import logging
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
-from ebbtide.errors import EbbtideError, StaleState
-from ebbtide.messaging.messages import AttemptChanged, DeviceReport, EvictAttempt, StartAttempt
-from ebbtide.preemption.enforcer import EvictionClock
+from ebbtide.messaging.messages import DeviceReport, EvictAttempt, StartAttempt
+from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
 from ebbtide.preemption.victims import EvictReason, evictions_for_device
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
-from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
@@ -53,9 +55,11 @@ from ebbtide.workers.attempt import LocalAttempt, tree_of
 from ebbtide.workers.executor import Executor, Exit, LocalExecutor
 from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
+from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
 from ebbtide.workers.status import Checkpoint, StatusReader
+from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
 
 log = logging.getLogger("ebbtide.agent")
 
@@ -64,7 +68,6 @@ PRESSURE_REASONS = frozenset({EvictReason.ONLINE_MEMORY.value, EvictReason.ONLIN
 
 #: The inbox's own command: leave gracefully (evict everything within its deadline).
 SHUTDOWN = object()
-Command = StartAttempt | EvictAttempt | object
 
 #: How often the agent samples headroom and checks its attempts, in seconds (≥ 10 Hz).
 SAMPLE_PERIOD_S = 0.05
@@ -109,7 +112,7 @@ class NodeAgent:
         self.last_eviction_at: dict[int, float] = {}
         self.devices = source.devices()
         self.attempts: dict[int, LocalAttempt] = {}
-        self.inbox: queue.Queue[Command] = queue.Queue()
+        self.inbox: queue.Queue[Any] = queue.Queue()
         self.latest: list[DeviceSample] = []
         #: which GPU process is whose: the attempts' trees, for the headroom source
         self.ownership = ProcessOwnership()
@@ -123,7 +126,20 @@ class NodeAgent:
         self.deadline_s = deadline_s
         #: the scheduler gives up on a node silent this long; we fence at half of it
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        self._last_heartbeat_ok = clock.monotonic()
+        #: reports for the store, delivered in order by the store thread
+        self.journal = Journal(home / "run" / name / "journal.jsonl")
+        self.sync = StoreSync(
+            name,
+            store,
+            self.journal,
+            post=self._post,
+            view=self._get_view,
+            heartbeat=self._get_heartbeat,
+            notify=notify,
+        )
+        self._shared = threading.Lock()
+        self._view: View = (0, {})
+        self._heartbeat_payload: dict[str, Any] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._stopping = False
@@ -131,8 +147,6 @@ class NodeAgent:
         self._started_at = clock.time()
         self._next_heartbeat = 0.0
         self._next_health_check = 0.0
-        #: the time of the last undrain taken in, per device (undrains are not repeated)
-        self._undrains_seen: dict[int, float] = {}
 
     @property
     def lease_s(self) -> float:
@@ -144,31 +158,50 @@ class NodeAgent:
 
     def start(self) -> None:
         self._started_at = self.clock.time()
+        self.sync.started_at = self._started_at
         reap = getattr(self.executor, "reap_leftovers", None)
         if reap is not None:
             reap()  # what a previous incarnation left dies before anything is requeued
-        self._heartbeat()
+        self._post_heartbeat()
+        try:  # be on record at once; later heartbeats go through the store thread
+            self.store.heartbeat(self.name, **self._get_heartbeat())
+        except Exception as exc:
+            log.warning("first heartbeat failed (%s); the store thread will retry", exc)
+        self.sync.start()
         self._thread = threading.Thread(target=self._run, name=f"agent-{self.name}", daemon=True)
         self._thread.start()
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:
-        """Queue a command from the scheduler (called from a message handler: stays short)."""
-        self.inbox.put(cmd)
+        """Queue a command from the scheduler (called from a message handler: stays short).
+        A start goes to the store thread first, which reads the job."""
+        if isinstance(cmd, StartAttempt):
+            self.sync.request_start(cmd)
+        else:
+            self._post(cmd)
+
+    def _post(self, item: Any) -> None:
+        """Put ``item`` in the loop's inbox and wake the loop (any thread)."""
+        self.inbox.put(item)
         self._wake.set()
 
     def shutdown(self, timeout_s: float | None = None) -> None:
-        """Graceful stop: evict every attempt within its deadline, wait, then leave."""
-        self.inbox.put(SHUTDOWN)
-        self._wake.set()
+        """Graceful stop: evict every attempt within its deadline, wait, deliver every
+        report, then leave."""
+        self._post(SHUTDOWN)
         if self._thread is not None:
             self._thread.join(timeout_s)
+        self.sync.finish(timeout_s)
+        self.journal.close()
 
     def kill(self) -> None:
-        """Stop the loop without touching attempts (tests simulate a crash with this)."""
+        """Stop without touching attempts or delivering anything more (tests simulate a
+        crash with this; the journal keeps what was not delivered)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self.sync.kill()
+        self.journal.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -177,7 +210,7 @@ class NodeAgent:
             except Exception:  # the loop must survive a bad tick; the store stays the truth
                 log.exception("agent tick failed")
             if self._stopping and not self.attempts:
-                self._finish_shutdown()
+                self._post_heartbeat()  # "stopping", with nothing left here
                 return
             # while a slice is being taken back, look at it more often
             evicting = any(a.eviction for a in self.attempts.values())
@@ -219,8 +252,8 @@ class NodeAgent:
             self._check_health(now)
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_PERIOD_S
-            self._heartbeat()
-            self._reconcile(now)
+            self._post_heartbeat()
+            self._fence_if_cut_off()
 
     def _watch(self, local: LocalAttempt, now: float) -> None:
         """Reap ``local`` if it ended, kill it at its deadline or walltime."""
@@ -354,9 +387,9 @@ class NodeAgent:
 
     # -- commands -----------------------------------------------------------------------
 
-    def _handle(self, cmd: Command, now: float) -> None:
-        if isinstance(cmd, StartAttempt):
-            self._start(cmd.job_id, cmd.attempt)
+    def _handle(self, cmd: Any, now: float) -> None:
+        if isinstance(cmd, Prepared):
+            self._launch(cmd.job, cmd.spec)
         elif isinstance(cmd, EvictAttempt):
             local = self.attempts.get(cmd.job_id)
             if local and local.attempt == cmd.attempt and not local.eviction:
@@ -369,30 +402,35 @@ class NodeAgent:
                     source="scheduler",
                     already_recorded=True,
                 )
+        elif isinstance(cmd, Kill):
+            local = self.attempts.get(cmd.job_id)
+            if local and local.attempt == cmd.attempt:
+                log.warning("job %s attempt %s: %s; killing", cmd.job_id, cmd.attempt, cmd.why)
+                self.executor.sweep(local.handle)
+                del self.attempts[cmd.job_id]
+                self._publish_view()
+        elif isinstance(cmd, Undrain):
+            for i in self.health.devices if cmd.index == WHOLE_NODE else [cmd.index]:
+                if self.health.undrain(i):
+                    log.info("device %s/%s undrained by an admin: back in service", self.name, i)
+                    self._next_heartbeat = 0.0
         elif cmd is SHUTDOWN:
             self._begin_shutdown(now)
 
-    def _start(self, job_id: int, attempt: int) -> None:
+    def _launch(self, job: Any, spec: JobSpec) -> None:
+        """Start a dispatched attempt the store thread prepared."""
+        job_id, attempt = int(job.id), int(job.attempts)
         if self._stopping or job_id in self.attempts:
-            return  # duplicate message, or leaving
-        try:
-            job = self.store.get(job_id)
-        except EbbtideError:
-            return
-        if job.attempts != attempt or job.state != JobState.DISPATCHED or job.node != self.name:
-            log.info("job %s attempt %s: stale start ignored", job_id, attempt)
-            return
+            return  # a duplicate, or leaving
         devices = tuple(int(d) for d in (job.devices or "").split(",") if d)
         fault = self.health.fault_on(devices)
         if fault is not None:
             why = f"device {self.name}/{fault.index} is out of service ({fault.meaning})"
             log.warning("job %s attempt %s not started: %s", job_id, attempt, why)
-            self._safe(self.store.requeue_lost, job_id, attempt, why=why)
-            self._notify(job_id)
+            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
             return
         by_index = {d.index: d for d in self.devices}
         try:
-            spec = JobSpec.model_validate_json(job.spec_json)
             launch = launch_for(
                 spec,
                 job,
@@ -407,13 +445,12 @@ class NodeAgent:
         except (OSError, ValueError) as exc:
             why = f"could not start: {exc}"
             log.warning("job %s attempt %s: %s", job_id, attempt, why)
-            self._safe(
-                self.store.finish_attempt, job_id, attempt, exit_code=127, why=why, final=True
+            self.journal.append(
+                "finish_attempt", job_id=job_id, attempt=attempt, exit_code=127, why=why, final=True
             )
-            self._notify(job_id)
             return
         now = self.clock.time()
-        local = LocalAttempt(
+        self.attempts[job_id] = LocalAttempt(
             job_id=job_id,
             attempt=attempt,
             priority=job.priority,
@@ -431,20 +468,15 @@ class NodeAgent:
             status=StatusReader(Path(launch.env["EBBTIDE_STATUS_FILE"])),
             walltime_s=spec.walltime_s,
         )
-        self.attempts[job_id] = local
-        try:
-            self.store.mark_started(
-                job_id,
-                attempt,
-                pid=handle.pid,
-                stdout_path=str(launch.stdout_path),
-                stderr_path=str(launch.stderr_path),
-            )
-        except StaleState:
-            log.info("job %s attempt %s: given up on before it started; killing", job_id, attempt)
-            self.executor.sweep(handle)
-            del self.attempts[job_id]
-            return
+        self._publish_view()  # the attempt is here before its start is reported
+        self.journal.append(
+            "mark_started",
+            job_id=job_id,
+            attempt=attempt,
+            pid=handle.pid,
+            stdout_path=str(launch.stdout_path),
+            stderr_path=str(launch.stderr_path),
+        )
         log.info("job %s attempt %s started pid %s on %s", job_id, attempt, handle.pid, devices)
 
     # -- eviction -----------------------------------------------------------------------
@@ -465,6 +497,9 @@ class NodeAgent:
         )
         self.executor.signal(local.handle, local.signal)
         local.eviction.warned_at = self.clock.time()
+        # the attempt's supervisor kills it at the deadline even if this agent cannot
+        left_s = local.eviction.deadline_at - KILL_LEAD_S - local.eviction.warned_at
+        self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
         log.info(
             "job %s attempt %s: warned (%s): %s",
             local.job_id,
@@ -472,21 +507,18 @@ class NodeAgent:
             signal_name(local.signal),
             message,
         )
-        if not already_recorded:
-            try:
-                self.store.begin_eviction(
-                    local.job_id,
-                    local.attempt,
-                    reason=message,
-                    reason_code=reason,
-                    deadline_s=deadline_s,
-                    spike_at=spike_at,
-                    source=source,
-                )
-            except StaleState:
-                pass  # the scheduler got there first; the eviction goes on all the same
-            except Exception:
-                log.exception("job %s: could not record the eviction", local.job_id)
+        self._publish_view()
+        if not already_recorded:  # a lost race (the scheduler got there first) is dropped
+            self.journal.append(
+                "begin_eviction",
+                job_id=local.job_id,
+                attempt=local.attempt,
+                reason=message,
+                reason_code=reason,
+                deadline_s=deadline_s,
+                spike_at=spike_at,
+                source=source,
+            )
 
     def _begin_shutdown(self, now: float) -> None:
         self._stopping = True
@@ -500,19 +532,7 @@ class NodeAgent:
                     deadline_s=local.deadline_s,
                     source="agent",
                 )
-        self._heartbeat()
-
-    def _finish_shutdown(self) -> None:
-        self._heartbeat()
-        for a in self.store.active_attempts(node=self.name):
-            if a.state == JobState.DISPATCHED:
-                self._safe(
-                    self.store.requeue_lost,
-                    a.job_id,
-                    a.attempt,
-                    why=f"node agent {self.name} shut down before starting it",
-                )
-        self._stop.set()
+        self._post_heartbeat()
 
     # -- reaping ------------------------------------------------------------------------
 
@@ -523,43 +543,50 @@ class NodeAgent:
                 local.last_checkpoint_at = at
                 if local.eviction and at >= (local.eviction.warned_at or local.eviction.spike_at):
                     local.eviction.checkpoint_after_warning = True
-                self._safe(
-                    self.store.record_checkpoint,
-                    local.job_id,
-                    local.attempt,
+                self.journal.append(
+                    "record_checkpoint",
+                    job_id=local.job_id,
+                    attempt=local.attempt,
                     path=rec.path,
                     at=at,
                     size_bytes=rec.size_bytes,
                     duration_s=rec.duration_s,
                 )
             else:
-                self._safe(
-                    self.store.record_progress, local.job_id, local.attempt, rec.done, rec.total
+                self.journal.append(
+                    "record_progress",
+                    job_id=local.job_id,
+                    attempt=local.attempt,
+                    done=rec.done,
+                    total=rec.total,
                 )
 
     def _finish(self, local: LocalAttempt, ended: Exit) -> None:
         self.executor.sweep(local.handle)
-        freed_at = self.clock.time()
+        # free when its supervisor says its last process was gone, if it says
+        freed_at = min(self.clock.time(), ended.at or float("inf"))
+        if ended.cause == "deadline" and local.eviction is not None:
+            local.eviction.killed = True
         self._read_status(local)
         del self.attempts[local.job_id]
         code = ended.code
         if ended.cause in ("lease", "agent_gone"):
             why = f"its lease ran out on node {self.name}: {ended.detail}"
             log.warning("job %s attempt %s: %s", local.job_id, local.attempt, why)
-            self._safe(self.store.requeue_lost, local.job_id, local.attempt, why=why)
-            self._notify(local.job_id)
+            self.journal.append("requeue_lost", job_id=local.job_id, attempt=local.attempt, why=why)
+            self._publish_view()
             return
         if ended.cause == "start":
             log.warning("job %s attempt %s: %s", local.job_id, local.attempt, ended.detail)
-            self._safe(
-                self.store.finish_attempt,
-                local.job_id,
-                local.attempt,
+            self.journal.append(
+                "finish_attempt",
+                job_id=local.job_id,
+                attempt=local.attempt,
                 exit_code=code,
                 why=ended.detail,
                 final=True,
             )
-            self._notify(local.job_id)
+            self._publish_view()
             return
         fault = self.health.fault_on(local.devices)
         if local.eviction is None and fault is not None and code not in (0, REQUEUE_EXIT_CODE):
@@ -580,7 +607,7 @@ class NodeAgent:
                     self.last_eviction_at[d] = freed_at
             # the cooldown and the device's health must be on record before the requeue
             # can be seen, or the job could be placed right back where it was
-            self._heartbeat()
+            self._post_heartbeat()
             eviction = local.eviction.report(
                 last_checkpoint_at=local.last_checkpoint_at, started_at=local.started_at
             )
@@ -591,20 +618,46 @@ class NodeAgent:
             code,
             f" (evicted in {eviction['latency_s']:.3f}s)" if eviction else "",
         )
-        self._safe(
-            self.store.finish_attempt,
-            local.job_id,
-            local.attempt,
+        self.journal.append(
+            "finish_attempt",
+            job_id=local.job_id,
+            attempt=local.attempt,
             exit_code=code,
             eviction=eviction,
             why=local.ended_by,
         )
-        self._notify(local.job_id)
+        self._publish_view()  # gone from the view only once its end is journaled
 
-    # -- heartbeat and reconciliation ---------------------------------------------------
+    # -- what the store thread sees -----------------------------------------------------
 
-    def _heartbeat(self) -> None:
+    def _publish_view(self) -> None:
+        """Show the store thread the attempts here, with the journal position they match:
+        an attempt appears before its start is journaled and leaves after its end is."""
+        view = {a.job_id: (a.attempt, a.eviction is not None) for a in self.attempts.values()}
+        with self._shared:
+            self._view = (self.journal.seq, view)
+
+    def _get_view(self) -> View:
+        with self._shared:
+            return self._view
+
+    def _post_heartbeat(self) -> None:
+        """Journal a heartbeat with the devices as they are now."""
         now = self.clock.time()
+        payload = {
+            "started_at": self._started_at,
+            "devices": self._device_reports(now),
+            "stopping": self._stopping,
+        }
+        with self._shared:
+            self._heartbeat_payload = payload
+        self.journal.append("heartbeat")
+
+    def _get_heartbeat(self) -> dict[str, Any]:
+        with self._shared:
+            return self._heartbeat_payload
+
+    def _device_reports(self, now: float) -> list[dict[str, Any]]:
         by_index = {s.index: s for s in self.latest}
         views = []
         for d in self.device_views():
@@ -631,21 +684,13 @@ class NodeAgent:
                     **self.health.report(d.index, now),
                 }
             )
-        reports = [DeviceReport.model_validate(v).model_dump(mode="json") for v in views]
-        try:
-            self.store.heartbeat(
-                self.name, started_at=self._started_at, devices=reports, stopping=self._stopping
-            )
-            self._last_heartbeat_ok = self.clock.monotonic()
-        except Exception:
-            log.exception("heartbeat failed: the store is unreachable")
-            self._fence_if_cut_off()
+        return [DeviceReport.model_validate(v).model_dump(mode="json") for v in views]
 
     def _fence_if_cut_off(self) -> None:
         """Cut off from the store for half the heartbeat timeout, this node is about to
         be given up on and its attempts requeued elsewhere: kill them first, so no job
         ever runs twice at once.  Their checkpoints are on disk; the requeue resumes them."""
-        silent_s = self.clock.monotonic() - self._last_heartbeat_ok
+        silent_s = time.monotonic() - self.sync.last_heartbeat_ok
         if silent_s < self.heartbeat_timeout_s / 2 or not self.attempts:
             return
         for local in list(self.attempts.values()):
@@ -658,84 +703,4 @@ class NodeAgent:
             )
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
-
-    def _reconcile(self, now: float) -> None:
-        try:
-            assigned = {a.job_id: a for a in self.store.active_attempts(node=self.name)}
-        except Exception:
-            log.exception("reconcile: store unavailable")
-            return
-        for job_id, local in list(self.attempts.items()):
-            a = assigned.get(job_id)
-            if a is None or a.attempt != local.attempt:
-                log.warning("job %s attempt %s is no longer ours; killing", job_id, local.attempt)
-                self.executor.sweep(local.handle)
-                del self.attempts[job_id]
-            elif a.state == JobState.EVICTING and not local.eviction:
-                # the scheduler's message has not arrived (yet): its record says why
-                asked = self._safe(self.store.eviction_request, job_id, local.attempt) or {}
-                self._handle(
-                    EvictAttempt(
-                        job_id=job_id,
-                        attempt=local.attempt,
-                        reason=asked.get("reason_code") or "scheduler",
-                        message=asked.get("reason") or "evicted by the scheduler",
-                        spike_at=asked.get("spike_at"),
-                        deadline_s=asked.get("deadline_s"),
-                    ),
-                    now,
-                )
-        for job_id, a in assigned.items():
-            if job_id in self.attempts:
-                continue
-            try:
-                if a.state == JobState.DISPATCHED:
-                    self._start(job_id, a.attempt)
-                else:  # running here by the store's account, but no such process: lost
-                    self._safe(
-                        self.store.requeue_lost,
-                        job_id,
-                        a.attempt,
-                        why=f"its process is no longer running on node {self.name}",
-                    )
-                    self._notify(job_id)
-            except Exception:  # one job's trouble never stops the reconcile of the others
-                log.exception("reconcile: job %s", job_id)
-        self._take_undrains()
-
-    def _take_undrains(self) -> None:
-        """Devices an admin returned to service since we last looked."""
-        try:
-            undrains = self.store.drains.undrains(self.name)
-        except Exception:
-            log.exception("reconcile: cannot read undrains")
-            return
-        for index, at in undrains.items():
-            if self._undrains_seen.get(index) == at:
-                continue
-            first = index not in self._undrains_seen
-            self._undrains_seen[index] = at
-            if first and at < self._started_at:
-                continue  # an undrain from before this agent started is not news
-            for i in self.health.devices if index == WHOLE_NODE else [index]:
-                if self.health.undrain(i):
-                    log.info("device %s/%s undrained by an admin: back in service", self.name, i)
-                    self._next_heartbeat = 0.0
-
-    # -- helpers ------------------------------------------------------------------------
-
-    def _notify(self, job_id: int) -> None:
-        if self.notify is not None:
-            try:
-                self.notify(AttemptChanged(job_id=job_id, node=self.name))
-            except Exception:
-                log.exception("could not notify the scheduler")
-
-    def _safe(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except StaleState as exc:
-            log.info("stale report dropped: %s", exc)
-        except Exception:
-            log.exception("store call %s failed", getattr(fn, "__name__", fn))
-        return None
+        self._publish_view()

@@ -62,6 +62,8 @@ class Exit:
     cause: str = shim.CAUSE_JOB
     #: in words, when there is more to say (why it could not start)
     detail: str = ""
+    #: Unix seconds its last process was gone, when the supervisor says (else None)
+    at: float | None = None
 
 
 @dataclass
@@ -92,6 +94,11 @@ class Executor(Protocol):
 
     def renew(self, handle: Handle) -> None:
         """Renew the attempt's lease (every agent tick)."""
+        ...
+
+    def kill_at(self, handle: Handle, monotonic_s: float) -> None:
+        """Have the attempt killed at ``monotonic_s`` (``time.monotonic``) unless it has
+        ended, by its supervisor: kept even if the agent is paused or gone by then."""
         ...
 
     def sweep(self, handle: Handle) -> None:
@@ -190,10 +197,12 @@ class LocalExecutor:
             report = None
         if not isinstance(report, dict):
             return Exit(code, cause="killed")
+        at = report.get("time")
         return Exit(
             int(report.get("exit_code", code)),
             cause=str(report.get("cause", shim.CAUSE_JOB)),
             detail=str(report.get("error") or ""),
+            at=float(at) if isinstance(at, int | float) else None,
         )
 
     def signal(self, handle: Handle, signum: int) -> None:
@@ -208,6 +217,12 @@ class LocalExecutor:
             return
         with contextlib.suppress(BlockingIOError, BrokenPipeError):
             os.write(handle.lease_fd, shim.RENEW)
+
+    def kill_at(self, handle: Handle, monotonic_s: float) -> None:
+        if handle.lease_fd is None:
+            return
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+            os.write(handle.lease_fd, shim.DEADLINE + f"{monotonic_s:.6f}\n".encode())
 
     def sweep(self, handle: Handle) -> None:
         handle.swept = True

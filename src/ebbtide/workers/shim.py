@@ -47,10 +47,14 @@ CAUSE_LEASE = "lease"  # the agent stopped renewing the lease
 CAUSE_AGENT_GONE = "agent_gone"  # the lease pipe closed: the agent is gone
 CAUSE_START = "start"  # the job could not be started at all
 CAUSE_KILLED = "killed"  # the agent told the shim to kill the attempt (a deadline, a sweep)
+CAUSE_DEADLINE = "deadline"  # the eviction deadline the agent set came: killed by the shim
 
-#: What the agent writes to the lease pipe: a renewal, or "kill the attempt now".
+#: What the agent writes to the lease pipe: a renewal; "kill the attempt now"; and
+#: ``D<monotonic seconds>\n``: "kill it then, whatever happens to me" (an eviction's
+#: deadline, kept even by a paused or dead agent).
 RENEW = b"."
 KILL = b"K"
+DEADLINE = b"D"
 
 #: Exit code when the job could not be started (as a shell says for "command not found").
 START_FAILED_EXIT = 127
@@ -118,9 +122,15 @@ def _reap() -> list[tuple[int, int]]:
         done.append((pid, status))
 
 
-def kill_tree(root: int) -> int:
-    """SIGKILL every descendant of ``root`` until none is left; return how many died."""
+def kill_tree(root: int, group: int | None = None) -> int:
+    """SIGKILL every descendant of ``root`` until none is left; return how many died.
+
+    ``group`` (the job's process group) is killed first in one call: most of a job is
+    there, and it dies at once; a scan of ``/proc`` then finds what left the group."""
     killed = 0
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
     for _ in range(_KILL_ROUNDS):
         pids = descendants(root)
         if not pids:
@@ -184,7 +194,11 @@ def run(
     try:
         # a single-threaded process: preexec_fn is safe here
         leader = subprocess.Popen(
-            list(argv), cwd=cwd or None, preexec_fn=_set_pdeathsig, close_fds=True
+            list(argv),
+            cwd=cwd or None,
+            preexec_fn=_set_pdeathsig,
+            close_fds=True,
+            process_group=0,  # the job's own group: killed in one call, the shim spared
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         where = f" in {cwd}" if cwd else ""
@@ -194,17 +208,20 @@ def run(
         return START_FAILED_EXIT
 
     expires = time.monotonic() + lease_s
+    kill_at = float("inf")
+    pending = b""
     watched = [wake_r] + ([lease_fd] if lease_fd is not None else [])
     while True:
         for pid, status in _reap():
             if pid == leader.pid:
                 leader.returncode = exit_code(status)
         if leader.returncode is not None:
-            left = kill_tree(me)
+            left = kill_tree(me)  # its group's id may be reused now: a scan only
             code = int(leader.returncode)
             _write_status(status_path, cause=CAUSE_JOB, exit_code=code, leftovers_killed=left)
             return code
-        timeout = max(0.0, expires - time.monotonic()) if lease_fd is not None else None
+        wake_at = min(expires if lease_fd is not None else float("inf"), kill_at)
+        timeout = None if wake_at == float("inf") else max(0.0, wake_at - time.monotonic())
         try:
             ready, _, _ = select.select(watched, [], [], timeout)
         except InterruptedError:  # pragma: no cover - PEP 475 retries select
@@ -221,24 +238,59 @@ def run(
                 _say(f"lease pipe: {exc}")
                 data = b""
             if data and KILL in data:
-                return _end(me, status_path, CAUSE_KILLED, "killed by the node agent", quiet=True)
+                return _end(
+                    me,
+                    leader.pid,
+                    status_path,
+                    CAUSE_KILLED,
+                    "killed by the node agent",
+                    quiet=True,
+                )
             if data:
                 expires = time.monotonic() + lease_s
+                pending, deadlines = _deadlines(pending + data)
+                kill_at = min([kill_at, *deadlines])
             elif data is not None:
-                return _end(me, status_path, CAUSE_AGENT_GONE, "the node agent is gone")
+                return _end(me, leader.pid, status_path, CAUSE_AGENT_GONE, "the node agent is gone")
+        if time.monotonic() >= kill_at:
+            return _end(
+                me,
+                leader.pid,
+                status_path,
+                CAUSE_DEADLINE,
+                "its eviction deadline came",
+                quiet=True,
+            )
         if lease_fd is not None and time.monotonic() >= expires:
             return _end(
                 me,
+                leader.pid,
                 status_path,
                 CAUSE_LEASE,
                 f"the node agent did not renew the lease for {lease_s:g}s",
             )
 
 
-def _end(me: int, status_path: str | None, cause: str, why: str, *, quiet: bool = False) -> int:
+def _deadlines(data: bytes) -> tuple[bytes, list[float]]:
+    """The ``D<seconds>\n`` deadlines in ``data`` (renewals around them skipped), and what
+    is left of an unfinished one."""
+    found: list[float] = []
+    while (start := data.find(DEADLINE)) >= 0:
+        end = data.find(b"\n", start)
+        if end < 0:
+            return data[start:], found
+        with contextlib.suppress(ValueError):
+            found.append(float(data[start + 1 : end]))
+        data = data[end + 1 :]
+    return b"", found
+
+
+def _end(
+    me: int, group: int, status_path: str | None, cause: str, why: str, *, quiet: bool = False
+) -> int:
     if not quiet:
         _say(f"{why}: killing the attempt")
-    killed = kill_tree(me)
+    killed = kill_tree(me, group)
     _write_status(status_path, cause=cause, exit_code=LEASE_EXIT, error=why, killed=killed)
     return LEASE_EXIT
 

@@ -1,0 +1,295 @@
+"""The node agent's store thread: everything the agent says to the store or asks of it.
+
+The agent's loop (:mod:`ebbtide.workers.agent`) keeps deadlines, so it never waits for
+the store: it journals reports (:mod:`ebbtide.workers.journal`) and reads what this
+thread posts to its inbox.  This thread
+
+1. delivers the journal's reports in order (retrying while the store does not answer,
+   dropping one that lost a race), and the heartbeats among them;
+2. prepares starts: reads a dispatched job from the store, checks the dispatch is still
+   this node's and current, and posts it to the loop;
+3. reconciles every ``RECONCILE_PERIOD_S``: against a view of the loop's attempts and the
+   journal position it was taken at (delivered first), it tells the loop to kill
+   attempts the store no longer gives to this node, to evict what the store says is
+   being evicted, to start what was dispatched here and never arrived, and requeues
+   attempts the store thinks run here but do not;
+4. takes in admins' undrains.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from ebbtide.errors import EbbtideError, InvalidTransition, StaleState
+from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttempt
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import Store
+from ebbtide.workers.journal import Journal, Report
+
+log = logging.getLogger("ebbtide.agent")
+
+#: How often the store thread reconciles with the store, in seconds.
+RECONCILE_PERIOD_S = 0.5
+#: How long the store thread waits before trying an undeliverable report again, in s.
+RETRY_S = 0.2
+#: Errors that mean "the store did not answer": try again later.
+TRANSIENT = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DBAPIError, OSError)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Store → loop: start this dispatched attempt."""
+
+    job: Job
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Store → loop: this attempt is not this node's any more; kill it."""
+
+    job_id: int
+    attempt: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Undrain:
+    """Store → loop: an admin returned these devices to service (-1: every one)."""
+
+    index: int
+
+
+#: The loop's attempts as the store thread may see them: journal position, and per job
+#: (attempt, being evicted).
+View = tuple[int, dict[int, tuple[int, bool]]]
+
+
+class StoreSync:
+    def __init__(
+        self,
+        name: str,
+        store: Store,
+        journal: Journal,
+        *,
+        post: Callable[[Any], None],
+        view: Callable[[], View],
+        heartbeat: Callable[[], dict[str, Any]],
+        notify: Callable[[AttemptChanged], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.journal = journal
+        self._post = post
+        self._view = view
+        self._heartbeat_payload = heartbeat
+        self._notify_fn = notify
+        #: monotonic seconds of the last heartbeat the store took
+        self.last_heartbeat_ok = time.monotonic()
+        self._starts: queue.Queue[StartAttempt] = queue.Queue()
+        self._stop = threading.Event()
+        self._draining = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_reconcile = 0.0
+        self._outage_logged = False
+        self._undrains_seen: dict[int, float] = {}
+        self.started_at = time.time()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"store-{self.name}", daemon=True)
+        self._thread.start()
+
+    def request_start(self, cmd: StartAttempt) -> None:
+        self._starts.put(cmd)
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Deliver what is journaled, requeue attempts dispatched here that never started,
+        and stop (a graceful shutdown)."""
+        self._draining.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def kill(self) -> None:
+        """Stop at once, delivering nothing more (tests simulate a crash)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._step()
+            except Exception:
+                log.exception("store thread: step failed")
+                self._stop.wait(RETRY_S)
+            if self._draining.is_set() and self.journal.pending() == 0:
+                self._leave()
+                return
+
+    def _step(self) -> None:
+        report = self.journal.peek(timeout_s=0.05)
+        if report is not None and not self._deliver(report):
+            self._stop.wait(RETRY_S)
+            return
+        while not self._starts.empty():
+            self._prepare(self._starts.get_nowait())
+        if time.monotonic() >= self._next_reconcile and not self._draining.is_set():
+            self._next_reconcile = time.monotonic() + RECONCILE_PERIOD_S
+            self._reconcile()
+
+    def _leave(self) -> None:
+        try:
+            for a in self.store.active_attempts(node=self.name):
+                if a.state == JobState.DISPATCHED:
+                    why = f"node agent {self.name} shut down before starting it"
+                    self._call(self.store.requeue_lost, a.job_id, a.attempt, why=why)
+        except Exception:
+            log.exception("store thread: could not requeue what was never started")
+
+    # -- delivery -----------------------------------------------------------------------
+
+    def _deliver(self, report: Report) -> bool:
+        """Deliver one report; False when the store did not answer (try again)."""
+        try:
+            if report.op == "heartbeat":
+                self.store.heartbeat(self.name, **self._heartbeat_payload())
+                self.last_heartbeat_ok = time.monotonic()
+            else:
+                getattr(self.store, report.op)(**report.kwargs)
+        except (StaleState, InvalidTransition) as exc:
+            log.info("stale report dropped (%s): %s", report.op, exc)
+            if report.op == "mark_started":
+                kw = report.kwargs
+                why = "given up on before it started"
+                self._post(Kill(kw["job_id"], kw["attempt"], why))
+        except TRANSIENT as exc:
+            if not self._outage_logged:
+                log.error(
+                    "the store does not answer (%s); reports wait in the journal",
+                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+                self._outage_logged = True
+            return False
+        except Exception:
+            log.exception("report %s could not be delivered; dropped", report.op)
+        if self._outage_logged:
+            log.info("the store answers again")
+            self._outage_logged = False
+        self.journal.done(report)
+        if report.op in ("finish_attempt", "requeue_lost"):
+            self._notify(int(report.kwargs["job_id"]))
+        return True
+
+    def _deliver_up_to(self, seq: int) -> bool:
+        while (report := self.journal.peek(timeout_s=0)) is not None and report.seq <= seq:
+            if not self._deliver(report):
+                return False
+        return True
+
+    # -- starts -------------------------------------------------------------------------
+
+    def _prepare(self, cmd: StartAttempt) -> None:
+        try:
+            job = self.store.get(cmd.job_id)
+        except EbbtideError:
+            return
+        except TRANSIENT:
+            return  # the reconcile will find it when the store answers
+        if job.attempts != cmd.attempt or job.state != JobState.DISPATCHED or job.node != self.name:
+            log.info("job %s attempt %s: stale start ignored", cmd.job_id, cmd.attempt)
+            return
+        try:
+            spec = JobSpec.model_validate_json(job.spec_json)
+        except ValueError as exc:
+            why = f"could not start: its spec no longer reads ({exc})"
+            self._call(
+                self.store.finish_attempt, job.id, cmd.attempt, exit_code=127, why=why, final=True
+            )
+            self._notify(cmd.job_id)
+            return
+        self._post(Prepared(job, spec))
+
+    # -- reconciliation -----------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        seq, local = self._view()
+        if not self._deliver_up_to(seq):
+            return
+        try:
+            assigned = {a.job_id: a for a in self.store.active_attempts(node=self.name)}
+        except Exception as exc:
+            log.warning("reconcile: the store does not answer (%s)", type(exc).__name__)
+            return
+        for job_id, (attempt, evicting) in local.items():
+            a = assigned.get(job_id)
+            if a is None or a.attempt != attempt:
+                self._post(Kill(job_id, attempt, "the store no longer gives it to this node"))
+            elif a.state == JobState.EVICTING and not evicting:
+                # the scheduler's message has not arrived (yet): its record says why
+                asked = self._call(self.store.eviction_request, job_id, attempt) or {}
+                self._post(
+                    EvictAttempt(
+                        job_id=job_id,
+                        attempt=attempt,
+                        reason=asked.get("reason_code") or "scheduler",
+                        message=asked.get("reason") or "evicted by the scheduler",
+                        spike_at=asked.get("spike_at"),
+                        deadline_s=asked.get("deadline_s"),
+                    )
+                )
+        for job_id, a in assigned.items():
+            if job_id in local:
+                continue
+            if a.state == JobState.DISPATCHED:
+                self._prepare(StartAttempt(job_id=job_id, attempt=a.attempt))
+            else:  # running here by the store's account, but no such process: lost
+                why = f"its process is no longer running on node {self.name}"
+                self._call(self.store.requeue_lost, job_id, a.attempt, why=why)
+                self._notify(job_id)
+        self._take_undrains()
+
+    def _take_undrains(self) -> None:
+        try:
+            undrains = self.store.drains.undrains(self.name)
+        except Exception:
+            return
+        for index, at in undrains.items():
+            if self._undrains_seen.get(index) == at:
+                continue
+            first = index not in self._undrains_seen
+            self._undrains_seen[index] = at
+            if first and at < self.started_at:
+                continue  # an undrain from before this agent started is not news
+            self._post(Undrain(index))
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _notify(self, job_id: int) -> None:
+        if self._notify_fn is not None:
+            try:
+                self._notify_fn(AttemptChanged(job_id=job_id, node=self.name))
+            except Exception:
+                log.exception("could not notify the scheduler")
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StaleState as exc:
+            log.info("stale: %s", exc)
+        except Exception:
+            log.exception("store call %s failed", getattr(fn, "__name__", fn))
+        return None

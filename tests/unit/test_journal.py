@@ -1,0 +1,72 @@
+"""The agent's journal: reports kept in order on disk until delivered, and delivered
+again by the next agent when one crashed first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ebbtide.workers.journal import COMPACT_AFTER, Journal
+
+
+def test_reports_come_out_in_order_and_leave_when_done(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "journal.jsonl")
+    a = j.append("mark_started", job_id=1, attempt=1, pid=5, stdout_path="o", stderr_path="e")
+    b = j.append("finish_attempt", job_id=1, attempt=1, exit_code=0)
+    assert (a, b) == (1, 2) and j.seq == 2 and j.pending() == 2
+    first = j.peek(0)
+    assert first is not None and first.op == "mark_started" and first.kwargs["pid"] == 5
+    j.done(first)
+    second = j.peek(0)
+    assert second is not None and second.seq == b
+    j.done(second)
+    assert j.peek(0) is None and j.wait_empty(0)
+    j.close()
+
+
+def test_a_crashed_agents_undelivered_reports_are_delivered_by_the_next(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    before = Journal(path)
+    before.append("begin_eviction", job_id=3, attempt=2, reason="r", deadline_s=1.0)
+    before.done(before.peek(0))  # type: ignore[arg-type]
+    before.append("finish_attempt", job_id=3, attempt=2, exit_code=0)
+    before.append("heartbeat")  # not kept: a new agent sends its own
+    with open(path, "a") as f:
+        f.write('{"seq": 9, "op": "finish_att')  # torn by the crash
+    before.close()
+
+    after = Journal(path)
+    owed = after.peek(0)
+    assert owed is not None and (owed.op, owed.kwargs["exit_code"]) == ("finish_attempt", 0)
+    after.done(owed)
+    assert after.pending() == 0
+    assert after.append("record_progress", job_id=3, attempt=3, done=1.0, total=None) == 3
+    after.close()
+
+
+def test_waiting_heartbeats_collapse_into_one(tmp_path: Path) -> None:
+    j = Journal(None)
+    j.append("heartbeat")  # in flight at the head
+    j.append("heartbeat")
+    j.append("heartbeat")
+    assert j.pending() == 2
+
+
+def test_the_file_is_compacted(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    for k in range(COMPACT_AFTER + 5):
+        j.append("record_progress", job_id=1, attempt=1, done=float(k), total=None)
+        j.done(j.peek(0))  # type: ignore[arg-type]
+    j.append("record_progress", job_id=1, attempt=1, done=-1.0, total=None)
+    assert len(path.read_text().splitlines()) < 20
+    j.close()
+    again = Journal(path)
+    assert again.peek(0).kwargs["done"] == -1.0  # type: ignore[union-attr]
+    again.close()
+
+
+def test_only_reports_are_journaled(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a report"):
+        Journal(None).append("drop_table")
