@@ -240,7 +240,10 @@ class NodeAgent:
                 cmd = self.inbox.get_nowait()
             except queue.Empty:
                 break
-            self._handle(cmd, now)
+            try:
+                self._handle(cmd, now)
+            except Exception:  # one bad command never stops the tick
+                log.exception("command %r failed", cmd)
         for local in list(self.attempts.values()):
             try:
                 self._watch(local, now)

@@ -40,6 +40,8 @@ log = logging.getLogger("ebbtide.agent")
 
 #: How often the store thread reconciles with the store, in seconds.
 RECONCILE_PERIOD_S = 0.5
+#: How long a graceful stop waits for the store to take the journal's reports, in seconds.
+DRAIN_TIMEOUT_S = 30.0
 #: How long the store thread waits before trying an undeliverable report again, in s.
 RETRY_S = 0.2
 #: Errors that mean "the store did not answer": try again later.
@@ -116,10 +118,19 @@ class StoreSync:
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Deliver what is journaled, requeue attempts dispatched here that never started,
-        and stop (a graceful shutdown)."""
+        and stop (a graceful shutdown).  A store that does not answer within ``timeout_s``
+        (default ``DRAIN_TIMEOUT_S``) leaves the rest in the journal for the next start."""
         self._draining.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        if self._thread is None:
+            return
+        self._thread.join(DRAIN_TIMEOUT_S if timeout_s is None else timeout_s)
+        if self._thread.is_alive():
+            log.warning(
+                "the store did not take every report; %d stay in the journal for the next start",
+                self.journal.pending(),
+            )
+            self._stop.set()
+            self._thread.join(5.0)
 
     def kill(self) -> None:
         """Stop at once, delivering nothing more (tests simulate a crash)."""
