@@ -224,3 +224,36 @@ def test_deadlines_are_kept_while_the_store_is_locked(tmp_path):  # type: ignore
     finally:
         agent.shutdown(timeout_s=20)
         store.close()
+
+
+def test_reports_the_store_did_not_take_are_delivered_by_the_next_agent(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A job that succeeded while the store was down is not run again: its report waits
+    in the agent's journal, through a stop, for the next agent to deliver."""
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    agent = NodeAgent("n1", store, StaticSource(parse_devices("1x80GiB")), home=tmp_path)
+    agent.start()
+    real = Store.finish_attempt
+
+    def down(self, *a, **k):  # type: ignore[no-untyped-def]
+        raise OSError("connection refused")
+
+    try:
+        job_id, _ = _dispatch(store, [sys.executable, "-c", "print('done')"])
+        wait_until(lambda: store.get(job_id).state == "running")
+        monkeypatch.setattr(Store, "finish_attempt", down)
+        wait_until(lambda: job_id not in agent.attempts)  # it ended; the store did not hear
+        started = time.monotonic()
+        agent.shutdown(timeout_s=1.0)
+        assert time.monotonic() - started < 10
+        assert store.get(job_id).state == "running"
+        assert "finish_attempt" in (tmp_path / "run" / "n1" / "journal.jsonl").read_text()
+    finally:
+        monkeypatch.setattr(Store, "finish_attempt", real)
+    again = NodeAgent("n1", store, StaticSource(parse_devices("1x80GiB")), home=tmp_path)
+    again.start()
+    try:
+        wait_until(lambda: store.get(job_id).state == "succeeded")
+        assert len([e for e in store.events(job_id) if e["type"] == "started"]) == 1
+    finally:
+        again.shutdown(timeout_s=20)
+        store.close()

@@ -138,7 +138,8 @@ class NodeAgent:
             notify=notify,
         )
         self._shared = threading.Lock()
-        self._view: View = (0, {})
+        # what a previous run journaled is delivered before the first reconcile
+        self._view: View = (self.journal.seq, {})
         self._heartbeat_payload: dict[str, Any] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
