@@ -196,16 +196,18 @@ def test_deadlines_are_kept_while_the_store_is_locked(tmp_path):  # type: ignore
     source = StaticSource(parse_devices("1x80GiB"))
     agent = NodeAgent("n1", store, source, home=tmp_path)
     agent.start()
+    ready = tmp_path / "ready"
     stubborn = [
         sys.executable,
         "-c",
-        "import signal,time; signal.signal(15, signal.SIG_IGN); time.sleep(60)",
+        "import pathlib,signal,sys,time; signal.signal(15, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)",
+        str(ready),
     ]
     try:
         job_id, _ = _dispatch(store, stubborn, deadline_s=1)
-        wait_until(lambda: store.get(job_id).state == "running")
+        wait_until(ready.exists)  # it ignores the warning from now on
         shim = psutil.Process(agent.attempts[job_id].handle.pid)
-        wait_until(lambda: shim.children())
         pid = shim.children()[0]
         blocker = sqlite3.connect(db, timeout=30, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")  # hold the write lock
@@ -257,3 +259,35 @@ def test_reports_the_store_did_not_take_are_delivered_by_the_next_agent(tmp_path
     finally:
         again.shutdown(timeout_s=20)
         store.close()
+
+
+def test_a_job_writing_garbage_to_its_status_file_harms_no_one(node, tmp_path):  # type: ignore[no-untyped-def]
+    store, agent, _ = node
+    garbage = [
+        sys.executable,
+        "-c",
+        "import os,time\n"
+        "f = open(os.environ['EBBTIDE_STATUS_FILE'], 'ab', buffering=0)\n"
+        "for _ in range(2000):\n"
+        "    f.write(os.urandom(200) + b'\\n{not json\\n' + b'x' * 9000)\n"
+        "    time.sleep(0.005)\n"
+        "time.sleep(60)\n",
+    ]
+    bad, attempt = _dispatch(store, garbage, deadline_s=1)
+    good, _ = _dispatch(store, [sys.executable, "-c", "import time; time.sleep(1)"])
+    wait_until(lambda: store.get(good).state == "succeeded", timeout=15)
+    assert store.get(bad).state == "running"
+    beat = store.nodes()[0].heartbeat_at
+    wait_until(lambda: store.nodes()[0].heartbeat_at > beat)  # heartbeats go on
+    # and it can still be stopped (a qdel evicts it)
+    store.begin_eviction(
+        bad,
+        attempt,
+        reason="cancelled by its owner",
+        reason_code="cancelled",
+        deadline_s=1,
+        spike_at=time.time(),
+        source="scheduler",
+    )
+    agent.command(EvictAttempt(job_id=bad, attempt=attempt, reason="cancelled", deadline_s=1))
+    wait_until(lambda: store.get(bad).state == "queued", timeout=10)

@@ -73,7 +73,7 @@ SHUTDOWN = object()
 SAMPLE_PERIOD_S = 0.05
 #: How often the agent looks at attempts being evicted, in seconds.
 EVICTING_PERIOD_S = 0.005
-#: How often the agent heartbeats and reconciles with the store, in seconds.
+#: How often the agent heartbeats (the store thread delivers it), in seconds.
 HEARTBEAT_PERIOD_S = 0.5
 
 
