@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -291,3 +292,64 @@ def test_a_job_writing_garbage_to_its_status_file_harms_no_one(node, tmp_path): 
     )
     agent.command(EvictAttempt(job_id=bad, attempt=attempt, reason="cancelled", deadline_s=1))
     wait_until(lambda: store.get(bad).state == "queued", timeout=10)
+
+
+WRAPPED_CHILD = """\
+import os, pathlib, signal, sys, time
+warned = False
+def warn(*_):
+    global warned
+    warned = True
+signal.signal(signal.SIGTERM, warn)
+pathlib.Path(sys.argv[1]).touch()
+while not warned:
+    time.sleep(0.01)
+time.sleep(0.3)  # the last of its work, after the wrapper is gone
+sys.exit(int(sys.argv[2]))
+"""
+
+
+#: A wrapper that starts the real work as a child and dies of the warning at once.
+WRAPPER = """\
+import subprocess, sys, time
+subprocess.Popen([sys.executable, *sys.argv[1:]])
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(("child_exit", "state"), [(0, "succeeded"), (99, "queued")])
+def test_a_wrapper_killed_by_the_warning_leaves_its_child_to_finish(  # type: ignore[no-untyped-def]
+    node, tmp_path, child_exit, state
+):
+    """A wrapper that dies of the warning at once no longer takes its child with it: the
+    child, which takes the warning, finishes (exit 0: the job is done, not run again) or
+    checkpoints and asks for a requeue (99), and the attempt ends as the child did, not
+    as the wrapper did (143)."""
+    store, _agent, source = node
+    child, wrapper = tmp_path / "child.py", tmp_path / "wrapper.py"
+    child.write_text(WRAPPED_CHILD)
+    wrapper.write_text(WRAPPER)
+    ready = tmp_path / "ready"
+    argv = [sys.executable, str(wrapper), str(child), str(ready), str(child_exit)]
+    job_id, _ = _dispatch(store, argv, deadline_s=5)
+    wait_until(ready.exists)
+    source.set(0, 10.0, 80_000)  # a spike: the job is warned
+    wait_until(lambda: store.get(job_id).state == state)
+    [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"] or [None]
+    if child_exit == 0:
+        assert ev is None
+        [done] = [e for e in store.events(job_id) if e["type"] == "succeeded"]
+        assert done["finished_during_eviction"]["killed"] is False
+    else:
+        assert ev is not None and ev["killed"] is False and ev["exit_code"] == 99
+
+
+def test_count_sh_is_evicted_cleanly_by_a_real_agent(node, tmp_path):  # type: ignore[no-untyped-def]
+    store, _agent, source = node
+    count_sh = Path(__file__).resolve().parents[2] / "examples" / "count.sh"
+    job_id, _ = _dispatch(store, ["bash", str(count_sh), "1000", "0.05", "5"], deadline_s=5)
+    wait_until(lambda: store.get(job_id).checkpoint_path is not None)
+    source.set(0, 10.0, 80_000)
+    wait_until(lambda: store.get(job_id).state == "queued")
+    [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+    assert (ev["exit_code"], ev["killed"], ev["checkpointed"]) == (99, False, True)

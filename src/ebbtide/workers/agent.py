@@ -499,11 +499,12 @@ class NodeAgent:
         local.eviction = EvictionClock(
             reason=reason, message=message, spike_at=spike_at, deadline_s=deadline_s
         )
+        # the attempt's supervisor kills it at the deadline even if this agent cannot; told
+        # before the warning, it lets a child outlive a wrapper the warning ends
+        left_s = local.eviction.deadline_at - KILL_LEAD_S - self.clock.time()
+        self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
         self.executor.signal(local.handle, local.signal)
         local.eviction.warned_at = self.clock.time()
-        # the attempt's supervisor kills it at the deadline even if this agent cannot
-        left_s = local.eviction.deadline_at - KILL_LEAD_S - local.eviction.warned_at
-        self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
         log.info(
             "job %s attempt %s: warned (%s): %s",
             local.job_id,

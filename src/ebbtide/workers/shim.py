@@ -15,6 +15,9 @@ session.  The shim
    process of it, so none lingers as a zombie for init to reap;
 4. when the job's leader exits, kills what the job left behind, writes how it ended to
    ``--status`` (JSON) and exits with the leader's exit code (``128 + N`` for signal N).
+   During an eviction (once the agent has told it the deadline) it waits instead for
+   the job's last process, up to the deadline: a shell wrapper the warning killed leaves
+   its Python child to checkpoint; the attempt then ends as that last process did.
 
 It uses the standard library only and is run by path (``python -I shim.py``), so it
 starts in a few tens of milliseconds and no job environment (``PYTHONPATH``…) reaches it.
@@ -208,18 +211,97 @@ def run(
         return START_FAILED_EXIT
 
     expires = time.monotonic() + lease_s
-    kill_at = float("inf")
+    kill_at = float("inf")  # set once an eviction began: its deadline
     pending = b""
-    watched = [wake_r] + ([lease_fd] if lease_fd is not None else [])
-    while True:
+    leader_code: int | None = None
+    after_leader: int | None = None  # how the last of the others ended, after the leader
+
+    def result(default: int) -> int:
+        """The attempt's exit code: its leader's; but a leader ended by a signal during
+        an eviction (a shell wrapper the warning killed) speaks for none of the work, so
+        then the last of its processes to end does (the Python child that checkpointed
+        and asked for a requeue, or finished)."""
+        if leader_code is None:
+            return default
+        if leader_code > 128 and after_leader is not None:
+            return after_leader
+        return leader_code
+
+    def read_lease() -> str | None:
+        """Take in what the agent wrote (without waiting): ``kill``, ``gone`` or None."""
+        nonlocal expires, kill_at, pending
+        if lease_fd is None:
+            return None
+        try:
+            data = os.read(lease_fd, 4096)
+        except BlockingIOError:
+            return None  # nothing new
+        except OSError as exc:
+            _say(f"lease pipe: {exc}")
+            data = b""
+        if not data:
+            return "gone"
+        if KILL in data:
+            return "kill"
+        expires = time.monotonic() + lease_s
+        pending, deadlines = _deadlines(pending + data)
+        kill_at = min([kill_at, *deadlines])
+        return None
+
+    def take_exits() -> None:
+        """Reap what ended, noting how the leader and (after it) the others ended."""
+        nonlocal leader_code, after_leader
         for pid, status in _reap():
             if pid == leader.pid:
-                leader.returncode = exit_code(status)
-        if leader.returncode is not None:
+                leader_code = exit_code(status)
+            elif leader_code is not None:
+                after_leader = exit_code(status)
+
+    watched = [wake_r] + ([lease_fd] if lease_fd is not None else [])
+    while True:
+        take_exits()
+        # the agent's word first: a deadline it wrote before its warning killed the
+        # leader must be known before the leader's end is judged
+        action = read_lease()
+        group = leader.pid if leader_code is None else None
+        if action == "kill":
+            return _end(
+                me, group, status_path, CAUSE_KILLED, "killed by the node agent", quiet=True
+            )
+        if action == "gone":
+            return _end(me, group, status_path, CAUSE_AGENT_GONE, "the node agent is gone")
+        # the leader's end ends the attempt, except during an eviction: then what it left
+        # running (a checkpointing child) gets until the deadline to finish
+        if leader_code is not None and (kill_at == float("inf") or not descendants(me)):
+            take_exits()  # one that ended since the last look is a zombie, not a descendant
             left = kill_tree(me)  # its group's id may be reused now: a scan only
-            code = int(leader.returncode)
-            _write_status(status_path, cause=CAUSE_JOB, exit_code=code, leftovers_killed=left)
+            code = result(leader_code)
+            _write_status(
+                status_path,
+                cause=CAUSE_JOB,
+                exit_code=code,
+                leader_exit_code=leader_code,
+                leftovers_killed=left,
+            )
             return code
+        if time.monotonic() >= kill_at:
+            return _end(
+                me,
+                group,
+                status_path,
+                CAUSE_DEADLINE,
+                "its eviction deadline came",
+                quiet=True,
+                code=result(LEASE_EXIT),
+            )
+        if lease_fd is not None and time.monotonic() >= expires:
+            return _end(
+                me,
+                group,
+                status_path,
+                CAUSE_LEASE,
+                f"the node agent did not renew the lease for {lease_s:g}s",
+            )
         wake_at = min(expires if lease_fd is not None else float("inf"), kill_at)
         timeout = None if wake_at == float("inf") else max(0.0, wake_at - time.monotonic())
         try:
@@ -229,46 +311,6 @@ def run(
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
-        if lease_fd is not None and lease_fd in ready:
-            try:
-                data: bytes | None = os.read(lease_fd, 4096)
-            except BlockingIOError:
-                data = None  # nothing after all
-            except OSError as exc:
-                _say(f"lease pipe: {exc}")
-                data = b""
-            if data and KILL in data:
-                return _end(
-                    me,
-                    leader.pid,
-                    status_path,
-                    CAUSE_KILLED,
-                    "killed by the node agent",
-                    quiet=True,
-                )
-            if data:
-                expires = time.monotonic() + lease_s
-                pending, deadlines = _deadlines(pending + data)
-                kill_at = min([kill_at, *deadlines])
-            elif data is not None:
-                return _end(me, leader.pid, status_path, CAUSE_AGENT_GONE, "the node agent is gone")
-        if time.monotonic() >= kill_at:
-            return _end(
-                me,
-                leader.pid,
-                status_path,
-                CAUSE_DEADLINE,
-                "its eviction deadline came",
-                quiet=True,
-            )
-        if lease_fd is not None and time.monotonic() >= expires:
-            return _end(
-                me,
-                leader.pid,
-                status_path,
-                CAUSE_LEASE,
-                f"the node agent did not renew the lease for {lease_s:g}s",
-            )
 
 
 def _deadlines(data: bytes) -> tuple[bytes, list[float]]:
@@ -286,13 +328,20 @@ def _deadlines(data: bytes) -> tuple[bytes, list[float]]:
 
 
 def _end(
-    me: int, group: int, status_path: str | None, cause: str, why: str, *, quiet: bool = False
+    me: int,
+    group: int | None,
+    status_path: str | None,
+    cause: str,
+    why: str,
+    *,
+    quiet: bool = False,
+    code: int = LEASE_EXIT,
 ) -> int:
     if not quiet:
         _say(f"{why}: killing the attempt")
     killed = kill_tree(me, group)
-    _write_status(status_path, cause=cause, exit_code=LEASE_EXIT, error=why, killed=killed)
-    return LEASE_EXIT
+    _write_status(status_path, cause=cause, exit_code=code, error=why, killed=killed)
+    return code
 
 
 def main(args: Sequence[str] | None = None) -> int:
