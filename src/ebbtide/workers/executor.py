@@ -108,12 +108,8 @@ class Executor(Protocol):
 
 def start_ticks(pid: int) -> int:
     """A process's start time in clock ticks since boot (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0
-    return int(stat[stat.rfind(b")") + 2 :].split()[19])
+    fields = shim.stat_fields(pid)
+    return int(fields[19]) if len(fields) > 19 else 0
 
 
 class LocalExecutor:
@@ -233,13 +229,7 @@ class LocalExecutor:
             # the shim holds the tree together (a subreaper) while its members die; then
             # the shim and its group go.  Once the shim is reaped its pid may be reused:
             # then there is nothing of ours left to kill (it took its tree with it).
-            for _ in range(50):
-                pids = shim.descendants(handle.pid)
-                if not pids:
-                    break
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
+            shim.kill_tree(handle.pid, reap=False)  # the shim reaps them, not the agent
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(handle.pgid, signal.SIGKILL)
         give_up = time.monotonic() + GROUP_SWEEP_TIMEOUT_S

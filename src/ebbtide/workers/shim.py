@@ -87,19 +87,25 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
+def stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, …; field 3
+    of proc(5) first), or ``[]`` when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return []
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
 def descendants(root: int) -> list[int]:
     """Every live descendant of ``root`` (from ``/proc``), children before grandchildren."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        fields = stat_fields(entry)
         if len(fields) < 2 or fields[0] == b"Z":
             continue
         children.setdefault(int(fields[1]), []).append(int(entry))
@@ -125,11 +131,13 @@ def _reap() -> list[tuple[int, int]]:
         done.append((pid, status))
 
 
-def kill_tree(root: int, group: int | None = None) -> int:
+def kill_tree(root: int, group: int | None = None, *, reap: bool = True) -> int:
     """SIGKILL every descendant of ``root`` until none is left; return how many died.
 
     ``group`` (the job's process group) is killed first in one call: most of a job is
-    there, and it dies at once; a scan of ``/proc`` then finds what left the group."""
+    there, and it dies at once; a scan of ``/proc`` then finds what left the group.
+    ``reap``: reap the dead (the caller is their subreaper); a caller with children of
+    its own to wait for passes False."""
     killed = 0
     if group is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -142,9 +150,11 @@ def kill_tree(root: int, group: int | None = None) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
                 killed += 1
-        _reap()
+        if reap:
+            _reap()
         time.sleep(0.001)
-    _reap()
+    if reap:
+        _reap()
     return killed
 
 
