@@ -13,13 +13,24 @@ from ebbtide.errors import UserError
 
 @click.command("nodes")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def nodes(as_json: bool) -> None:
+@click.option(
+    "-f",
+    "--full",
+    is_flag=True,
+    help="Also show, per device, who the online load is: its pods and other processes.",
+)
+def nodes(as_json: bool, full: bool) -> None:
     """Show node agents and their devices: heartbeat age; per device the latest online
     load, the slices ebbtide holds there, and its state: ok, out of service (the fault:
     the XID and what it means, and when), drained (by whom, why), cooling down after an
-    eviction, or showing stale figures; and the last fault seen."""
+    eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
+    device names the online pods using it (``namespace/name`` or ``pod:<uid>/<container>``)
+    and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them."""
     client = _client()
     rows = client.nodes()
+    for n in rows:
+        for d in n["devices"]:
+            d.setdefault("online_pods", [])  # from agents that do not report them
     if as_json:
         _echo_json(rows)
         return
@@ -39,6 +50,8 @@ def nodes(as_json: bool) -> None:
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
                 f"{_slices(d):<22}  {_state(d, now)}{stopping}"
             )
+            if full:
+                click.echo(f"{'':<30}online: {_online_pods(d)}")
 
 
 def _load(d: dict[str, Any]) -> str:
@@ -48,6 +61,12 @@ def _load(d: dict[str, Any]) -> str:
         f"{d['online_compute_pct']:.0f}% / {format_mib(d['online_memory_mib'])} "
         f"of {format_mib(d['memory_mib'])}"
     )
+
+
+def _online_pods(d: dict[str, Any]) -> str:
+    """Who the online load on a device is: ``-`` when nobody is seen (or the source
+    cannot tell: only NVML lists processes)."""
+    return ", ".join(str(p) for p in d.get("online_pods") or []) or "-"
 
 
 def _slices(d: dict[str, Any]) -> str:

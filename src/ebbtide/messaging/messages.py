@@ -127,6 +127,9 @@ class DeviceReport(_Message):
     healthy_in_s: float | None = None
     #: the last fault seen, disabling or not
     last_fault: FaultReport | None = None
+    #: who the online processes on the device are: pods (``namespace/name``, or
+    #: ``pod:<uid>/<container>``) and processes in no pod (``pid:<n> (<comm>)``), a few
+    online_pods: list[str] = Field(default_factory=list)
 
     @property
     def unhealthy(self) -> bool:

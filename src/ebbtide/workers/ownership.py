@@ -7,6 +7,10 @@ A process is an attempt's when
 - its ``/proc/PID/cgroup`` names one of the attempt's cgroup markers (a Kubernetes pod's
   UID, a systemd scope): the way to recognise processes that live in a container with a
   PID namespace of their own, whose ancestry on the host runs through a container runtime.
+  A marker that is a pod UID (:func:`~ebbtide.workers.cgroups.pod_markers`) matches a
+  process whose cgroup path runs through that pod, in any cgroup layout
+  (:mod:`~ebbtide.workers.cgroups`); any other marker matches as a substring of the file
+  (as does a UID marker when the file names no pod in a layout ebbtide knows).
 
 Everything else is online.  NVML reports host pids: an agent that does not share the
 host's PID namespace sees no ancestry for them, and counts them online (erring towards
@@ -26,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from ebbtide.workers.cgroups import canonical_uid, pod_uids, read_cgroup
+
 #: Forget cached verdicts of processes not asked about for this many lookups' generations.
 _CACHE_GENERATIONS = 200
 
@@ -35,10 +41,12 @@ class Tree:
     """One attempt's process tree, as the agent knows it."""
 
     job_id: int
-    #: the supervisor's pid and start time (``psutil.Process.create_time``)
+    #: the supervisor's pid and start time (``psutil.Process.create_time``); 0 when it has
+    #: none on this host (a Kubernetes pod's attempt: known by its cgroup markers alone)
     root_pid: int
     root_created: float
-    #: substrings of ``/proc/PID/cgroup`` that mark the attempt's processes
+    #: what marks the attempt's processes in ``/proc/PID/cgroup``: its pod's
+    #: :func:`~ebbtide.workers.cgroups.pod_markers` (matched by pod UID), or substrings
     cgroup_markers: tuple[str, ...] = ()
 
 
@@ -52,7 +60,11 @@ class ProcessOwnership:
 
     def __init__(self, proc: Path = Path("/proc")) -> None:
         self._proc = proc
-        self._trees: dict[int, Tree] = {}
+        self._trees: frozenset[Tree] = frozenset()
+        #: root pid → tree, for the trees with a supervisor here
+        self._roots: dict[int, Tree] = {}
+        #: the trees with cgroup markers, by job id
+        self._marked: list[Tree] = []
         self._granted: dict[int, tuple[float, float]] = {}
         self._cache: dict[tuple[int, float], tuple[int | None, int]] = {}
         #: pid → job of processes found to be an attempt's (a process that just exited
@@ -66,10 +78,12 @@ class ProcessOwnership:
         granted: Mapping[int, tuple[float, float]] | None = None,
     ) -> None:
         """The attempts now running here, and (compute %, memory MiB) granted per device."""
-        new = {t.root_pid: t for t in trees}
+        new = frozenset(trees)
         if new != self._trees:
             self._cache.clear()  # a tree began or ended: verdicts may have changed
             self._trees = new
+            self._roots = {t.root_pid: t for t in trees if t.root_pid > 0}
+            self._marked = sorted((t for t in new if t.cgroup_markers), key=lambda t: t.job_id)
         self._granted = dict(granted or {})
         self._generation += 1
         if self._generation % _CACHE_GENERATIONS == 0:
@@ -101,7 +115,7 @@ class ProcessOwnership:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             chain = [proc]
         for p in chain:
-            tree = self._trees.get(p.pid)
+            tree = self._roots.get(p.pid)
             if tree is None:
                 continue
             try:
@@ -112,15 +126,14 @@ class ProcessOwnership:
         return self._by_cgroup(proc.pid)
 
     def _by_cgroup(self, pid: int) -> int | None:
-        marked = [t for t in self._trees.values() if t.cgroup_markers]
-        if not marked:
+        if not self._marked:
             return None
-        try:
-            text = (self._proc / str(pid) / "cgroup").read_text()
-        except OSError:
+        text = read_cgroup(pid, self._proc)
+        if text is None:
             return None
-        for tree in marked:
-            if any(marker in text for marker in tree.cgroup_markers):
+        pods = pod_uids(text)
+        for tree in self._marked:
+            if any(_marks(marker, text, pods) for marker in tree.cgroup_markers):
                 return tree.job_id
         return None
 
@@ -129,3 +142,22 @@ class ProcessOwnership:
 
     def granted_memory_mib(self, index: int) -> float:
         return self._granted.get(index, (0.0, 0.0))[1]
+
+
+def _marks(marker: str, text: str, pods: frozenset[str]) -> bool:
+    """Whether ``marker`` marks a process with cgroup file ``text`` running through
+    ``pods``: a pod UID marker (``pod<uid>``, or a bare UUID) by UID, when the file names
+    pods; anything else as a substring."""
+    uid = _marker_uid(marker)
+    if uid is None or not pods:
+        return marker in text
+    return uid in pods
+
+
+def _marker_uid(marker: str) -> str | None:
+    """The pod UID a marker names, if it is one: ``pod`` and a whole UID, or a bare UUID
+    (a bare 32-hex-digit string could be part of anything: it stays a substring)."""
+    uid = canonical_uid(marker)
+    if uid is None or not (marker.startswith("pod") or "-" in uid):
+        return None
+    return uid

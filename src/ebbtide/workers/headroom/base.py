@@ -72,6 +72,9 @@ class DeviceSample:
     eviction_trigger: bool = True
     #: False: the device did not answer this sample; the figures are then the worst case
     ok: bool = True
+    #: host pids of the online processes seen on the device, ascending, when the source
+    #: lists processes (NVML); what :func:`~ebbtide.workers.cgroups.online_pods` names
+    online_pids: tuple[int, ...] = ()
 
 
 class Offline(Protocol):

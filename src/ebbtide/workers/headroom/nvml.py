@@ -9,6 +9,9 @@ is the same in every agent of the node (on a node without MIG, it is the NVML in
 **Ownership.**  A GPU process is ebbtide's when ``offline.owner(pid)`` names a job; every
 other process is online.
 
+**Online processes**: each sample lists the host pids of the online processes it saw on
+the device (``online_pids``), for people to tell which online tenants use which device.
+
 **Online memory** is the sum of ``usedGpuMemory`` over the online compute and graphics
 processes.  When NVML cannot tell some online process's memory (``None``: no permission,
 WDDM), it is the device's used memory minus the memory of ebbtide's processes it could
@@ -320,6 +323,7 @@ class NvmlSource:
         processes = self._processes(slot.handle)
         online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
         ours = {pid for pid in processes if offline.owner(pid) is not None}
+        online_pids = tuple(sorted(pid for pid in processes if pid not in ours))
         index = slot.info.index
         basis = ComputeBasis.DEVICE
         offline_pct: float | None = 0.0
@@ -350,6 +354,7 @@ class NvmlSource:
             offline_compute_pct=offline_pct,
             offline_memory_mib=offline_mib,
             basis=basis.value,
+            online_pids=online_pids,
         )
 
     def _sample_instance(
@@ -373,15 +378,16 @@ class NvmlSource:
             gi = slot.info.mig_gpu_instance
             processes = {pid: used for pid, (used, on) in listed.items() if on == gi}
         online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
-        busy = any(offline.owner(pid) is None for pid in processes)
+        online_pids = tuple(sorted(pid for pid in processes if offline.owner(pid) is None))
         return DeviceSample(
             index=slot.info.index,
             time=now,
-            online_compute_pct=100.0 if busy else 0.0,
+            online_compute_pct=100.0 if online_pids else 0.0,
             online_memory_mib=online_mib,
             offline_compute_pct=None,
             offline_memory_mib=offline_mib,
             basis=ComputeBasis.INSTANCE.value,
+            online_pids=online_pids,
         )
 
     def _processes(self, handle: Any, *, by_instance: bool = False) -> Any:
