@@ -17,6 +17,7 @@ import builtins
 import json
 import math
 import operator
+import signal
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -24,12 +25,13 @@ from typing import Any
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import Store, job_to_dict
-from ebbtide.units import MAX_INT64, shown
+from ebbtide.units import MAX_INT64, shown, signal_name
 
 #: How often ``wait`` looks at the job, in seconds.
 WAIT_POLL_S = 0.2
@@ -51,6 +53,30 @@ def _whole(value: Any, name: str, low: int = 1, high: int = MAX_INT64) -> int:
     if not low <= number <= high:
         raise SpecError(name, f"must be from {low} to {high}, got {number}")
     return number
+
+
+def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
+    """Under a ``kubernetes:`` section, what the fleet's resource profile grants for the
+    spec's slice (None without one).  Refuses, naming the field, a slice the profile
+    cannot express, a warning signal other than SIGTERM, and a job with no image."""
+    settings = policy.kubernetes
+    if settings is None:
+        return None
+    if spec.signal != int(signal.SIGTERM):
+        raise SpecError(
+            "signal",
+            f"the kubelet warns a pod with SIGTERM only, so a job cannot ask for "
+            f"{signal_name(spec.signal)} under the Kubernetes executor; leave the signal "
+            "unset (TERM)",
+        )
+    if policy.image_for(spec.queue, spec.image) is None:
+        raise SpecError(
+            "image",
+            f"the job names no image, and neither queue {spec.queue!r} nor the policy's "
+            "kubernetes section has a default; give one (ebb qsub --image IMAGE, "
+            "JobSpec(image=...))",
+        )
+    return grant_for(spec, settings)
 
 
 class Client:
@@ -110,8 +136,12 @@ class Client:
                 f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
                 f"(max_deadline_s {queue.max_deadline_s:g}s)",
             )
+        grant = kubernetes_grant(spec, self.policy)
         return self.store.submit(
-            spec, self.user, defaults_deadline_s=self.policy.deadline_for(spec.queue)
+            spec,
+            self.user,
+            defaults_deadline_s=self.policy.deadline_for(spec.queue),
+            grant=grant,
         )
 
     # -- reading ------------------------------------------------------------------------
@@ -148,6 +178,30 @@ class Client:
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         return self.store.events(_whole(job_id, "job_id"))
+
+    def describe(self, job_id: int) -> dict[str, Any]:
+        """One job in full, as ``ebb qstat -f --json`` shows it: :meth:`as_dict` with the
+        slice asked for (``slice_asked``) beside the slice granted (``slice_granted``,
+        with the resource profile that granted it and what it rounded) and the image."""
+        job = self.get(job_id)
+        data = self.as_dict(job)
+        spec = json.loads(job.spec_json)
+        data["slice_asked"] = {
+            "compute_pct": spec.get("compute_pct", job.compute_pct),
+            "gpus": spec.get("gpus", job.gpus),
+            "memory_mib": spec.get("memory_mib", job.memory_mib),
+        }
+        submitted = next((e for e in self.events(job.id or 0) if e["type"] == "submitted"), {})
+        granted = submitted.get("granted") or {}
+        data["slice_granted"] = {
+            "compute_pct": job.compute_pct,
+            "gpus": job.gpus,
+            "memory_mib": job.memory_mib,
+            "profile": granted.get("profile"),
+            "note": granted.get("note", ""),
+        }
+        data["image"] = self.policy.image_for(job.queue, spec.get("image"))
+        return data
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that

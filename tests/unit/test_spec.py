@@ -192,3 +192,21 @@ def test_assignment_is_validated() -> None:
     spec = JobSpec(**CMD)
     with pytest.raises(ValueError, match="priority"):
         spec.priority = 5000
+
+
+def test_the_image_is_one_word_of_at_most_512_characters() -> None:
+    assert JobSpec(**CMD).image is None
+    assert JobSpec(**CMD, image="registry.example.com/ml/train:1.4").image == (
+        "registry.example.com/ml/train:1.4"
+    )
+    assert JobSpec(**CMD, image="i" * 512).image == "i" * 512
+    for bad, words in [
+        ("", "must not be empty"),
+        ("train 1.4", "holds whitespace"),
+        ("train\t1", "holds whitespace"),
+        ("i" * 513, "at most 512"),
+    ]:
+        with pytest.raises(SpecError) as caught:
+            JobSpec(**CMD, image=bad)
+        assert caught.value.field == "image"
+        assert words in str(caught.value)

@@ -61,6 +61,11 @@ class _QsubCommand(click.Command):
 @click.option("--checkpoint-dir", help="Where the job keeps checkpoints.")
 @click.option("-d", "--cwd", help="Working directory of the job.")
 @click.option("--max-attempts", help="Failed attempts allowed before the job fails, 1..100.")
+@click.option(
+    "--image",
+    help="Container image of the job under the Kubernetes executor "
+    "(default: the queue's, else the policy's kubernetes.image).",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"id": ...} instead.')
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -69,8 +74,12 @@ def qsub(
 ) -> None:
     """Submit a job: `ebb qsub [opts] SCRIPT [ARGS]` or `ebb qsub [opts] -- CMD ARGS`.
 
-    #EBB and #PBS directive lines at the top of SCRIPT are honoured; command-line flags
-    win. Prints only the job id (an array prints ID[]).
+    #EBB and #PBS directive lines at the top of SCRIPT are honoured (--image too);
+    command-line flags win. Prints only the job id (an array prints ID[]).
+
+    Under the policy's kubernetes section, the slice is rounded to what the fleet's
+    resource profile grants (qstat -f shows both), and a slice the profile cannot
+    express, a --signal other than TERM, or a job with no image is refused.
     """
     from ebbtide.cli.qsub import QsubOptions, build_spec_kwargs, load_script
     from ebbtide.queue.spec import JobSpec
@@ -92,6 +101,7 @@ def qsub(
         checkpoint_dir=opts["checkpoint_dir"],
         cwd=opts["cwd"],
         max_attempts=opts["max_attempts"],
+        image=opts["image"],
     )
     directives = None
     if ctx.meta.get("ebb_dashdash"):
@@ -131,6 +141,28 @@ def _slice_text(job: Any) -> str:
     return f"{share}/{format_mib(job.memory_mib)}"
 
 
+def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``qstat -f``'s lines: every field, with the slice asked for and the slice granted
+    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``)."""
+    from ebbtide.kube.profiles import slice_words
+
+    lines: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if key in ("slice_asked", "slice_granted"):
+            continue
+        if key != "slice":
+            lines.append((key, value))
+            continue
+        asked, granted = data["slice_asked"], data["slice_granted"]
+        lines.append(("slice asked", slice_words(**asked)))
+        words = slice_words(granted["compute_pct"], granted["gpus"], granted["memory_mib"])
+        profile = f" ({granted['profile']})" if granted["profile"] else ""
+        lines.append(("slice granted", words + profile))
+        if granted["note"]:
+            lines.append(("rounded", granted["note"]))
+    return lines
+
+
 @click.command("qstat")
 @click.option("-f", "full", metavar="ID", help="Show one job in full.")
 @click.option("-u", "user", help="Only this user's jobs.")
@@ -156,12 +188,11 @@ def qstat(
             click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
         return
     if full is not None:
-        job = client.get(parse_job_id(full, "-f"))
-        data = client.as_dict(job)
+        data = client.describe(parse_job_id(full, "-f"))
         if as_json:
             _echo_json(data)
             return
-        for key, value in data.items():
+        for key, value in _full_lines(data):
             click.echo(f"{key:>20}: {value}")
         return
     try:

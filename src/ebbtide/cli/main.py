@@ -13,6 +13,7 @@ import click
 from ebbtide import __version__
 from ebbtide.cli import jobs_cmd, nodes_cmd, run_cmd
 from ebbtide.cli.common import _client, _echo_json, _setup_logging, log
+from ebbtide.cli.k8s_cmd import k8s_group
 from ebbtide.cli.policy_cmd import policy_group
 from ebbtide.errors import EbbtideError, UserError
 
@@ -56,6 +57,7 @@ def cli() -> None:
       ebb demo                                     a tour on simulated GPUs
       ebb up --devices 2x80GiB                     everything in one process
       ebb scheduler / ebb worker --node NAME       distributed (Redis + PostgreSQL)
+      ebb k8s render --profile hami -- CMD         the Pod an attempt would run in
 
     State lives in $EBBTIDE_HOME (default ~/.ebbtide); see the README for all settings.
     """
@@ -77,6 +79,7 @@ cli.add_command(run_cmd.worker)
 cli.add_command(run_cmd.demo)
 cli.add_command(run_cmd.sim)
 cli.add_command(policy_group)
+cli.add_command(k8s_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -89,6 +89,7 @@ class QsubOptions:
     checkpoint_dir: str | None = None
     cwd: str | None = None
     max_attempts: str | None = None
+    image: str | None = None
     script: str | None = None
     command: list[str] | None = None
     args: list[str] = field(default_factory=list)
@@ -112,6 +113,7 @@ _DIRECTIVE_OPTIONS: dict[str, tuple[str, bool]] = {
     "--signal": ("signal", True),
     "--checkpoint-dir": ("checkpoint_dir", True),
     "--max-attempts": ("max_attempts", True),
+    "--image": ("image", True),
 }
 _LIST_FIELDS = frozenset({"resources", "depend", "env", "args"})
 # How errors name each field's option.
@@ -527,7 +529,7 @@ def build_spec_kwargs(
             return value, cli.origin.get(name)
         return getattr(directives, name), directives.origin.get(name)
 
-    for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd"):
+    for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd", "image"):
         value, where = pick(name)
         if value is None:
             continue

@@ -4,7 +4,9 @@
 - ``queues``: priority, preemptibility, deadlines, shares, limits, protections;
 - ``windows``: when offline work may run (see :mod:`ebbtide.config.windows`);
 - ``devices``: named pools of devices that windows can be limited to;
-- ``admins``: users who may act on anyone's jobs.
+- ``admins``: users who may act on anyone's jobs;
+- ``kubernetes``: optional; offline attempts run as pods, sized by the fleet's resource
+  profile (see :mod:`ebbtide.kube.profiles`).
 
 Unknown keys are errors; every error names the file, the line and column and the field
 path, and all errors are reported at once.  ``ebb policy schema`` prints the JSON Schema.
@@ -16,17 +18,18 @@ keys, nesting, aliases) is :mod:`ebbtide.config.loader`'s.
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from ebbtide.config.base import Strict
 from ebbtide.config.loader import format_problems, load_yaml, read_config
 from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
-from ebbtide.queue.spec import MAX_DEADLINE_S, MIN_DEADLINE_S
+from ebbtide.queue.spec import MAX_DEADLINE_S, MAX_PATH_BYTES, MIN_DEADLINE_S, check_image
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
 
@@ -48,6 +51,66 @@ MAX_WAIT_S = 86400.0
 MAX_HISTORY_S = 7 * 86400.0
 #: Most attempts (``max_running``) or evictions (``max_preemptions``) a limit may name.
 MAX_COUNT = 1_000_000
+
+#: Longest time a grace margin may keep back, in seconds.
+MAX_GRACE_MARGIN_S = 60.0
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_MIG_PROFILE = re.compile(r"([1-7])g\.([1-9][0-9]{0,3})gb")
+
+
+def _dns_label(value: str) -> str:
+    """A Kubernetes name of one DNS label (a namespace): at most 63 characters."""
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a DNS label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _dns_subdomain(value: str) -> str:
+    """A Kubernetes object name (DNS subdomain): labels joined by '.', at most 253."""
+    if len(value) > 253 or not all(_DNS_LABEL.fullmatch(part) for part in value.split(".")):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes name: at most 253 lowercase letters, digits, "
+            "'-' and '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/") or "\0" in value or len(value.encode()) > MAX_PATH_BYTES:
+        raise ValueError(f"expected an absolute path like /var/lib/ebbtide, got {value!r}")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} holds a '..' part; give the path without it")
+    return value.rstrip("/") or "/"
+
+
+def _mig_profile(value: str) -> str:
+    if not _MIG_PROFILE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a MIG profile name; expected <slices>g.<memory>gb with 1 to 7 "
+            "compute slices, like 1g.10gb or 3g.40gb"
+        )
+    return value
+
+
+def _image(value: str) -> str:
+    return check_image(value)
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+KubeName = Annotated[str, AfterValidator(_dns_subdomain)]
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
+MigProfile = Annotated[str, AfterValidator(_mig_profile)]
+Image = Annotated[str, AfterValidator(_image)]
+
+#: The resource profiles a platform team picks for its GPU nodes (what each one means:
+#: :mod:`ebbtide.kube.profiles`).
+ProfileName = Literal["qgpu", "hami", "volcano", "koordinator", "mig", "whole", "direct"]
+#: The MIG profiles of an 80 GB A100 or H100, smallest first.
+DEFAULT_MIG_PROFILES: Final = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
 
 Deadline = Annotated[Duration, between(MIN_DEADLINE_S, MAX_DEADLINE_S)]
 Wait = Annotated[Duration, between(0, MAX_WAIT_S)]
@@ -141,6 +204,12 @@ class QueueConfig(Strict):
     min_runtime_s: Wait = 0.0
     #: after this many evictions a job is held (qrls to try again)
     max_preemptions: Count | None = None
+    #: under ``kubernetes:``, the image of the queue's jobs that name none (overrides
+    #: ``kubernetes.image``)
+    image: Image | None = None
+    #: under ``kubernetes:``, the PersistentVolumeClaim mounted for the queue's
+    #: checkpoints (overrides ``kubernetes.checkpoint_claim``)
+    checkpoint_claim: KubeName | None = None
 
     @property
     def limits(self) -> QueueLimits:
@@ -162,6 +231,54 @@ class DevicesConfig(Strict):
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.pools.get(pool, []))
 
 
+class KubernetesSettings(Strict):
+    """The ``kubernetes:`` section: offline attempts run as pods on the GPU nodes."""
+
+    #: how the nodes share a GPU, and so the resources a pod asks for: qgpu, hami,
+    #: volcano, koordinator, mig, whole (one card per job) or direct (ebbtide's own)
+    profile: ProfileName = "whole"
+    #: the namespace the attempts' pods are created in
+    namespace: DnsLabel = "ebbtide-jobs"
+    #: the image of jobs that name none and whose queue names none
+    image: Image | None = None
+    #: the PriorityClass of the pods (low, so an online pod preempts them); None: none
+    priority_class: KubeName | None = "ebbtide-offline"
+    #: the RuntimeClass that hands the card to a pod under the ``direct`` profile
+    runtime_class: KubeName = "nvidia"
+    #: the scheduler that binds the pods; None: the profile's (volcano: ``volcano``,
+    #: hami: ``hami-scheduler``, koordinator: ``koord-scheduler``, else the default)
+    scheduler_name: KubeName | None = None
+    #: a PersistentVolumeClaim mounted at ``checkpoint_mount`` in every pod
+    checkpoint_claim: KubeName | None = None
+    #: where the checkpoint claim is mounted in the pod
+    checkpoint_mount: AbsolutePath = "/var/lib/ebbtide/checkpoints"
+    #: the node agent's home on the host, mounted into every pod at the same path so the
+    #: status file and the attempt directories resolve in the pod and in the agent
+    state_dir: AbsolutePath = "/var/lib/ebbtide"
+    #: memory of one card, in MiB (``"80GiB"`` accepted): what ``whole`` grants and what
+    #: ``koordinator``'s memory ratio and ``qgpu``'s limit are reckoned against
+    gpu_memory_mib: Annotated[SizeMiB, Field(gt=0)] = 81920
+    #: the MIG profiles the nodes' GPUs are partitioned into (``mig``)
+    mig_profiles: Annotated[list[MigProfile], Field(min_length=1)] = Field(
+        default_factory=lambda: list(DEFAULT_MIG_PROFILES)
+    )
+    #: kept back from the grace period for detection and API latency, in seconds
+    grace_margin_s: Annotated[Duration, between(0, MAX_GRACE_MARGIN_S)] = 1.0
+    #: how long a pod may stay Pending (an image that will not pull, no room to
+    #: schedule) before its attempt is given up, in seconds
+    start_timeout_s: Annotated[Duration, between(MIN_DISPATCH_TIMEOUT_S, MAX_WAIT_S)] = 300.0
+
+    @field_validator("mig_profiles")
+    @classmethod
+    def _distinct(cls, profiles: list[str]) -> list[str]:
+        seen = set()
+        for name in profiles:
+            if name in seen:
+                raise ValueError(f"{name!r} is listed twice")
+            seen.add(name)
+        return profiles
+
+
 class Policy(Strict):
     apiVersion: Literal["ebbtide/v1"] = "ebbtide/v1"
     defaults: Defaults = Field(default_factory=Defaults)
@@ -171,6 +288,8 @@ class Policy(Strict):
     windows: list[Window] = Field(default_factory=list)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     admins: list[str] = Field(default_factory=list)
+    #: present: offline attempts run as Kubernetes pods (see :class:`KubernetesSettings`)
+    kubernetes: KubernetesSettings | None = None
 
     @field_validator("queues")
     @classmethod
@@ -181,6 +300,19 @@ class Policy(Strict):
     def deadline_for(self, queue: str) -> float:
         q = self.queues.get(queue)
         return (q.deadline_s if q and q.deadline_s else None) or self.defaults.deadline_s
+
+    def image_for(self, queue: str, image: str | None = None) -> str | None:
+        """The image a job of ``queue`` runs in: its own (``image``), else the queue's,
+        else the ``kubernetes`` section's; None when none is named anywhere."""
+        q = self.queues.get(queue)
+        section = self.kubernetes.image if self.kubernetes else None
+        return image or (q.image if q else None) or section
+
+    def checkpoint_claim_for(self, queue: str) -> str | None:
+        """The PersistentVolumeClaim mounted for ``queue``'s checkpoints, if any."""
+        q = self.queues.get(queue)
+        section = self.kubernetes.checkpoint_claim if self.kubernetes else None
+        return (q.checkpoint_claim if q else None) or section
 
     def check_queue(self, queue: str) -> None:
         if queue not in self.queues:
@@ -205,6 +337,7 @@ class Policy(Strict):
             f"{len(self.queues)} queue(s), {kinds['cron']} cron window(s), "
             f"{kinds['lull']} lull window(s), {kinds['blackout']} blackout(s), "
             f"{len(self.devices.pools)} device pool(s)"
+            + (f", kubernetes ({self.kubernetes.profile})" if self.kubernetes else "")
         )
 
 
@@ -239,6 +372,14 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
             problems.append(
                 (("queues", name, "deadline_s"), "is longer than the queue's max_deadline_s")
             )
+    k8s = policy.kubernetes
+    if k8s is not None and k8s.checkpoint_mount == k8s.state_dir:
+        problems.append(
+            (
+                ("kubernetes", "checkpoint_mount"),
+                "is the same path as state_dir; mount the checkpoint claim somewhere else",
+            )
+        )
     return problems
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 import signal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -57,6 +57,9 @@ MAX_ARRAY_INDEX = 2**31 - 1
 MAX_ARRAY_TASKS = 100_000
 #: Most jobs one job may depend on.
 MAX_DEPENDENCIES = 1000
+#: Longest container image reference, in characters (a registry host, a path, a tag and
+#: a digest fit in far less).
+MAX_IMAGE_CHARS = 512
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-\[\]]{1,128}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -137,6 +140,9 @@ class JobSpec(BaseModel):
     )
     array: ArraySpec | None = None
     hold: bool = False
+    #: the container image the job runs in under the Kubernetes executor
+    #: (``registry.example.com/team/train:1.4``); None: the queue's or the policy's
+    image: str | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -238,6 +244,11 @@ class JobSpec(BaseModel):
             _check_os_text(item, MAX_ARG_BYTES - len(key) - 1, f"the value of {key}")
         return value
 
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return None if value is None else check_image(value)
+
     @field_validator("cwd", "checkpoint_dir")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
@@ -270,6 +281,46 @@ class JobSpec(BaseModel):
         if self.command:
             return re.sub(r"[^A-Za-z0-9_.\-]", "_", self.command[0].rsplit("/", 1)[-1])[:64]
         return "script"
+
+
+class SliceRequest(Protocol):
+    """Anything that asks for a slice: a :class:`JobSpec`, a
+    :class:`ebbtide.kube.profiles.Slice`."""
+
+    @property
+    def compute_pct(self) -> float: ...
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def memory_mib(self) -> int: ...
+
+
+class SliceGrant(SliceRequest, Protocol):
+    """What the node really grants for a job's slice request, in the request's units
+    (:class:`ebbtide.kube.profiles.Grant` is one): the store keeps it as the job's slice,
+    which the planner packs, while the spec keeps what was asked."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def note(self) -> str: ...
+
+
+def check_image(value: str) -> str:
+    """A container image reference as Kubernetes takes it: not empty, no whitespace, at
+    most :data:`MAX_IMAGE_CHARS` characters.  Raises ``ValueError`` saying which."""
+    if not value:
+        raise ValueError("must not be empty (leave it unset instead)")
+    if len(value) > MAX_IMAGE_CHARS:
+        raise ValueError(
+            f"is {len(value)} characters long; an image reference has at most {MAX_IMAGE_CHARS}"
+        )
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        raise ValueError(
+            f"{shown(value, 60)} holds whitespace or a control character; an image "
+            "reference is one word, like registry.example.com/team/train:1.4"
+        )
+    return value
 
 
 def _check_os_text(text: str, max_bytes: int, what: str) -> None:

@@ -35,7 +35,7 @@ from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
 from ebbtide.queue.models import Attempt, Event, Job, Leadership, Node
-from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -130,8 +130,21 @@ class Store:
 
     # -- submission ---------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec, owner: str, *, defaults_deadline_s: float) -> list[int]:
-        """Insert the job (or the tasks of an array); return their ids, first task first."""
+    def submit(
+        self,
+        spec: JobSpec,
+        owner: str,
+        *,
+        defaults_deadline_s: float,
+        grant: SliceGrant | None = None,
+    ) -> list[int]:
+        """Insert the job (or the tasks of an array); return their ids, first task first.
+
+        ``grant``: what the fleet's resource profile really grants for the spec's slice
+        request; the rows' slice (what the planner packs) is the grant, ``spec_json``
+        keeps what was asked, and the submitted event records the grant.
+        """
+        granted = spec if grant is None else grant
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
@@ -162,9 +175,9 @@ class Store:
                 "state": state.value,
                 "reason": reason,
                 "spec_json": spec.model_dump_json(),
-                "compute_pct": spec.compute_pct,
-                "gpus": spec.gpus,
-                "memory_mib": spec.memory_mib,
+                "compute_pct": granted.compute_pct,
+                "gpus": granted.gpus,
+                "memory_mib": granted.memory_mib,
                 "deadline_s": spec.deadline_s or defaults_deadline_s,
                 "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
                 "signal": spec.signal,
@@ -204,7 +217,16 @@ class Store:
                             .order_by(JOBS.c.array_index)
                         ).scalars()
                     )
-            data_json = json.dumps({"state": state.value, "owner": owner})
+            data: dict[str, Any] = {"state": state.value, "owner": owner}
+            if grant is not None:
+                data["granted"] = {
+                    "compute_pct": grant.compute_pct,
+                    "gpus": grant.gpus,
+                    "memory_mib": grant.memory_mib,
+                    "profile": grant.profile,
+                    "note": grant.note,
+                }
+            data_json = json.dumps(data)
             conn.execute(
                 EVENTS.insert(),
                 [

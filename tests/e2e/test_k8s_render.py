@@ -1,0 +1,122 @@
+"""``ebb k8s render`` and ``qsub --image`` / ``qstat -f`` under a kubernetes section, as
+users run them: real ``ebb`` processes, every printed Pod valid against Kubernetes'
+OpenAPI schema, strictly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ebbtide.kube.profiles import PROFILES
+from tests.e2e.helpers import ebb, ebb_env, ebb_json
+from tests.unit.test_kube_pods import RESOURCES  # each profile's pod for 25%, 8GiB
+
+pytestmark = pytest.mark.e2e
+
+#: The newest Kubernetes version kubernetes-validate ships a schema for.
+K8S_VERSION = "1.37.0"
+
+
+def test_the_table_covers_every_profile() -> None:
+    assert set(RESOURCES) == set(PROFILES)
+
+
+@pytest.mark.parametrize("profile", sorted(RESOURCES))
+def test_render_prints_a_valid_pod_in_each_profiles_units(tmp_path: Path, profile: str) -> None:
+    env = ebb_env(tmp_path)
+    out = ebb(
+        env, "k8s", "render", "--profile", profile, "-l", "gpu=25%,gpumem=8GiB", "--",
+        "python", "train.py",
+    )  # fmt: skip
+    pod = yaml.safe_load(out.stdout)
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    [container] = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == RESOURCES[profile]
+    assert container["resources"]["requests"] == RESOURCES[profile]
+    assert container["command"] == ["python", "train.py"]
+    assert pod["metadata"]["name"] == "ebb-0-1"
+    assert "Traceback" not in out.stderr
+
+
+def test_render_as_json_with_the_policys_section_and_overrides(tmp_path: Path) -> None:
+    policy = tmp_path / "ebbtide.yaml"
+    policy.write_text(
+        "kubernetes:\n  profile: koordinator\n  image: reg.example.com/ml/train:1\n"
+        "  checkpoint_claim: ckpt\n  gpu_memory_mib: 40GiB\n"
+        "queues:\n  default: {}\n  research:\n    deadline_s: 12s\n"
+    )
+    env = ebb_env(tmp_path / "home")
+    out = ebb(
+        env, "k8s", "render", "--json", "--policy", str(policy), "--namespace", "batch",
+        "--node", "gpu-b-7", "-q", "research", "-N", "train", "-v", "A=1", "-d", "/work",
+        "-l", "gpu=23%,gpumem=4500MiB", "--", "python", "train.py",
+    )  # fmt: skip
+    pod = json.loads(out.stdout)
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    spec = pod["spec"]
+    assert pod["metadata"]["namespace"] == "batch"
+    assert pod["metadata"]["labels"]["ebbtide.io/queue"] == "research"
+    assert spec["schedulerName"] == "koord-scheduler"
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-b-7"}
+    assert spec["terminationGracePeriodSeconds"] == 12
+    [container] = spec["containers"]
+    assert container["image"] == "reg.example.com/ml/train:1"
+    assert container["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": "EBBTIDE_CHECKPOINT_DIR", "value": "/var/lib/ebbtide/checkpoints/0"},
+    ]
+    assert container["workingDir"] == "/work"
+    assert container["resources"]["limits"] == {
+        "koordinator.sh/gpu-core": "23",
+        "koordinator.sh/gpu-memory-ratio": "11",  # 4500 MiB of a 40 GiB card, rounded up
+    }
+    assert {v["name"] for v in spec["volumes"]} == {"ebbtide-attempt", "ebbtide-checkpoints"}
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--profile", "mig", "-l", "gpu=1"], "gpu: 1 whole GPU(s) cannot be given as a MIG"),
+        (["--profile", "qgpu", "-l", "gpumem=100GiB"], "gpumem: 100GiB is more than one card"),
+        (["--profile", "gpushare"], "unknown profile 'gpushare'; choose one of qgpu, hami"),
+        (["--signal", "USR1"], "signal: the kubelet warns a pod with SIGTERM only"),
+        (["--namespace", "Batch"], "--namespace: 'Batch' is not a DNS label"),
+        (["-l", "gpu=200%"], "-l gpu: a percentage must be in (0, 100]"),
+        (["-q", "nosuch"], "unknown queue 'nosuch'"),
+    ],
+)
+def test_what_cannot_be_rendered_is_one_clear_line_and_exit_2(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    proc = ebb(ebb_env(tmp_path), "k8s", "render", *args, "--", "true", check=False)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert words in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_qsub_under_a_kubernetes_section_rounds_and_qstat_shows_both(tmp_path: Path) -> None:
+    policy = tmp_path / "ebbtide.yaml"
+    policy.write_text("kubernetes:\n  profile: qgpu\n")
+    env = ebb_env(tmp_path / "home", EBBTIDE_POLICY=str(policy))
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n#EBB --image reg.example.com/ml/train:7\npython train.py\n")
+    job_id = ebb_json(env, "qsub", "-l", "gpu=23%,gpumem=4500MiB", str(script))["id"]
+    full = ebb_json(env, "qstat", "-f", str(job_id))
+    assert full["slice"] == {"compute_pct": 25.0, "gpus": 0, "memory_mib": 5120}
+    assert full["slice_asked"] == {"compute_pct": 23.0, "gpus": 0, "memory_mib": 4500}
+    assert full["slice_granted"]["profile"] == "qgpu"
+    assert full["image"] == "reg.example.com/ml/train:7"
+    text = ebb(env, "qstat", "-f", str(job_id)).stdout
+    assert "slice asked: 23% 4500MiB" in text
+    assert "slice granted: 25% 5GiB (qgpu)" in text
+    assert "image: reg.example.com/ml/train:7" in text
+
+    refused = ebb(env, "qsub", "--", "python", "train.py", check=False)
+    assert refused.returncode == 1 and "image: the job names no image" in refused.stderr
+    refused = ebb(env, "qsub", "--image", "x:1", "-l", "gpumem=90GiB", "--", "true", check=False)
+    assert refused.returncode == 1 and "gpumem: 90GiB is more than one card" in refused.stderr
+    assert [j["id"] for j in json.loads(ebb(env, "qstat", "--json").stdout)] == [job_id]
