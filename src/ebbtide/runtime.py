@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
@@ -126,6 +127,8 @@ def build(
     source: HeadroomSource | None = None,
     mps: bool = False,
     policy_path: Path | None = None,
+    executor: str = "local",
+    profile: str | None = None,
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
@@ -158,9 +161,43 @@ def build(
             heartbeat_timeout_s=policy.defaults.heartbeat_timeout_s,
             device_recovery_s=policy.defaults.device_recovery_s,
             planning_margin=policy.defaults.planning_margins,
+            executor=_executor(executor, policy, agent_name, profile),
         )
         rt.on_stop.append(source.close)
     return rt
+
+
+def _executor(kind: str, policy: Policy, node: str, profile: str | None) -> Any:
+    """The node agent's executor: None (local processes, the agent's default) or pods."""
+    if kind == "local":
+        return None
+    if kind != "kubernetes":
+        raise ConfigError(f"--executor: {kind!r} is not one of local, kubernetes")
+    if policy.kubernetes is None:
+        raise ConfigError(
+            "--executor kubernetes needs a `kubernetes:` section in the policy file "
+            "(its namespace, resource profile and default image)"
+        )
+    from kubernetes import client, config
+
+    from ebbtide.kube.executor import KubernetesExecutor
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise ConfigError(
+                f"--executor kubernetes: no cluster to talk to (not in a pod, no kubeconfig: {exc})"
+            ) from None
+    return KubernetesExecutor(
+        client.CoreV1Api(),
+        policy.kubernetes,
+        node=node,
+        profile=profile,
+        queue_settings=policy.queues,
+    )
 
 
 def queue_limits(policy: Policy) -> dict[str, QueueLimits]:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from ebbtide.workers import shim
-from ebbtide.workers.executor import Launch, LocalExecutor
+from ebbtide.workers.executor import Launch, Leftover, LocalExecutor
 from ebbtide.workers.ownership import ProcessOwnership, Tree
 from tests.e2e.helpers import wait_for
 
@@ -190,7 +190,7 @@ def test_a_restarted_agent_kills_what_its_previous_incarnation_left(tmp_path, le
     # the old agent "crashed" without its shims noticing (they were given a lease that
     # never runs out and their pipe stays open): the new one finds them on record
     after = LocalExecutor(run_dir=tmp_path / "run")
-    assert after.reap_leftovers() == [handle.pid]
+    assert after.reap_leftovers() == [Leftover(job_id=7, attempt=1)]  # requeued as lost
     assert not alive(daemon)
     handle.popen.wait(5)  # type: ignore[union-attr]
     assert after.reap_leftovers() == []

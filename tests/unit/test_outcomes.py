@@ -12,6 +12,8 @@ TERM = 15
 EVICTION = {"reason": "online spike", "reason_code": "online_memory"}
 KILLED = {**EVICTION, "killed": True}
 FAULT = {"reason": "XID 79", "reason_code": GPU_FAULT, "killed": True}
+PREEMPTED = {"reason": "preempted by the cluster's scheduler", "reason_code": "kube_preempted"}
+PRESSURE = {"reason": "evicted by the kubelet", "reason_code": "node_pressure", "killed": True}
 
 
 @pytest.mark.parametrize(
@@ -36,6 +38,13 @@ FAULT = {"reason": "XID 79", "reason_code": GPU_FAULT, "killed": True}
         ),
         pytest.param(
             S.RUNNING, 99, None, False, 3, False, (S.QUEUED, "evicted", 3, 0), id="exit-99"
+        ),
+        # the cluster took it while ebbtide was not evicting it: requeued and counted
+        pytest.param(
+            S.RUNNING, 143, PREEMPTED, False, 1, False, (S.QUEUED, "evicted", 3, 0), id="kube"
+        ),
+        pytest.param(
+            S.RUNNING, 137, PRESSURE, False, 1, False, (S.QUEUED, "evicted", 3, 0), id="kubelet"
         ),
         pytest.param(
             S.EVICTING,

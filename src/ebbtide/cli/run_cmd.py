@@ -70,6 +70,8 @@ def _run_node(
     log_level: str,
     *,
     with_scheduler: bool,
+    executor: str = "local",
+    profile: str | None = None,
 ) -> None:
     """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
     from pathlib import Path
@@ -88,6 +90,8 @@ def _run_node(
         source=source,
         mps=mps,
         policy_path=Path(policy) if policy else None,
+        executor=executor,
+        profile=profile,
     )
     log.info(
         "ebbtide %s: node %s, devices %s, headroom %s, home %s",
@@ -119,6 +123,22 @@ def scheduler(policy: str | None, log_level: str) -> None:
 @click.command("worker")
 @_agent_options
 @click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "kubernetes"]),
+    default="local",
+    show_default=True,
+    help="How attempts run: local processes below an attempt shim, or pods on this node "
+    "(--node must be the Kubernetes node's name; the policy's `kubernetes:` section says "
+    "the namespace, resource profile and default image).",
+)
+@click.option(
+    "--profile",
+    type=click.Choice(["qgpu", "hami", "volcano", "koordinator", "mig", "whole", "direct"]),
+    default=None,
+    help="This node's GPU resource profile, for --executor kubernetes (default: the "
+    "policy's kubernetes.profile).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def worker(
     node: str | None,
@@ -126,10 +146,22 @@ def worker(
     headroom: str,
     mps: bool,
     policy: str | None,
+    executor: str,
+    profile: str | None,
     log_level: str,
 ) -> None:
     """Run a node agent (distributed mode: needs EBBTIDE_REDIS_URL)."""
-    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=False)
+    _run_node(
+        node,
+        devices,
+        headroom,
+        mps,
+        policy,
+        log_level,
+        with_scheduler=False,
+        executor=executor,
+        profile=profile,
+    )
 
 
 @click.command("demo")

@@ -27,6 +27,9 @@ class EvictReason(StrEnum):
     WINDOW_CLOSED = "window_closed"  # no open window admits it here any more
     SHARE = "offline_share"  # over the share the open windows allow
     GPU_FAULT = "gpu_fault"  # the device failed (an XID, off the bus): moved, not counted
+    # taken back by the cluster, not by ebbtide (the Kubernetes executor observes these):
+    KUBE_PREEMPTED = "kube_preempted"  # the kube-scheduler preempted it for a pod of its own
+    NODE_PRESSURE = "node_pressure"  # the kubelet evicted it: the node ran short of memory
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,12 @@ by asking :func:`decide` what it means and writing that down; no policy lives in
 - exit 0: the job **succeeded** (also when it finished during an eviction);
 - a cancellation was asked for: **cancelled**;
 - an eviction — the attempt was being evicted, or it asked to be requeued (exit 99), or
-  its GPU failed — **requeues** the job.  It counts as an eviction (backoff,
-  ``max_preemptions``) unless it was a GPU fault.  An attempt that *crashed* while being
-  evicted (an exit that is neither 0, 99, the warning signal's nor a kill at the
-  deadline: say a traceback in its checkpoint code) counts as a failure too, and fails
+  its GPU failed, or the cluster took it (a Kubernetes preemption for another pod, a
+  kubelet's eviction for node pressure) — **requeues** the job.  It counts as an
+  eviction (backoff, ``max_preemptions``) unless it was a GPU fault.  An attempt that
+  *crashed* while being evicted (an exit that is neither 0, 99, the warning signal's nor
+  a kill at the deadline: say a traceback in its checkpoint code) counts as a failure
+  too, and fails
   the job once it has used up ``max_attempts``;
 - any other exit is a **failure**: the job is requeued while failures remain below
   ``max_attempts`` (never when ``final``: a job that cannot be started at all), else it
@@ -26,6 +28,9 @@ from ebbtide.queue.states import AttemptOutcome, EventType, JobState
 
 #: The reason code of an eviction for a GPU fault (``EvictReason.GPU_FAULT``).
 GPU_FAULT = "gpu_fault"
+#: The reason codes of evictions the cluster made itself, seen after the fact
+#: (``EvictReason.KUBE_PREEMPTED``, ``EvictReason.NODE_PRESSURE``): requeued, counted.
+PLATFORM_EVICTIONS = frozenset({"kube_preempted", "node_pressure"})
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ def decide(
             reason="cancelled",
         )
     fault = (eviction or {}).get("reason_code") == GPU_FAULT
-    if source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault:
+    taken = (eviction or {}).get("reason_code") in PLATFORM_EVICTIONS
+    if source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault or taken:
         reason = (eviction or {}).get("reason") or "the job asked to be requeued (exit 99)"
         counted = evictions if fault else evictions + 1
         crashed = (

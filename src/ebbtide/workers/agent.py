@@ -51,8 +51,21 @@ from ebbtide.queue.store import Store
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
 from ebbtide.units import signal_name
-from ebbtide.workers.attempt import LocalAttempt, tree_of
-from ebbtide.workers.executor import Executor, Exit, LocalExecutor
+from ebbtide.workers.attempt import LocalAttempt
+from ebbtide.workers.cgroups import online_pods
+from ebbtide.workers.executor import (
+    CAUSE_IMAGE,
+    CAUSE_LOST,
+    CAUSE_NODE_PRESSURE,
+    CAUSE_OOM,
+    CAUSE_PREEMPTED,
+    CAUSE_UNSCHEDULABLE,
+    Executor,
+    Exit,
+    Leftover,
+    LocalExecutor,
+    StartDeferred,
+)
 from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
 from ebbtide.workers.journal import Journal
@@ -65,6 +78,12 @@ log = logging.getLogger("ebbtide.agent")
 
 #: Evictions for online pressure: only these start a device's eviction cooldown.
 PRESSURE_REASONS = frozenset({EvictReason.ONLINE_MEMORY.value, EvictReason.ONLINE_COMPUTE.value})
+
+#: The platform's evictions (an executor's exit cause → the eviction's reason code).
+PLATFORM_EVICTIONS = {
+    CAUSE_PREEMPTED: EvictReason.KUBE_PREEMPTED.value,
+    CAUSE_NODE_PRESSURE: EvictReason.NODE_PRESSURE.value,
+}
 
 #: The inbox's own command: leave gracefully (evict everything within its deadline).
 SHUTDOWN = object()
@@ -160,9 +179,10 @@ class NodeAgent:
     def start(self) -> None:
         self._started_at = self.clock.time()
         self.sync.started_at = self._started_at
-        reap = getattr(self.executor, "reap_leftovers", None)
-        if reap is not None:
-            reap()  # what a previous incarnation left dies before anything is requeued
+        # what a previous incarnation left dies (or has its end delivered) before anything
+        # is requeued
+        for leftover in self.executor.reap_leftovers():
+            self._deliver_leftover(leftover)
         self._post_heartbeat()
         try:  # be on record at once; later heartbeats go through the store thread
             self.store.heartbeat(self.name, **self._get_heartbeat())
@@ -193,6 +213,7 @@ class NodeAgent:
             self._thread.join(timeout_s)
         self.sync.finish(timeout_s)
         self.journal.close()
+        self._close_executor()
 
     def kill(self) -> None:
         """Stop without touching attempts or delivering anything more (tests simulate a
@@ -203,6 +224,12 @@ class NodeAgent:
             self._thread.join()
         self.sync.kill()
         self.journal.close()
+        self._close_executor()
+
+    def _close_executor(self) -> None:
+        close = getattr(self.executor, "close", None)
+        if close is not None:
+            close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -444,8 +471,14 @@ class NodeAgent:
                 devices=[by_index[d] for d in devices if d in by_index],
                 lease_s=self.lease_s,
                 mps=self.mps,
+                inherit_env=self.executor.inherit_env,
             )
             handle = self.executor.start(launch)
+        except StartDeferred as exc:
+            why = f"could not be started on node {self.name}: {exc}"
+            log.warning("job %s attempt %s %s", job_id, attempt, why)
+            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
+            return
         except (OSError, ValueError) as exc:
             why = f"could not start: {exc}"
             log.warning("job %s attempt %s: %s", job_id, attempt, why)
@@ -466,7 +499,7 @@ class NodeAgent:
             deadline_s=job.deadline_s,
             signal=job.signal,
             handle=handle,
-            tree=tree_of(job_id, handle),
+            tree=self.executor.tree(job_id, handle),
             dispatched_at=now,
             started_at=now,
             status=StatusReader(Path(launch.env["EBBTIDE_STATUS_FILE"])),
@@ -477,11 +510,12 @@ class NodeAgent:
             "mark_started",
             job_id=job_id,
             attempt=attempt,
-            pid=handle.pid,
+            pid=handle.pid or None,
             stdout_path=str(launch.stdout_path),
             stderr_path=str(launch.stderr_path),
         )
-        log.info("job %s attempt %s started pid %s on %s", job_id, attempt, handle.pid, devices)
+        where = self.executor.describe(handle)
+        log.info("job %s attempt %s started (%s) on %s", job_id, attempt, where, devices)
 
     # -- eviction -----------------------------------------------------------------------
 
@@ -575,12 +609,28 @@ class NodeAgent:
         self._read_status(local)
         del self.attempts[local.job_id]
         code = ended.code
-        if ended.cause in ("lease", "agent_gone"):
-            why = f"its lease ran out on node {self.name}: {ended.detail}"
+        if ended.cause in ("lease", "agent_gone", CAUSE_LOST, CAUSE_UNSCHEDULABLE):
+            why = (
+                f"its lease ran out on node {self.name}: {ended.detail}"
+                if ended.cause in ("lease", "agent_gone")
+                else ended.detail
+            )
             log.warning("job %s attempt %s: %s", local.job_id, local.attempt, why)
             self.journal.append("requeue_lost", job_id=local.job_id, attempt=local.attempt, why=why)
             self._publish_view()
             return
+        if ended.cause in (CAUSE_OOM, CAUSE_IMAGE):  # a failure of the job's own
+            local.ended_by = ended.detail
+        if ended.cause in PLATFORM_EVICTIONS and local.eviction is None:
+            # the cluster took it back (an online pod's preemption, node pressure): an
+            # eviction with the platform's grace as its deadline, requeued like ours
+            local.eviction = EvictionClock(
+                reason=PLATFORM_EVICTIONS[ended.cause],
+                message=ended.detail,
+                spike_at=min(ended.at or freed_at, freed_at),
+                deadline_s=ended.grace_s or 0.0,
+                killed=ended.code == 128 + signal.SIGKILL,
+            )
         if ended.cause == "start":
             log.warning("job %s attempt %s: %s", local.job_id, local.attempt, ended.detail)
             self.journal.append(
@@ -633,6 +683,27 @@ class NodeAgent:
         )
         self._publish_view()  # gone from the view only once its end is journaled
 
+    def _deliver_leftover(self, leftover: Leftover) -> None:
+        """Journal the end of an attempt a previous agent here left, if it had one."""
+        ended = leftover.ended
+        if ended is None:
+            return  # killed: the store requeues it as lost
+        job_id, attempt = leftover.job_id, leftover.attempt
+        if ended.cause in (CAUSE_LOST, CAUSE_UNSCHEDULABLE, *PLATFORM_EVICTIONS):
+            why = f"ended while no agent watched it on node {self.name}: {ended.detail}"
+            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
+            return
+        log.info(
+            "job %s attempt %s ended (%s) while no agent watched it", job_id, attempt, ended.code
+        )
+        self.journal.append(
+            "finish_attempt",
+            job_id=job_id,
+            attempt=attempt,
+            exit_code=ended.code,
+            why=ended.detail or None,
+        )
+
     # -- what the store thread sees -----------------------------------------------------
 
     def _publish_view(self) -> None:
@@ -657,12 +728,17 @@ class NodeAgent:
         with self._shared:
             self._heartbeat_payload = payload
         self.journal.append("heartbeat")
+        advertise = getattr(self.executor, "advertise", None)
+        if advertise is not None:  # the executor tells its platform (pods: the node status)
+            advertise(payload["devices"])
 
     def _get_heartbeat(self) -> dict[str, Any]:
         with self._shared:
             return self._heartbeat_payload
 
     def _device_reports(self, now: float) -> list[dict[str, Any]]:
+        # the executor may know the pods' names (Kubernetes): else pods are named by UID
+        names = getattr(self.executor, "pod_name_of", None)
         by_index = {s.index: s for s in self.latest}
         views = []
         for d in self.device_views():
@@ -681,6 +757,7 @@ class NodeAgent:
                     "offline_memory_mib": s.offline_memory_mib if s else None,
                     "basis": s.basis if s else None,
                     "sample_ok": s.ok if s else True,
+                    "online_pods": online_pods(s.online_pids, names=names) if s else [],
                     "eviction_trigger": not d.planning_only,
                     "reserve_compute_pct": reserve_c,
                     "reserve_memory_mib": reserve_m,

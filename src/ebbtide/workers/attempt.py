@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psutil
-
 from ebbtide.preemption.enforcer import EvictionClock
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.snapshot import ActiveAttempt
@@ -57,12 +55,3 @@ class LocalAttempt:
             last_checkpoint_at=self.last_checkpoint_at,
             gpus=self.gpus,
         )
-
-
-def tree_of(job_id: int, handle: Handle) -> Tree:
-    """The ownership record of an attempt whose supervisor is ``handle``."""
-    try:
-        created = psutil.Process(handle.pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        created = 0.0
-    return Tree(job_id=job_id, root_pid=handle.pid, root_created=created)

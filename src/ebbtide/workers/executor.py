@@ -1,5 +1,14 @@
-"""Executors start an attempt's processes and take them down.  The local one runs each
-attempt on this host below an attempt shim (:mod:`ebbtide.workers.shim`).
+"""Executors start an attempt's processes and take them down.
+
+:class:`Executor` is the whole interface an attempt's life needs — start, warn, kill,
+observe the exit and its cause, where its logs are — and the node agent's deadline logic
+is the same whatever runs behind it: the deadline runs from the decision to evict until
+the executor says the attempt's processes are gone.  Two executors implement it:
+
+- :class:`LocalExecutor` (here) runs each attempt on this host below an attempt shim
+  (:mod:`ebbtide.workers.shim`): bare-metal hosts and the embedded ``ebb up``;
+- :class:`~ebbtide.kube.executor.KubernetesExecutor` runs each attempt as a pod on this
+  node and watches it through the Kubernetes API.
 
 The shim is the leader of a new session and a child subreaper, so every process the job
 starts — through a shell script, a launcher with workers, a daemon that ``setsid``\\ s
@@ -23,7 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from ebbtide.workers import shim
+from ebbtide.workers.ownership import Tree
 
 log = logging.getLogger("ebbtide.executor")
 
@@ -35,9 +47,24 @@ SHIM_KILL_WAIT_S = 0.5
 DEFAULT_LEASE_S = 5.0
 
 
+#: Causes an executor reports besides the shim's (``shim.CAUSE_*``): the platform's own
+#: ends of an attempt, as the Kubernetes executor observes them.
+CAUSE_OOM = "oom"  # killed for going over its container's memory limit
+CAUSE_PREEMPTED = "preempted"  # preempted by the cluster's scheduler for a pod of its own
+CAUSE_NODE_PRESSURE = "node_pressure"  # evicted by the kubelet: the node ran short
+CAUSE_IMAGE = "image"  # its image could not be pulled within the start timeout
+CAUSE_UNSCHEDULABLE = "unschedulable"  # no room for it on the node within the timeout
+CAUSE_LOST = "lost"  # gone without an exit: deleted by someone else, its node lost
+
+
+class StartDeferred(Exception):
+    """An attempt could not be started for a reason not the job's (the platform's API
+    did not answer): requeued, not counted as a failure."""
+
+
 @dataclass
 class Launch:
-    """Everything needed to start one attempt."""
+    """Everything needed to start one attempt, whatever runs it."""
 
     job_id: int
     attempt: int
@@ -48,6 +75,19 @@ class Launch:
     stderr_path: Path
     #: the shim kills the attempt when its lease is not renewed for this long, in seconds
     lease_s: float = DEFAULT_LEASE_S
+    #: what executors that build a container need besides the command (pods)
+    owner: str = ""
+    queue: str = "default"
+    node: str = ""
+    image: str | None = None
+    #: the eviction deadline, in seconds
+    deadline_s: float = 30.0
+    #: the slice granted: compute in percent of one GPU, whole GPUs, memory in MiB
+    compute_pct: float = 0.0
+    gpus: int = 0
+    memory_mib: int = 0
+    #: the devices' UUIDs (``DeviceInfo.uuid``), in the order of ``CUDA_VISIBLE_DEVICES``
+    device_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,11 +104,16 @@ class Exit:
     detail: str = ""
     #: Unix seconds its last process was gone, when the supervisor says (else None)
     at: float | None = None
+    #: for a platform's eviction (``preempted``, ``node_pressure``): the grace it gave, in s
+    grace_s: float | None = None
 
 
 @dataclass
 class Handle:
-    #: the attempt's supervisor (the shim): leader of its session and process group
+    """A started attempt, as its executor knows it (executors may extend it)."""
+
+    #: the attempt's supervisor (the shim): leader of its session and process group;
+    #: 0 where the attempt is not a process of this host's (a pod)
     pid: int
     pgid: int
     #: the supervisor's start time (``/proc/PID/stat`` field 22), against pid reuse
@@ -81,8 +126,31 @@ class Handle:
     swept: bool = False
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """An attempt a previous agent on this node left behind, found when an agent starts."""
+
+    job_id: int
+    attempt: int
+    #: how it ended, if it had ended by itself (its outcome is delivered); None: it was
+    #: still running and has been killed (the store requeues it as lost)
+    ended: Exit | None = None
+
+
 class Executor(Protocol):
+    #: whether attempts inherit the agent's environment (a local process does; a pod gets
+    #: only the job's environment and ebbtide's contract)
+    inherit_env: bool
+
     def start(self, launch: Launch) -> Handle: ...
+
+    def tree(self, job_id: int, handle: Handle) -> Tree:
+        """The ownership record of the attempt's processes (see :mod:`.ownership`)."""
+        ...
+
+    def describe(self, handle: Handle) -> str:
+        """The attempt in words, for logs (``pid 123``, ``pod ebbtide-jobs/ebb-4-1``)."""
+        ...
 
     def poll(self, handle: Handle) -> Exit | None:
         """How the attempt ended, once it has; else None."""
@@ -105,6 +173,11 @@ class Executor(Protocol):
         """Kill whatever is left of the attempt, reap it, and wait until it is gone."""
         ...
 
+    def reap_leftovers(self) -> list[Leftover]:
+        """Deal with the attempts a previous agent on this node left: called once when an
+        agent starts, before it reconciles with the store."""
+        ...
+
 
 def start_ticks(pid: int) -> int:
     """A process's start time in clock ticks since boot (0 if it is gone)."""
@@ -116,6 +189,8 @@ class LocalExecutor:
     """Runs attempts as local process trees below an attempt shim; logs to per-attempt
     files.  ``run_dir`` (default: none) is where shims are recorded for
     :meth:`reap_leftovers`."""
+
+    inherit_env = True
 
     def __init__(self, run_dir: Path | None = None) -> None:
         self.run_dir = run_dir
@@ -174,6 +249,16 @@ class LocalExecutor:
                 json.dumps({"pid": handle.pid, "start_ticks": handle.start_ticks})
             )
         return handle
+
+    def tree(self, job_id: int, handle: Handle) -> Tree:
+        try:
+            created = psutil.Process(handle.pid).create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            created = 0.0
+        return Tree(job_id=job_id, root_pid=handle.pid, root_created=created)
+
+    def describe(self, handle: Handle) -> str:
+        return f"pid {handle.pid}"
 
     def poll(self, handle: Handle) -> Exit | None:
         assert handle.popen is not None
@@ -276,9 +361,9 @@ class LocalExecutor:
             with contextlib.suppress(FileNotFoundError):
                 handle.record_path.unlink()
 
-    def reap_leftovers(self) -> list[int]:
-        """Kill the attempts a previous agent on this node left running; return the pids of
-        their supervisors.  Called once when an agent starts, before it reconciles."""
+    def reap_leftovers(self) -> list[Leftover]:
+        """Kill the attempts a previous agent on this node left running (the store
+        requeues them as lost: a shim that outlived its agent has no exit to tell)."""
         if self.run_dir is None:
             return []
         killed = []
@@ -286,6 +371,7 @@ class LocalExecutor:
             try:
                 data = json.loads(record.read_text())
                 pid, ticks = int(data["pid"]), int(data["start_ticks"])
+                job_id, attempt = (int(x) for x in record.stem.split("."))
             except (OSError, ValueError, KeyError, TypeError):
                 record.unlink(missing_ok=True)
                 continue
@@ -294,6 +380,6 @@ class LocalExecutor:
                     "killing attempt %s left by a previous agent (pid %s)", record.stem, pid
                 )
                 self.sweep(Handle(pid=pid, pgid=pid, start_ticks=ticks))
-                killed.append(pid)
+                killed.append(Leftover(job_id, attempt))
             record.unlink(missing_ok=True)
         return killed

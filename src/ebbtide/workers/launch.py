@@ -42,9 +42,11 @@ def env_for(
     ckpt_dir: Path,
     status_path: Path,
     mps: bool = False,
+    inherit_env: bool = True,
 ) -> dict[str, str]:
-    """The attempt's environment: the agent's, the spec's, then ebbtide's contract."""
-    env = dict(os.environ)
+    """The attempt's environment: the agent's (unless ``inherit_env`` is False: a pod
+    gets nothing of the agent's), the spec's, then ebbtide's contract."""
+    env = dict(os.environ) if inherit_env else {}
     env.update(spec.env)
     env.update(
         {
@@ -81,6 +83,7 @@ def launch_for(
     devices: Sequence[DeviceInfo],
     lease_s: float,
     mps: bool = False,
+    inherit_env: bool = True,
 ) -> Launch:
     """Everything the executor needs to start ``attempt`` of ``job``; makes its log and
     checkpoint directories."""
@@ -101,11 +104,21 @@ def launch_for(
             ckpt_dir=ckpt_dir,
             status_path=status_path_for(home, job.id, attempt),
             mps=mps,
+            inherit_env=inherit_env,
         ),
         cwd=spec.cwd,
         stdout_path=attempt_dir / "stdout.log",
         stderr_path=attempt_dir / "stderr.log",
         lease_s=lease_s,
+        owner=str(job.owner),
+        queue=str(job.queue),
+        node=node,
+        image=spec.image,
+        deadline_s=float(job.deadline_s),
+        compute_pct=float(job.compute_pct),
+        gpus=int(job.gpus),
+        memory_mib=int(job.memory_mib),
+        device_uuids=tuple(d.uuid or d.visible_id for d in devices),
     )
 
 
