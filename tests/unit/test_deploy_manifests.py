@@ -1,0 +1,589 @@
+"""The Kubernetes install under ``deploy/``: every overlay builds with ``kubectl kustomize``,
+every object it makes is valid for Kubernetes :data:`K8S_VERSION` with no unknown field,
+and the install does what ``deploy/README.md`` says:
+
+- the policy ConfigMap loads with ebbtide's own loader and names the overlay's profile, and
+  each overlay's policy differs from the base's only in ``kubernetes:``;
+- the agent may create and delete pods only in ``ebbtide-jobs``, and the admission policy
+  narrows that to ebbtide's pods; the scheduler has no Kubernetes API access at all;
+- every container has resources and a security context; no Secret value sits in a
+  ConfigMap; the agent runs in the host's PID namespace with the shared state directory;
+- an attempt pod the executor would create for the overlay's policy is valid and fits the
+  install (namespace, priority class, state directory, runtime class).
+
+Without ``kubectl`` these tests skip, or fail when ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any, get_args
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ebbtide.config.policy import ProfileName, parse_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+BASE = DEPLOY / "kubernetes" / "base"
+OVERLAYS = DEPLOY / "kubernetes" / "overlays"
+
+#: The Kubernetes version the objects are validated against: the newest 1.3x release
+#: kubernetes-validate ships schemas for.  ValidatingAdmissionPolicy v1 needs >= 1.30.
+K8S_VERSION = "1.37"
+
+PROFILES: tuple[str, ...] = get_args(ProfileName)
+SYSTEM_NS = "ebbtide-system"
+JOBS_NS = "ebbtide-jobs"
+STATE_DIR = "/var/lib/ebbtide"
+POLICY_PATH = "/etc/ebbtide/ebbtide.yaml"
+IMAGE = "ghcr.io/ebbtide/ebbtide"
+AGENT_USER = f"system:serviceaccount:{SYSTEM_NS}:ebbtide-agent"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "ebbtide")
+#: What a profile overlay may change in the base policy's ``kubernetes:`` section.
+PROFILE_KEYS = {"profile", "scheduler_name", "runtime_class", "mig_profiles"}
+WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job", "CronJob", "Pod"}
+
+OVERLAY_NAMES = sorted(p.name for p in OVERLAYS.iterdir() if (p / "kustomization.yaml").is_file())
+BUILDS = ["base", *OVERLAY_NAMES]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+# -- building --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        message = "kubectl is not installed (the manifests are built with `kubectl kustomize`)"
+        if IN_CI:
+            pytest.fail(f"{message}; CI=true requires it", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+def _directory(name: str) -> Path:
+    return BASE if name == "base" else OVERLAYS / name
+
+
+@cache
+def _build(kubectl: str, name: str) -> tuple[dict[str, Any], ...]:
+    done = subprocess.run(
+        [kubectl, "kustomize", str(_directory(name))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"kubectl kustomize {name} failed:\n{done.stderr}"
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+
+
+@pytest.fixture(params=BUILDS)
+def built(request: pytest.FixtureRequest, kubectl: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    return request.param, _build(kubectl, request.param)
+
+
+@pytest.fixture(params=OVERLAY_NAMES)
+def overlay(request: pytest.FixtureRequest, kubectl: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    return request.param, _build(kubectl, request.param)
+
+
+def _all(docs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def _find(
+    docs: tuple[dict[str, Any], ...], kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    for d in docs:
+        meta = d["metadata"]
+        if d["kind"] == kind and meta["name"] == name and meta.get("namespace") == namespace:
+            return d
+    return None
+
+
+def _one(
+    docs: tuple[dict[str, Any], ...], kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any]:
+    found = _find(docs, kind, name, namespace)
+    assert found is not None, f"no {kind} {namespace + '/' if namespace else ''}{name}"
+    return found
+
+
+def _pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    if workload["kind"] == "Pod":
+        return workload["spec"]
+    if workload["kind"] == "CronJob":
+        return workload["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return workload["spec"]["template"]["spec"]
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def _expected_profile(name: str) -> str:
+    return "whole" if name == "dev" else name
+
+
+def _agent(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    return _one(docs, "DaemonSet", "ebbtide-agent", SYSTEM_NS)
+
+
+def _scheduler(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    return _one(docs, "Deployment", "ebbtide-scheduler", SYSTEM_NS)
+
+
+def _policy_text(docs: tuple[dict[str, Any], ...]) -> str:
+    return str(_one(docs, "ConfigMap", "ebbtide-policy", SYSTEM_NS)["data"]["ebbtide.yaml"])
+
+
+# -- the set of overlays and strict validity -------------------------------------------
+
+
+def test_there_is_an_overlay_for_every_profile_and_one_for_trying_it_out() -> None:
+    assert set(OVERLAY_NAMES) == {*PROFILES, "dev"}
+
+
+def test_every_object_is_valid_kubernetes(built: tuple[str, tuple[dict[str, Any], ...]]) -> None:
+    name, docs = built
+    problems = []
+    seen: set[tuple[str, str | None, str]] = set()
+    for doc in docs:
+        meta = doc["metadata"]
+        key = (doc["kind"], meta.get("namespace"), meta["name"])
+        assert key not in seen, f"{name}: {key} twice"
+        seen.add(key)
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            problems.append(f"{doc['kind']} {meta['name']}: {where}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            problems.append(exc.message)
+    assert not problems, f"{name} is not valid for Kubernetes {K8S_VERSION}:\n" + "\n".join(
+        problems
+    )
+
+
+# -- the policy ------------------------------------------------------------------------
+
+
+def test_the_policy_loads_and_names_the_overlays_profile(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    policy = parse_policy(_policy_text(docs), f"{name}: ConfigMap ebbtide-policy")
+    k8s = policy.kubernetes
+    assert k8s is not None, f"{name}: the policy has no kubernetes: section"
+    assert k8s.profile == _expected_profile(name)
+    # ... and it agrees with the rest of the install
+    assert _find(docs, "Role", "ebbtide-agent", k8s.namespace), (
+        f"{name}: attempt pods go to {k8s.namespace!r}, where the agent has no Role"
+    )
+    assert k8s.priority_class is not None
+    assert _one(docs, "PriorityClass", k8s.priority_class)["value"] < 0
+    host_paths = [
+        v["hostPath"]["path"] for v in _pod_spec(_agent(docs))["volumes"] if "hostPath" in v
+    ]
+    assert host_paths == [k8s.state_dir]
+    agent_image = _pod_spec(_agent(docs))["containers"][0]["image"]
+    assert k8s.image == agent_image, (
+        f"{name}: the policy's kubernetes.image {k8s.image} is not the install's {agent_image}"
+    )
+    if k8s.profile == "direct":
+        assert k8s.runtime_class == _pod_spec(_agent(docs))["runtimeClassName"] == "nvidia"
+
+
+def test_each_overlays_policy_differs_from_the_bases_only_in_its_profile(
+    overlay: tuple[str, tuple[dict[str, Any], ...]], kubectl: str
+) -> None:
+    name, docs = overlay
+    base = yaml.safe_load(_policy_text(_build(kubectl, "base")))
+    mine = yaml.safe_load(_policy_text(docs))
+    base_k8s, my_k8s = base.pop("kubernetes"), mine.pop("kubernetes")
+    assert mine == base, f"{name}: the policy differs from base/ebbtide.yaml outside kubernetes:"
+    for key in PROFILE_KEYS:
+        base_k8s.pop(key, None)
+        my_k8s.pop(key, None)
+    assert my_k8s == base_k8s, f"{name}: kubernetes: differs from the base's beyond the profile"
+
+
+def test_no_secret_value_is_in_a_configmap(
+    built: tuple[str, tuple[dict[str, Any], ...]], kubectl: str
+) -> None:
+    name, docs = built
+    secrets: set[str] = set()
+    for build in BUILDS:
+        for secret in _all(_build(kubectl, build), "Secret"):
+            secrets.update(str(v) for v in (secret.get("stringData") or {}).values())
+            secrets.update(
+                base64.b64decode(v).decode() for v in (secret.get("data") or {}).values()
+            )
+    secrets = {s for s in secrets if len(s) >= 6}
+    assert secrets, "no Secret found to compare with"
+    credentials = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+    for cm in _all(docs, "ConfigMap"):
+        for key, value in (cm.get("data") or {}).items():
+            where = f"{name}: ConfigMap {cm['metadata']['name']} key {key}"
+            assert not any(s in value for s in secrets), f"{where} holds a Secret's value"
+            assert not credentials.search(value), f"{where} holds a URL with a password"
+
+
+# -- who may do what -------------------------------------------------------------------
+
+
+def _bound_rules(
+    docs: tuple[dict[str, Any], ...], namespace: str, account: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """Every rule bound to the ServiceAccount, with its scope: the RoleBinding's
+    namespace, or ``*`` for a ClusterRoleBinding."""
+
+    def names_account(subject: dict[str, Any], binding_ns: str | None) -> bool:
+        if subject.get("kind") == "ServiceAccount":
+            ns = subject.get("namespace", binding_ns)
+            return bool(subject.get("name") == account and ns == namespace)
+        groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}"}
+        groups.add("system:authenticated")
+        return subject.get("kind") == "Group" and subject.get("name") in groups
+
+    rules = []
+    for binding in docs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        binding_ns = binding["metadata"].get("namespace")
+        if not any(names_account(s, binding_ns) for s in binding.get("subjects") or []):
+            continue
+        ref = binding["roleRef"]
+        role = _one(docs, ref["kind"], ref["name"], binding_ns if ref["kind"] == "Role" else None)
+        scope = "*" if binding["kind"] == "ClusterRoleBinding" else binding_ns
+        rules += [(scope, rule) for rule in role.get("rules") or []]
+    return rules
+
+
+def _scopes(rules: list[tuple[str, dict[str, Any]]], verb: str, resource: str) -> set[str]:
+    """Where the rules allow ``verb`` on core ``resource``."""
+
+    def has(values: list[str], value: str) -> bool:
+        return value in values or "*" in values
+
+    return {
+        scope
+        for scope, rule in rules
+        if has(rule.get("apiGroups", []), "")
+        and has(rule.get("resources", []), resource)
+        and has(rule.get("verbs", []), verb)
+    }
+
+
+def test_the_agent_may_create_and_delete_pods_only_in_the_jobs_namespace(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    rules = _bound_rules(docs, SYSTEM_NS, "ebbtide-agent")
+    assert _scopes(rules, "delete", "pods") == {JOBS_NS}, name
+    assert _scopes(rules, "create", "pods") == {JOBS_NS}, name
+    assert _scopes(rules, "deletecollection", "pods") == set(), name
+    for verb in ("get", "list", "watch", "patch", "update", "create"):
+        assert _scopes(rules, verb, "secrets") == set(), f"{name}: agent may {verb} secrets"
+    for scope, rule in rules:
+        assert "*" not in rule.get("verbs", []) + rule.get("resources", []), (scope, rule)
+    # ... and it has what the executor needs
+    for verb in ("get", "list", "watch"):
+        assert JOBS_NS in _scopes(rules, verb, "pods")
+        assert "*" in _scopes(rules, verb, "pods"), "online pods are named cluster-wide"
+        assert "*" in _scopes(rules, verb, "nodes")
+    assert JOBS_NS in _scopes(rules, "get", "pods/log")
+    assert _scopes(rules, "patch", "nodes/status") == {"*"}
+    assert _scopes(rules, "patch", "nodes") == set()
+
+
+def test_the_admission_policy_narrows_the_agent_to_ebbtides_pods(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    policy = _one(docs, "ValidatingAdmissionPolicy", "ebbtide-agent-pods")["spec"]
+    binding = _one(docs, "ValidatingAdmissionPolicyBinding", "ebbtide-agent-pods")["spec"]
+    assert binding["policyName"] == "ebbtide-agent-pods"
+    assert binding["validationActions"] == ["Deny"]
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods"] and set(rule["operations"]) == {"CREATE", "DELETE"}
+    (condition,) = policy["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == '{AGENT_USER}'"
+    checks = [" ".join(v["expression"].split()) for v in policy["validations"]]
+    label = f"['{MANAGED_BY[0]}'] == '{MANAGED_BY[1]}'"
+    delete = [c for c in checks if c.startswith("request.operation != 'DELETE' ||")]
+    create = [c for c in checks if c.startswith("request.operation != 'CREATE' ||")]
+    assert len(delete) + len(create) == len(checks), name
+    assert any(f"oldObject.metadata.labels{label}" in c for c in delete), "DELETE: the label"
+    assert any(f"object.metadata.labels{label}" in c for c in create), "CREATE: the label"
+    assert not any("oldObject" in c for c in create)
+    assert any("privileged" in c for c in create)
+    assert any("hostPID" in c and "hostNetwork" in c and "hostIPC" in c for c in create)
+    assert any(f"'{STATE_DIR}/'" in c and "hostPath" in c for c in create)
+
+
+def test_the_scheduler_has_no_kubernetes_api_access(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    assert _bound_rules(docs, SYSTEM_NS, "ebbtide-scheduler") == [], name
+    for binding in docs:
+        if binding["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert all(
+                s.get("name") != "ebbtide-scheduler" for s in binding.get("subjects") or []
+            ), f"{name}: {binding['kind']} {binding['metadata']['name']} names the scheduler"
+    account = _one(docs, "ServiceAccount", "ebbtide-scheduler", SYSTEM_NS)
+    assert account["automountServiceAccountToken"] is False
+    spec = _pod_spec(_scheduler(docs))
+    assert spec["serviceAccountName"] == "ebbtide-scheduler"
+    assert spec["automountServiceAccountToken"] is False
+
+
+# -- the workloads ---------------------------------------------------------------------
+
+
+def test_every_container_has_resources_and_a_security_context(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    workloads = [d for d in docs if d["kind"] in WORKLOADS]
+    assert len(workloads) >= 2
+    for workload in workloads:
+        spec = _pod_spec(workload)
+        pod_security = spec.get("securityContext") or {}
+        agent = workload is _agent(docs)
+        for c in _containers(spec):
+            where = f"{name}: {workload['kind']} {workload['metadata']['name']}/{c['name']}"
+            requests = c.get("resources", {}).get("requests", {})
+            limits = c.get("resources", {}).get("limits", {})
+            assert {"cpu", "memory"} <= requests.keys(), f"{where}: requests"
+            assert "memory" in limits, f"{where}: no memory limit"
+            ctx = c.get("securityContext")
+            assert ctx, f"{where}: no securityContext"
+            assert ctx.get("allowPrivilegeEscalation") is False, where
+            assert ctx.get("privileged", False) is False, where
+            assert ctx.get("readOnlyRootFilesystem") is True, where
+            assert "ALL" in ctx.get("capabilities", {}).get("drop", []), where
+            non_root = ctx.get("runAsNonRoot", pod_security.get("runAsNonRoot"))
+            if agent:
+                assert ctx.get("runAsUser") == 0, f"{where}: the agent reads the host's /proc"
+            else:
+                assert non_root is True, f"{where}: runs as root"
+                assert c.get("livenessProbe") or c.get("readinessProbe"), f"{where}: no probe"
+
+
+def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_directory(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    _, docs = built
+    agent = _agent(docs)
+    spec = _pod_spec(agent)
+    assert spec["hostPID"] is True
+    assert spec["nodeSelector"] == {"ebbtide.io/gpu-node": "true"}
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["serviceAccountName"] == "ebbtide-agent"
+    assert spec["terminationGracePeriodSeconds"] >= 60
+    priority = spec["priorityClassName"]
+    assert (
+        priority == "system-node-critical"
+        or _one(docs, "PriorityClass", priority)["value"] >= 1_000_000
+    )
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert agent["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+    (state,) = [v for v in spec["volumes"] if "hostPath" in v]
+    assert state["hostPath"] == {"path": STATE_DIR, "type": "DirectoryOrCreate"}
+    (container,) = spec["containers"]
+    assert {"name": state["name"], "mountPath": STATE_DIR} in container["volumeMounts"]
+    assert container["args"] == [
+        "worker",
+        "--node",
+        "$(NODE_NAME)",
+        "--headroom",
+        "nvml",
+        "--executor",
+        "kubernetes",
+        "--policy",
+        POLICY_PATH,
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["EBBTIDE_HOME"]["value"] == STATE_DIR
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility,compute"
+    _check_store_env(env)
+    _check_policy_mount(spec, container)
+    assert container["securityContext"]["privileged"] is False
+
+
+def test_the_scheduler_runs_with_a_standby_and_a_disruption_budget(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    scheduler = _scheduler(docs)
+    spec = _pod_spec(scheduler)
+    (container,) = spec["containers"]
+    assert container["args"] == ["scheduler", "--policy", POLICY_PATH]
+    _check_store_env({e["name"]: e for e in container["env"]})
+    _check_policy_mount(spec, container)
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "exec" in container["livenessProbe"] and "exec" in container["readinessProbe"]
+    replicas = scheduler["spec"]["replicas"]
+    budget = _find(docs, "PodDisruptionBudget", "ebbtide-scheduler", SYSTEM_NS)
+    if name == "dev":
+        assert replicas == 1 and budget is None, "one scheduler: a budget would block drains"
+    else:
+        assert replicas == 2
+        assert budget is not None and budget["spec"]["minAvailable"] == 1
+        labels = scheduler["spec"]["template"]["metadata"]["labels"]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def _check_store_env(env: dict[str, dict[str, Any]]) -> None:
+    for key in ("EBBTIDE_DB_URL", "EBBTIDE_REDIS_URL"):
+        ref = env[key]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "ebbtide-store", "key": key}
+
+
+def _check_policy_mount(spec: dict[str, Any], container: dict[str, Any]) -> None:
+    (volume,) = [v for v in spec["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == "ebbtide-policy"
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+    assert "subPath" not in mount, "a subPath mount never sees the ConfigMap change"
+    assert f"{mount['mountPath']}/ebbtide.yaml" == POLICY_PATH
+
+
+def test_the_offline_priority_class_preempts_nobody(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    _, docs = built
+    offline = _one(docs, "PriorityClass", "ebbtide-offline")
+    assert offline["value"] == -10
+    assert offline["preemptionPolicy"] == "Never"
+    assert offline["globalDefault"] is False
+
+
+def test_only_the_dev_overlay_writes_the_store_secret(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    secret = _find(docs, "Secret", "ebbtide-store", SYSTEM_NS)
+    if name != "dev":
+        assert secret is None, f"{name}: `kubectl apply -k` would overwrite the real Secret"
+        return
+    assert secret is not None
+    for key, url in secret["stringData"].items():
+        host = re.match(r"\w+://(?:[^@/]*@)?([^:/]+):(\d+)", url)
+        assert host, f"{key}: {url}"
+        service, namespace = host.group(1).split(".")[:2]
+        found = _one(docs, "Service", service, namespace)
+        assert int(host.group(2)) in [p["port"] for p in found["spec"]["ports"]], url
+
+
+def test_the_base_secret_is_an_obvious_placeholder(kubectl: str) -> None:
+    secret = _one(_build(kubectl, "base"), "Secret", "ebbtide-store", SYSTEM_NS)
+    assert set(secret["stringData"]) == {"EBBTIDE_DB_URL", "EBBTIDE_REDIS_URL"}
+    for url in secret["stringData"].values():
+        assert "REPLACE-ME" in url and ".invalid" in url
+
+
+def test_every_ebbtide_container_runs_the_overlays_image(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    kustomization = yaml.safe_load((OVERLAYS / name / "kustomization.yaml").read_text())
+    assert [i["name"] for i in kustomization["images"]] == [IMAGE], (
+        f"{name}: `kustomize edit set image {IMAGE}=...` needs its images: entry"
+    )
+    for workload in (_agent(docs), _scheduler(docs)):
+        for c in _containers(_pod_spec(workload)):
+            assert c["image"] == f"{IMAGE}:0.1.0", (name, c["name"])
+
+
+# -- the pods the executor makes fit the install ---------------------------------------
+
+
+def test_an_attempt_pod_for_the_overlays_policy_fits_the_install(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    from ebbtide.kube.pods import PodRequest, pod_manifest
+    from ebbtide.kube.profiles import Slice, grant_for
+
+    name, docs = overlay
+    policy = parse_policy(_policy_text(docs), f"{name}: ConfigMap ebbtide-policy")
+    k8s = policy.kubernetes
+    assert k8s is not None and k8s.image is not None
+    request = PodRequest(
+        job_id=7,
+        attempt=1,
+        owner="alice",
+        queue="default",
+        node="gpu-a",
+        argv=["python", "/opt/ebbtide/examples/count.py", "100"],
+        env={"EBBTIDE_JOB_ID": "7"},
+        cwd=None,
+        image=k8s.image,
+        deadline_s=policy.deadline_for("default"),
+        grant=grant_for(Slice(25.0, 0, 4096), k8s),
+        profile=k8s.profile,
+        device_uuids=("GPU-00000000-0000-0000-0000-000000000000",),
+    )
+    pod = pod_manifest(request, k8s)
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert _find(docs, "Role", "ebbtide-agent", meta["namespace"]), "no Role where pods go"
+    assert meta["labels"][MANAGED_BY[0]] == MANAGED_BY[1], "admission would refuse it"
+    assert _find(docs, "PriorityClass", spec["priorityClassName"])
+    assert not any(spec.get(k) for k in ("hostPID", "hostIPC", "hostNetwork"))
+    assert not any(c.get("securityContext", {}).get("privileged") for c in _containers(spec))
+    host_paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    agent_paths = {
+        v["hostPath"]["path"] for v in _pod_spec(_agent(docs))["volumes"] if "hostPath" in v
+    }
+    assert agent_paths == {STATE_DIR}
+    # the attempt's own directories, below the agent's: where admission lets pods mount
+    assert host_paths and all(p.startswith(f"{STATE_DIR}/") for p in host_paths)
+    if k8s.profile == "direct":
+        assert spec["runtimeClassName"] == "nvidia"
+    schedulers = {"hami": "hami-scheduler", "volcano": "volcano", "koordinator": "koord-scheduler"}
+    assert spec.get("schedulerName") == schedulers.get(k8s.profile)
+
+
+# -- the image -------------------------------------------------------------------------
+
+
+def test_the_image_builds_the_wheel_on_slim_python_and_runs_ebb_as_a_user() -> None:
+    dockerfile = (DEPLOY / "image" / "Dockerfile").read_text()
+    lines = [line.strip() for line in dockerfile.splitlines() if not line.startswith("#")]
+    stages = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert stages == ["python:3.11-slim", "python:3.11-slim"]
+    assert any(line.startswith("RUN pip wheel") for line in lines)
+    assert 'ENTRYPOINT ["ebb"]' in lines
+    (user,) = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert user.split(":")[0] not in ("0", "root")
+    assert not any(line.startswith("HEALTHCHECK") for line in lines)
+    # the build context keeps what `pip wheel .` needs
+    ignore = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert ignore[0] == "*", "the context is an allow-list"
+    for needed in ("pyproject.toml", "README.md", "src/", "examples/"):
+        assert f"!{needed}" in ignore
