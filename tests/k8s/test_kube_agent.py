@@ -141,6 +141,7 @@ def test_the_clusters_preemption_is_an_eviction_and_an_oom_a_failure(
     assert ev["reason_code"] == "kube_preempted" and "preempted by the cluster" in ev["reason"]
     failed = [e for e in store.events(oom) if e["type"] == "failed"]
     assert failed and "OOMKilled" in json.dumps(failed[-1])
+    assert failed[-1]["reason_code"] == "oom"
 
 
 def test_a_pod_whose_image_cannot_be_pulled_fails_after_the_start_timeout(

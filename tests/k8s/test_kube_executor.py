@@ -114,7 +114,10 @@ def test_an_attempt_runs_as_a_labelled_pod_with_its_slice_and_its_log_is_kept(
         ended = wait_exit(ex, handle)
         assert (ended.code, ended.cause) == (0, CAUSE_JOB)
         ex.sweep(handle)
-        assert "hello from a pod" in handle.stdout_path.read_text()  # type: ignore[union-attr]
+        out = handle.stdout_path
+        assert out is not None
+        # the log is copied on a thread of its own (the agent's loop never waits for it)
+        kube.wait_until(lambda: out.exists() and "hello from a pod" in out.read_text())
         kube.wait_pod_gone(handle.name, namespace=NS)
     finally:
         ex.close()
@@ -276,5 +279,52 @@ def test_the_online_pods_on_the_node_are_named_and_direct_spare_capacity_is_adve
         node = kube.core().read_node(NODE)
         assert node.status.allocatable["ebbtide.io/gpu-core"] == "60"
         assert node.status.allocatable["ebbtide.io/gpu-memory"] == "51200"
+    finally:
+        ex.close()
+
+
+def test_a_pod_no_attempt_holds_is_swept_and_a_name_clash_defers_the_start(
+    kube: KubeHarness, tmp_path: Path
+) -> None:
+    from ebbtide.workers.executor import StartDeferred
+
+    ex = executor(kube, tmp_path)
+    try:
+        handle = ex.start(launch(tmp_path, "import time\ntime.sleep(60)\n"))
+        kube.wait_until(lambda: kube.kubelet.pids(handle.name, NS))
+        # the agent lost track of it (a create that timed out on the way back looks so)
+        ex._live.discard(handle.name)
+        with pytest.raises(StartDeferred):  # a pod of that attempt exists: not the job's fault
+            ex.start(launch(tmp_path, "pass"))
+        assert ex.sweep_orphans(now=0.0) == []  # seen for the first time: not yet
+        assert ex.sweep_orphans(now=31.0) == [handle.name]
+        kube.wait_pod_gone(handle.name, namespace=NS)
+    finally:
+        ex.close()
+
+
+def test_a_list_older_than_a_pod_just_created_does_not_make_it_gone(
+    kube: KubeHarness, tmp_path: Path
+) -> None:
+    from ebbtide.kube.watch import PodWatcher
+
+    core = kube.core()
+    kube.core().patch_node_status(NODE, {"status": {"allocatable": ALLOCATABLE}})
+    stale = core.list_namespaced_pod(NS)  # made before the pod exists
+    ex = executor(kube, tmp_path)
+    try:
+        handle = ex.start(launch(tmp_path, "import time\ntime.sleep(60)\n"))
+        watcher = PodWatcher(core, NS, "ebbtide.io/node=gpu-0")
+        watcher.note(
+            kube.core().api_client.sanitize_for_serialization(kube.read_pod(handle.name, NS))
+        )
+        real = core.list_namespaced_pod
+        core.list_namespaced_pod = lambda *a, **k: stale  # type: ignore[method-assign]
+        try:
+            watcher.sync()
+        finally:
+            core.list_namespaced_pod = real  # type: ignore[method-assign]
+        seen = watcher.get(handle.name)
+        assert seen is not None and not seen.gone
     finally:
         ex.close()

@@ -142,3 +142,25 @@ def test_an_unschedulable_pod_is_given_back_after_the_start_timeout() -> None:
 def test_garbage_status_never_raises() -> None:
     for junk in ({}, {"status": None}, {"status": {"containerStatuses": []}}, None):
         exit_of(junk, gone=True, deleting=False, pending_s=0, start_timeout_s=1)  # type: ignore[arg-type]
+
+
+def test_the_jobs_container_is_read_by_name_whatever_sidecar_sorts_first() -> None:
+    p = pod("Failed")
+    p["status"]["containerStatuses"] = [
+        {"name": "istio-proxy", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+        {"name": "job", "state": terminated(137, "OOMKilled")},
+    ]
+    e = ended(p)
+    assert e is not None and (e.code, e.cause) == (137, CAUSE_OOM)
+
+
+def test_a_drain_through_the_eviction_api_is_the_clusters_eviction() -> None:
+    drained = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    e = ended(pod("Failed", state=terminated(143), conditions=[drained]), gone=True)
+    assert e is not None and e.cause == CAUSE_PREEMPTED and "Eviction API" in e.detail
+
+
+def test_a_node_taint_eviction_is_a_lost_node_even_with_an_exit_code() -> None:
+    tainted = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    e = ended(pod("Failed", state=terminated(143), conditions=[tainted]), gone=True)
+    assert e is not None and e.cause == CAUSE_LOST and "node is gone" in e.detail

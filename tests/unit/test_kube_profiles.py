@@ -71,15 +71,15 @@ GRANTS = [
     ),
     (
         "hami",
-        (100, 3, 20480),
-        (100.0, 3, 20480, dict(zip(HAMI, ("3", "100", "20480", "1"), strict=True))),
+        (100, 3, 20480),  # whole cards come with all their memory
+        (100.0, 3, 81920, dict(zip(HAMI, ("3", "100", "81920", "1"), strict=True))),
     ),
     # Volcano vGPU: the same units, no priority resource
     ("volcano", (0.5, 0, 300), (1.0, 0, 300, dict(zip(VOLCANO, ("1", "1", "300"), strict=True)))),
     (
         "volcano",
         (100, 2, 8192),
-        (100.0, 2, 8192, dict(zip(VOLCANO, ("2", "100", "8192"), strict=True))),
+        (100.0, 2, 81920, dict(zip(VOLCANO, ("2", "100", "81920"), strict=True))),
     ),
     # Koordinator: the memory ratio rounds up, so the grant holds the request
     ("koordinator", (25, 0, 8192), (25.0, 0, 8192, dict(zip(KOORD, ("25", "10"), strict=True)))),
@@ -104,7 +104,7 @@ GRANTS = [
     (
         "direct",
         (100, 2, 40960),
-        (100.0, 2, 40960, dict(zip(DIRECT, ("200", "81920"), strict=True))),
+        (100.0, 2, 81920, dict(zip(DIRECT, ("200", "163840"), strict=True))),
     ),
 ]
 

@@ -30,11 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ LEFTOVER_WAIT_S = 10.0
 #: The longest one API call may take before it counts as failed, in seconds: the agent's
 #: loop makes them, and must go on keeping deadlines if the API server hangs.
 API_TIMEOUT_S = 5.0
+#: A pod labelled for this node that no attempt holds for this long is deleted, in s.
+ORPHAN_AFTER_S = 30.0
 #: How often the spare capacity is advertised in the node's status (``direct``), in s.
 ADVERTISE_PERIOD_S = 10.0
 #: The extended resources the agent advertises: percent of a GPU's SMs, and MiB.
@@ -85,8 +88,11 @@ class PodHandle(Handle):
     kill_at_mono: float | None = None
     #: ebbtide asked for its deletion (a warning or a kill)
     deleting: bool = False
-    #: its container log has been copied to ``stdout_path``
+    #: its container log is being (or has been) copied to ``stdout_path`` for good
     logs_saved: bool = False
+    log_final_written: bool = False
+    log_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    log_thread: threading.Thread | None = field(default=None, repr=False)
 
 
 def processes_gone(uid: str, proc: Path = Path("/proc")) -> bool:
@@ -109,6 +115,9 @@ class KubernetesExecutor:
     """
 
     inherit_env = False
+    #: pods are not paused yet (the pod's cgroup freezer would do it): a compute spike
+    #: evicts them
+    can_pause = False
 
     def __init__(
         self,
@@ -138,6 +147,10 @@ class KubernetesExecutor:
         self._stop = threading.Event()
         self._advertiser: threading.Thread | None = None
         self._pod_names: dict[str, str] = {}
+        #: the pods this agent holds (created, not yet swept): any other pod labelled for
+        #: this node is an orphan (a create that timed out but happened, a failed delete)
+        self._live: set[str] = set()
+        self._first_seen: dict[str, float] = {}
 
     def open(self) -> None:
         """List this node's pods and start watching them (before the first start)."""
@@ -169,10 +182,32 @@ class KubernetesExecutor:
     def _node_loop(self) -> None:
         while True:
             self.refresh_pod_names()
+            self.sweep_orphans()
             if self._stop.wait(ADVERTISE_PERIOD_S):
                 return
             if self.profile_name == "direct":
                 self.advertise_now()
+
+    def sweep_orphans(self, now: float | None = None) -> list[str]:
+        """Delete the pods labelled for this node that no attempt here holds and that have
+        been seen for ``ORPHAN_AFTER_S`` (never one being created): a create that timed
+        out on the way back, a delete that failed.  Returns their names."""
+        now = time.monotonic() if now is None else now
+        names = set(self.watcher.names())
+        for name in list(self._first_seen):
+            if name not in names:
+                del self._first_seen[name]
+        orphans = []
+        for name in sorted(names - self._live):
+            first = self._first_seen.setdefault(name, now)
+            seen = self.watcher.get(name)
+            if seen is None or now - first < ORPHAN_AFTER_S:
+                continue
+            uid = (seen.pod.get("metadata") or {}).get("uid")
+            log.warning("deleting pod %s: no attempt on this node holds it", name)
+            self._delete(name, uid, 0)
+            orphans.append(name)
+        return orphans
 
     # -- which online pod a GPU process is in -------------------------------------------
 
@@ -216,6 +251,11 @@ class KubernetesExecutor:
                 f"no image: the job names none, and neither queue {launch.queue!r} nor the "
                 "policy's kubernetes section has a default"
             )
+        env = dict(launch.env)
+        if self.profile_name != "direct":
+            # the sharing layer's device plugin hands the pod its card (or MIG instance)
+            # and sets what CUDA sees: the card ebbtide planned may not be it
+            env.pop("CUDA_VISIBLE_DEVICES", None)
         request = PodRequest(
             job_id=launch.job_id,
             attempt=launch.attempt,
@@ -223,7 +263,7 @@ class KubernetesExecutor:
             queue=launch.queue,
             node=self.node,
             argv=list(launch.argv),
-            env=dict(launch.env),
+            env=env,
             cwd=launch.cwd,
             image=image,
             deadline_s=launch.deadline_s,
@@ -236,20 +276,23 @@ class KubernetesExecutor:
         manifest = pod_manifest(request, self.settings)
         name = manifest["metadata"]["name"]
         launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        self._hand_over(launch)
         try:
             created = self.core.create_namespaced_pod(
                 self.namespace, manifest, _request_timeout=API_TIMEOUT_S
             )
         except ApiException as exc:
-            if exc.status == 409:  # a pod of this very attempt is left: not ours to reuse
-                self._delete(name, None, 0)
-            if exc.status in (400, 403, 404, 409, 422):
+            if exc.status in (400, 422):  # the pod itself is invalid: the job's to fix
                 raise ValueError(f"the API server refused pod {name}: {_api_error(exc)}") from None
+            # 409: a pod of this attempt is left (the orphan sweep deletes it); 403/404:
+            # the install (admission, namespace) is wrong; 5xx: the API is unwell. None is
+            # the job's fault: it is requeued, not failed
             raise StartDeferred(f"creating pod {name}: {_api_error(exc)}") from None
-        except Exception as exc:  # the API server unreachable
+        except Exception as exc:  # the API server unreachable (the pod may exist: swept)
             raise StartDeferred(f"creating pod {name}: {exc}") from None
         pod = self.core.api_client.sanitize_for_serialization(created)
         self.watcher.note(pod)
+        self._live.add(name)
         return PodHandle(
             pid=0,
             pgid=0,
@@ -259,6 +302,22 @@ class KubernetesExecutor:
             created_mono=time.monotonic(),
             stdout_path=launch.stdout_path,
         )
+
+    def _hand_over(self, launch: Launch) -> None:
+        """Give the attempt's directory and its checkpoint directory on this node to the
+        user its pod runs as (``run_as_user``), so the job can write them."""
+        uid, gid = self.settings.run_as_user, self.settings.run_as_group
+        if uid is None and gid is None:
+            return
+        dirs = [launch.stdout_path.parent]
+        if not self.settings.checkpoint_claim and launch.env.get("EBBTIDE_CHECKPOINT_DIR"):
+            dirs.append(Path(launch.env["EBBTIDE_CHECKPOINT_DIR"]))
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            try:
+                os.chown(d, -1 if uid is None else uid, -1 if gid is None else gid)
+            except OSError as exc:
+                log.warning("cannot hand %s to uid %s gid %s: %s", d, uid, gid, exc)
 
     def tree(self, job_id: int, handle: Handle) -> Tree:
         assert isinstance(handle, PodHandle)
@@ -310,19 +369,38 @@ class KubernetesExecutor:
     def renew(self, handle: Handle) -> None:
         """Nothing to renew: a pod has no lease (see the module's docstring)."""
 
+    def pause(self, handle: Handle) -> None:
+        raise NotImplementedError("pods are not paused: can_pause is False")
+
+    def thaw(self, handle: Handle) -> None:
+        raise NotImplementedError("pods are not paused: can_pause is False")
+
     def kill_at(self, handle: Handle, monotonic_s: float) -> None:
         assert isinstance(handle, PodHandle)
         handle.kill_at_mono = monotonic_s
 
     def sweep(self, handle: Handle) -> None:
         assert isinstance(handle, PodHandle)
-        self._save_logs(handle)
-        if not handle.deleting or not self._gone(handle):
+        if not self._gone(handle):
+            # a kill (the deadline, a fence): the slice first.  The deadline waits neither
+            # for the API server nor for the kubelet's grace minimum: the pod's processes
+            # on this host are killed here, and the pod deleted at once
+            kill_pod_processes(handle.uid)
             handle.deleting = True
             self._delete(handle.name, handle.uid, 0)
+            self._save_logs(handle)  # what can still be read of it
+        else:
+            # it ended: its log goes with the pod, so it is read before the pod is deleted
+            self._save_logs(handle)
+            if handle.log_thread is not None:
+                handle.log_thread.join(API_TIMEOUT_S)
+            if not handle.deleting:
+                handle.deleting = True
+                self._delete(handle.name, handle.uid, 0)
         if not wait_until(lambda: self._gone(handle), SWEEP_WAIT_S):
             log.warning("pod %s: its processes are still on this host after a kill", handle.name)
         self.watcher.forget(handle.name)
+        self._live.discard(handle.name)
 
     def reap_leftovers(self) -> list[Leftover]:
         """The pods of this node no agent holds: a finished one's outcome is delivered, a
@@ -382,22 +460,62 @@ class KubernetesExecutor:
 
     def _save_logs(self, handle: PodHandle, *, final: bool = True) -> None:
         """Copy the container's log to the attempt's ``stdout.log`` (once it ended; and,
-        before a deletion, what there is so far)."""
+        before a deletion, what there is so far), on a thread of its own: the agent's
+        loop never waits for the API server's answer."""
         if handle.logs_saved or handle.stdout_path is None:
             return
+        if final:
+            handle.logs_saved = True
+        handle.log_thread = threading.Thread(
+            target=self._copy_log, args=(handle, final), name="pod-log", daemon=True
+        )
+        handle.log_thread.start()
+
+    def _copy_log(self, handle: PodHandle, final: bool) -> None:
+        assert handle.stdout_path is not None
         try:
             text = self.core.read_namespaced_pod_log(
                 handle.name, self.namespace, container="job", _request_timeout=API_TIMEOUT_S
             )
+            text = text if isinstance(text, str) else str(text)
         except Exception as exc:
-            if final:
-                handle.logs_saved = True
-                with contextlib.suppress(OSError), handle.stdout_path.open("a") as out:
-                    out.write(f"[ebbtide] the log of pod {handle.name} is gone: {exc}\n")
-            return
-        with contextlib.suppress(OSError):
-            handle.stdout_path.write_text(text if isinstance(text, str) else str(text))
-        handle.logs_saved = final
+            if not final:
+                return
+            text = None
+            note = f"[ebbtide] the rest of the log of pod {handle.name} is gone: {exc}\n"
+        with handle.log_lock:
+            if handle.log_final_written:
+                return  # a later, whole copy is there already
+            if text is not None:
+                _write_no_follow(handle.stdout_path, text, append=False)
+            else:
+                _write_no_follow(handle.stdout_path, note, append=True)
+            handle.log_final_written = final
+
+
+def _write_no_follow(path: Path, text: str, *, append: bool) -> None:
+    """Write a file in a directory the pod can write too, never through a link the job
+    put there (the agent is root on the host)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        log.warning("cannot write %s: %s", path, exc)
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def kill_pod_processes(uid: str, proc: Path = Path("/proc")) -> int:
+    """SIGKILL every process on this host in the pod with ``uid`` (the agent shares the
+    host's PID namespace); how many were signalled."""
+    killed = 0
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and uid in pod_uids(read_cgroup(int(entry.name), proc) or ""):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def spare_capacity(devices: list[dict[str, Any]]) -> dict[str, str]:

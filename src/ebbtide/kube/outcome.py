@@ -23,6 +23,7 @@ import signal
 from datetime import datetime
 from typing import Any
 
+from ebbtide.kube.pods import CONTAINER_NAME
 from ebbtide.workers.executor import (
     CAUSE_IMAGE,
     CAUSE_LOST,
@@ -35,8 +36,11 @@ from ebbtide.workers.executor import (
 from ebbtide.workers.shim import CAUSE_JOB
 
 #: ``DisruptionTarget`` reasons of a preemption for another pod (the second is the name
-#: Kubernetes 1.26 used).
-PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+#: Kubernetes 1.26 used), and of an eviction through the Eviction API (a node drain, a
+#: descheduler, Kueue or Koordinator taking it back): the cluster took it, requeue it.
+PREEMPTION_REASONS = frozenset(
+    {"PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI"}
+)
 #: ``DisruptionTarget`` reasons of a kubelet's eviction for node pressure.
 PRESSURE_REASONS = frozenset({"TerminationByKubelet"})
 #: ``DisruptionTarget`` reasons that mean the pod's node is gone.
@@ -118,11 +122,22 @@ def _ended(
     reason = disruption.get("reason") if disruption.get("status") == "True" else None
     message = disruption.get("message") or status.get("message") or ""
     grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    if not deleting and reason in NODE_GONE_REASONS:
+        return Exit(
+            _KILLED_EXIT if code is None else code,
+            cause=CAUSE_LOST,
+            detail=f"its node is gone ({reason}: {message})",
+        )
     if not deleting and reason in PREEMPTION_REASONS:
+        by = (
+            "evicted through the Eviction API (a drain, a descheduler)"
+            if reason == "EvictionByEvictionAPI"
+            else "preempted by the cluster's scheduler for another pod"
+        )
         return Exit(
             code if code is not None else _WARNED_EXIT,
             cause=CAUSE_PREEMPTED,
-            detail=f"preempted by the cluster's scheduler for another pod: {message}".strip(),
+            detail=f"{by}: {message}".strip(),
             at=_time(disruption.get("lastTransitionTime")),
             grace_s=float(grace) if isinstance(grace, int | float) else None,
         )
@@ -145,9 +160,7 @@ def _ended(
         return Exit(code, cause=CAUSE_JOB, at=at)
     if deleting:
         return Exit(_WARNED_EXIT, cause=CAUSE_JOB, detail="its pod was deleted as asked")
-    if reason in NODE_GONE_REASONS:
-        why = f"its node is gone ({reason}: {message})"
-    elif gone:
+    if gone:
         why = f"pod {_name(pod)} was deleted by someone else" + (f" ({reason})" if reason else "")
     else:
         why = f"pod {_name(pod)} failed: {status.get('reason') or 'no reason'}: {message}"
@@ -155,8 +168,13 @@ def _ended(
 
 
 def _container_state(status: dict[str, Any]) -> dict[str, Any]:
+    """The state of the job's container (``job``: the kubelet sorts statuses by name, and
+    a sidecar a mesh injects may come first); the only one when none is named so."""
     statuses = status.get("containerStatuses") or []
-    return (statuses[0].get("state") or {}) if statuses else {}
+    for entry in statuses:
+        if entry.get("name") == CONTAINER_NAME:
+            return entry.get("state") or {}
+    return (statuses[0].get("state") or {}) if len(statuses) == 1 else {}
 
 
 def _condition(status: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -143,6 +143,12 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
         "command": list(req.argv),
         "resources": {"limits": dict(req.grant.resources), "requests": dict(req.grant.resources)},
         "volumeMounts": [],
+        # a job needs no privilege: none to gain, no capability, the runtime's seccomp
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
     }
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
@@ -181,6 +187,15 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
         "containers": [container],
         "volumes": volumes,
     }
+    if settings.run_as_user is not None or settings.run_as_group is not None:
+        spec["securityContext"] = {
+            k: v
+            for k, v in (
+                ("runAsUser", settings.run_as_user),
+                ("runAsGroup", settings.run_as_group),
+            )
+            if v is not None
+        }
     scheduler = settings.scheduler_name or profile.default_scheduler
     if scheduler:
         spec["schedulerName"] = scheduler

@@ -272,13 +272,14 @@ def _hami(request: Slice, settings: KubernetesSettings) -> tuple[Slice, dict[str
     notes: list[str] = []
     count = max(1, request.gpus)
     pct = 100 if request.gpus else _whole_percent(request, "HAMi", notes)
+    memory_mib = _whole_card_memory(request, settings, notes)
     resources = {
         HAMI_GPU: str(count),
         HAMI_CORES: str(pct),
-        HAMI_MEMORY: str(request.memory_mib),
+        HAMI_MEMORY: str(memory_mib),
         HAMI_PRIORITY: HAMI_LOW_PRIORITY,
     }
-    return Slice(float(pct), request.gpus, request.memory_mib), resources, notes
+    return Slice(float(pct), request.gpus, memory_mib), resources, notes
 
 
 def _volcano(
@@ -290,12 +291,13 @@ def _volcano(
     notes: list[str] = []
     count = max(1, request.gpus)
     pct = 100 if request.gpus else _whole_percent(request, "Volcano vGPU", notes)
+    memory_mib = _whole_card_memory(request, settings, notes)
     resources = {
         VOLCANO_NUMBER: str(count),
         VOLCANO_CORES: str(pct),
-        VOLCANO_MEMORY: str(request.memory_mib),
+        VOLCANO_MEMORY: str(memory_mib),
     }
-    return Slice(float(pct), request.gpus, request.memory_mib), resources, notes
+    return Slice(float(pct), request.gpus, memory_mib), resources, notes
 
 
 def _koordinator(
@@ -400,11 +402,22 @@ def _direct(
     notes: list[str] = []
     count = max(1, request.gpus)
     pct = 100 if request.gpus else _whole_percent(request, "ebbtide.io/gpu-core", notes)
+    memory_mib = _whole_card_memory(request, settings, notes)
     resources = {
         EBBTIDE_GPU_CORE: str(pct * count),
-        EBBTIDE_GPU_MEMORY: str(request.memory_mib * count),
+        EBBTIDE_GPU_MEMORY: str(memory_mib * count),
     }
-    return Slice(float(pct), request.gpus, request.memory_mib), resources, notes
+    return Slice(float(pct), request.gpus, memory_mib), resources, notes
+
+
+def _whole_card_memory(request: Slice, settings: KubernetesSettings, notes: list[str]) -> int:
+    """The memory per device to ask for: whole GPUs come with all of each card's (where a
+    layer would otherwise limit a whole card to the job's default request)."""
+    if not request.gpus:
+        return request.memory_mib
+    if request.memory_mib != settings.gpu_memory_mib:
+        notes.append("whole cards come with all their memory")
+    return settings.gpu_memory_mib
 
 
 def _profiles(*profiles: Profile) -> dict[str, Profile]:

@@ -112,6 +112,8 @@ class PodWatcher:
     def start(self) -> None:
         """Watch in a thread of its own (again after :meth:`stop`: from the last
         resourceVersion seen, or a fresh list if that has expired)."""
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(self.watch_timeout_s + 10)  # it finishes its request first
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="pod-watcher", daemon=True)
         self._thread.start()
@@ -126,15 +128,22 @@ class PodWatcher:
 
     def sync(self) -> None:
         """List the pods and make that the view (pods not listed are gone)."""
-        listing = self.core.list_namespaced_pod(self.namespace, label_selector=self.label_selector)
+        listing = self.core.list_namespaced_pod(
+            self.namespace, label_selector=self.label_selector, _request_timeout=LIST_TIMEOUT_S
+        )
         pods = [self.core.api_client.sanitize_for_serialization(p) for p in listing.items]
         listed = {p["metadata"]["name"]: p for p in pods}
+        version = listing.metadata.resource_version
         with self._lock:
             for name, seen in list(self._pods.items()):
-                if name not in listed and not seen.gone:
+                # a pod missing from the list was deleted meanwhile, unless it is newer
+                # than the list (created, or noted by its creator, after the list was made)
+                if name not in listed and not seen.gone and not _after(seen.pod, version):
                     self._pods[name] = Seen(seen.pod, gone=True)
             for name, pod in listed.items():
-                self._pods[name] = Seen(pod)
+                known = self._pods.get(name)
+                if known is None or _newer(pod, known.pod):
+                    self._pods[name] = Seen(pod)
             self._trim()
             self._resource_version = listing.metadata.resource_version
         self.lists += 1
@@ -191,7 +200,9 @@ class PodWatcher:
                 self._pods[name] = Seen(obj, gone=True)
                 self._trim()
             elif kind in ("ADDED", "MODIFIED"):
-                self._pods[name] = Seen(obj)
+                seen = self._pods.get(name)
+                if seen is None or seen.gone or _newer(obj, seen.pod):
+                    self._pods[name] = Seen(obj)
         if version:
             self._resource_version = version
         self._changed()
@@ -213,6 +224,14 @@ def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return int(a["metadata"]["resourceVersion"]) >= int(b["metadata"]["resourceVersion"])
     except (KeyError, TypeError, ValueError):
         return True
+
+
+def _after(pod: dict[str, Any], version: str | None) -> bool:
+    """Whether pod JSON ``pod`` is more recent than resourceVersion ``version``."""
+    try:
+        return int(pod["metadata"]["resourceVersion"]) > int(version or 0)
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, step_s: float = 0.01) -> bool:
