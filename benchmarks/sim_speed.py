@@ -2,12 +2,14 @@
 
 Runs what ``ebb sim --online genai:DIR --jobs openb:DIR/openb_pod_list_default.csv``
 runs — ebbtide and the three baselines, 143 GPUs × 22.8 h, backlogged load, seed 0 —
-in this one process (one core), and prints the wall time of the whole run (reading the
-traces included) and of each policy, then the figures table.
+in this one process (one core), with the restart overhead ``ebb sim`` defaults to (30 s)
+and ebbtide pausing for compute spikes (``--no-pause``: evicting), and prints the wall time
+of the whole run (reading the traces included) and of each policy, then the figures table.
 
 Usage (from the repository root)::
 
-    python benchmarks/sim_speed.py [--traces DIR] [--hours H] [--devices N] [--json] [--check]
+    python benchmarks/sim_speed.py [--traces DIR] [--hours H] [--devices N]
+        [--restart-overhead S] [--no-pause] [--json] [--check]
 
 ``--traces`` defaults to ``shared/traces`` beside the repository (``$EBBTIDE_TRACES``
 overrides it).  With ``--json`` exactly one JSON object: ``{"wall_s", "target_s",
@@ -27,9 +29,10 @@ from typing import Any
 
 from ebbtide.sim.jobs import load_openb
 from ebbtide.sim.online import load_genai
-from ebbtide.sim.policies import baselines, ebbtide_policy
+from ebbtide.sim.policies import NO_PAUSE, baselines, ebbtide_policy
 from ebbtide.sim.report import render
 from ebbtide.sim.runner import describe_workload, run_policies
+from ebbtide.sim.timing import RESTART_OVERHEAD_S
 
 #: Target: the whole run (all four policies, reading the traces included), in seconds.
 TARGET_S = 60.0
@@ -47,6 +50,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hours", type=float, default=None, help="simulate at most H hours (all)")
     p.add_argument("--devices", type=int, default=None, help="only the first N devices (all)")
     p.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    p.add_argument(
+        "--restart-overhead",
+        type=float,
+        default=RESTART_OVERHEAD_S,
+        metavar="S",
+        help=f"seconds a resumed job restores before it progresses ({RESTART_OVERHEAD_S:g})",
+    )
+    p.add_argument("--no-pause", action="store_true", help="ebbtide evicts on every shortfall")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--check", action="store_true", help="exit 1 unless the target is met")
     return p.parse_args(argv)
@@ -60,7 +71,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     stream = load_openb(traces / OPENB_FILE, seed=args.seed)
     read_s = time.perf_counter() - started
-    figures, _ = run_policies(load, stream, [ebbtide_policy(), *baselines()], seed=args.seed)
+    product = ebbtide_policy(pause=NO_PAUSE if args.no_pause else None)
+    figures, _ = run_policies(
+        load,
+        stream,
+        [product, *baselines()],
+        seed=args.seed,
+        restart_overhead_s=args.restart_overhead,
+    )
     wall_s = time.perf_counter() - started
     workload = describe_workload(
         load,
@@ -70,7 +88,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         backlogged=True,
         arrival_scale=1.0,
         seed=args.seed,
+        restart_overhead_s=args.restart_overhead,
     )
+    workload["pause"] = product.pause.enabled
     return {
         "wall_s": round(wall_s, 3),
         "target_s": TARGET_S,

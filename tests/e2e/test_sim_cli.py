@@ -25,6 +25,10 @@ METRICS = {
     "interference_compute_frac",
     "oom_events",
     "evictions",
+    "evictions_per_gpu_hour",
+    "pauses",
+    "paused_frac",
+    "restart_overhead_frac",
     "deadline_misses",
     "wasted_work_frac",
     "jobs_completed",
@@ -88,6 +92,31 @@ def test_same_seed_same_json(trace_csv: Path) -> None:
         for figures in result["policies"].values():
             figures.pop("sim_wall_s")
     assert a == b
+
+
+def test_pausing_and_restart_overhead_flags(trace_csv: Path) -> None:
+    """``--no-pause`` makes ebbtide evict on every shortfall; ``--restart-overhead`` takes
+    a duration; the workload records both; every harvest is at most 1."""
+    base = ("--online", f"trace:{trace_csv}", "--jobs", "synthetic:3", "--restart-overhead")
+    paused = as_json(*base, "60s")
+    evicting = as_json(*base, "1m", "--no-pause")
+    assert (paused["workload"]["pause"], evicting["workload"]["pause"]) == (True, False)
+    assert paused["workload"]["restart_overhead_s"] == 60.0
+    assert paused["policies"]["ebbtide"]["pauses"] > 0
+    assert evicting["policies"]["ebbtide"]["pauses"] == 0
+    assert paused["policies"]["ebbtide"]["evictions"] < evicting["policies"]["ebbtide"]["evictions"]
+    for result in (paused, evicting):
+        assert all(0 <= f["harvest_efficiency"] <= 1 for f in result["policies"].values())
+    assert paused["policies"]["greedy"] == {
+        **evicting["policies"]["greedy"],
+        "sim_wall_s": paused["policies"]["greedy"]["sim_wall_s"],
+    }
+
+
+def test_bad_restart_overhead_is_one_line(trace_csv: Path) -> None:
+    proc = sim("--online", f"trace:{trace_csv}", "--restart-overhead", "soon", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("ebb: error: --restart-overhead 'soon'")
 
 
 def test_table_and_no_baselines(trace_csv: Path) -> None:

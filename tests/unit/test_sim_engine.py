@@ -3,8 +3,9 @@ baselines as defined.
 
 Delays are fixed (:class:`Fixed`): the agent sees a step 0.02 s after it, a cooperative job
 is out of the way 0.1 s after the warning (plus its checkpoint), a killed one is reaped in
-0.01 s.  The scheduler plans on 0.5 s ticks, a dispatched job runs 0.2 s later (plus 10 s
+0.01 s.  The scheduler plans on 0.5 s ticks, a dispatched job runs 0.2 s later (plus 30 s
 to restore when resumed), and hears of a fall in online usage a heartbeat (0.5 s) late.
+``PLAIN`` never pauses, so a compute spike evicts (pausing: ``test_sim_pause.py``).
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def test_compute_spike_evicts_checkpoints_and_resumes() -> None:
 
     The agent sees it at 100.02 and warns; the job stops computing at 100.12 (40 % of
     online demand did not fit for 0.12 s), checkpoints for 1 s and is free at 101.12.  The
-    fall is heard at 200.52, the job dispatched again at the 201.0 tick and, after 10 s
-    restoring, finishes its remaining 900.68 s at 1111.88.
+    fall is heard at 200.52, the job dispatched again at the 201.0 tick and, after 30 s
+    restoring (201.2-231.2), finishes its remaining 900.68 s at 1131.88.  Its 0.02 s of
+    progress on compute the online side wanted (100-100.02, 40 % over) is not harvest.
     """
     load = online([(0.0, 0.0, 0.0), (100.0, 90.0, 0.0), (200.0, 0.0, 0.0)], span=1200.0)
     _, t = run(load, [job(work=1000.0, cost=1.0)])
@@ -103,9 +105,14 @@ def test_compute_spike_evicts_checkpoints_and_resumes() -> None:
     assert f["deadline_misses"] == 0
     assert f["wasted_work_frac"] == 0.0
     assert f["jobs_completed"] == 1
-    assert f["jct_p50_s"] == pytest.approx(1111.9, abs=0.05)
+    assert f["jct_p50_s"] == pytest.approx(1131.9, abs=0.05)
     assert t.progress_cs == pytest.approx(1000.0 * 50.0)
-    assert f["harvest_efficiency"] == pytest.approx(50000.0 / (120000.0 - 9000.0), rel=1e-5)
+    assert f["harvest_efficiency"] == pytest.approx((50000.0 - 0.8) / (120000.0 - 9000.0))
+    held_s = (101.12 - 0.5) + (1131.88 - 201.0)
+    assert t.slice_cs == pytest.approx(50.0 * held_s)
+    assert t.restart_cs == pytest.approx(50.0 * 30.0)
+    assert f["restart_overhead_frac"] == pytest.approx(30.0 / held_s, rel=1e-5)
+    assert (f["pauses"], f["paused_frac"]) == (0, 0.0)
     assert f["utilization_before"] == pytest.approx(9000.0 / 120000.0)
     assert f["utilization_after"] == pytest.approx((9000.0 - 4.8 + 50000.0) / 120000.0)
 
@@ -113,7 +120,8 @@ def test_compute_spike_evicts_checkpoints_and_resumes() -> None:
 def test_stubborn_job_is_killed_at_the_deadline_and_loses_work() -> None:
     """It checkpoints at 50.7-51.7 (50 s saved), ignores the warning at 80.02, is killed at
     deadline − 0.15 s = 109.87 and reaped at 109.88: 28.32 s of progress lost, and its
-    40 % of overflow held the online side back all that time."""
+    40 % of overflow held the online side back all that time.  Of what it kept, the 0.02 s
+    run at 80-80.02 on compute the online side wanted (40 % over) is not harvest."""
     load = online([(0.0, 0.0, 0.0), (80.0, 90.0, 0.0)], span=300.0)
     _, t = run(load, [job(work=1000.0, interval=50.0, cost=1.0, cooperative=False)])
     f = t.figures(0.0)
@@ -122,7 +130,8 @@ def test_stubborn_job_is_killed_at_the_deadline_and_loses_work() -> None:
     assert t.lost_cs == pytest.approx(28.32 * 50.0)
     assert t.progress_cs == pytest.approx(78.32 * 50.0)
     assert f["wasted_work_frac"] == pytest.approx(28.32 / 78.32, rel=1e-5)
-    assert f["harvest_efficiency"] == pytest.approx(50.0 * 50.0 / (30000.0 - 19800.0), rel=1e-5)
+    kept = 50.0 * 50.0 - 40.0 * 0.02
+    assert f["harvest_efficiency"] == pytest.approx(kept / (30000.0 - 19800.0), rel=1e-5)
     assert t.interference_cs == pytest.approx(40.0 * 29.88)
 
 

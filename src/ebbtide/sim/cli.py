@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -18,6 +19,7 @@ from ebbtide.scheduling.snapshot import Margins
 from ebbtide.sim.jobs import SimJob, load_openb, synthetic
 from ebbtide.sim.online import OnlineLoad, load_genai, load_trace_csv
 from ebbtide.sim.policies import (
+    NO_PAUSE,
     ForecastSettings,
     SimPolicy,
     baselines,
@@ -66,8 +68,6 @@ def parse_online(
 
 
 def _with_clock(load: OnlineLoad, clock_start: str) -> OnlineLoad:
-    from dataclasses import replace
-
     return replace(load, clock_origin_s=parse_clock(clock_start))
 
 
@@ -126,6 +126,14 @@ def parse_quantiles(text: str) -> tuple[float, float]:
     return c, m
 
 
+def parse_restart_overhead(text: str) -> float:
+    """``60s``, ``2m`` or plain seconds → seconds."""
+    try:
+        return parse_duration_s(text)
+    except ValueError as exc:
+        raise UserError(f"--restart-overhead {text!r}: {exc}") from None
+
+
 def run_sim(
     *,
     online: str,
@@ -147,6 +155,8 @@ def run_sim(
     policy_path: str | None = None,
     plot_path: str | None,
     debug: bool,
+    pause: bool = True,
+    restart_overhead: str = "30s",
 ) -> None:
     try:
         device_mib = float(parse_memory_mib(device_memory))
@@ -154,6 +164,7 @@ def run_sim(
         history_s = parse_duration_s(history)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    restart_s = parse_restart_overhead(restart_overhead)
     rules = None
     if policy_path is not None:
         from pathlib import Path
@@ -181,14 +192,17 @@ def run_sim(
         stubborn_frac=stubborn_frac,
     )
     cq, mq = parse_quantiles(quantiles)
-    policies: list[SimPolicy] = [
+    product = (
         from_policy_file(rules)
         if rules is not None
         else ebbtide_policy(
             parse_margins(margins),
             ForecastSettings(compute_quantile=cq, memory_quantile=mq, history_s=history_s),
         )
-    ]
+    )
+    if not pause:
+        product = replace(product, pause=NO_PAUSE)
+    policies: list[SimPolicy] = [product]
     if baselines_on:
         policies += baselines()
     backlogged = load == "backlogged"
@@ -201,6 +215,7 @@ def run_sim(
         seed=seed,
         debug=debug,
         record=plot_path is not None,
+        restart_overhead_s=restart_s,
     )
     result: dict[str, Any] = {
         "workload": describe_workload(
@@ -211,9 +226,11 @@ def run_sim(
             backlogged=backlogged,
             arrival_scale=arrival_scale,
             seed=seed,
+            restart_overhead_s=restart_s,
         ),
         "policies": figures,
     }
+    result["workload"]["pause"] = product.pause.enabled
     if policy_path is not None:
         result["workload"]["policy"] = policy_path
     if plot_path is not None:

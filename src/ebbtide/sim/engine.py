@@ -2,21 +2,33 @@
 
 It drives the product's own pure code: :func:`ebbtide.scheduling.planner.plan` on a
 :class:`~ebbtide.scheduling.snapshot.Snapshot`, the node agent's fast path
-(:func:`ebbtide.preemption.victims.evictions_for_device`) and the
+(:func:`ebbtide.preemption.relief.relief_for_device` and
+:func:`~ebbtide.preemption.relief.thaws_for_device`) and the
 :class:`~ebbtide.scheduling.forecast.Forecaster`.  Nothing sleeps.
 
 Events, as in the live system:
 
 - an **online step** changes a device's usage; the agent's next sample sees it within
   ``SAMPLE_PERIOD_S`` and, if online usage plus slices exceed capacity minus the margin,
-  warns victims at once (the fast path); the scheduler hears of a rise at once and of a
-  fall at the next heartbeat;
+  acts at once (the fast path): under the policy's
+  :class:`~ebbtide.preemption.relief.PauseRules` a compute shortfall *pauses* victims while
+  memory fits, anything else *evicts* them; the same sample thaws paused attempts that fit
+  again.  The scheduler hears of a rise at once and of a fall at the next heartbeat;
+- a **pause** freezes an attempt in place (:mod:`ebbtide.sim.state`): it keeps its slice's
+  memory, its compute is free ``drain_s`` later (the work in flight drains: an event of its
+  own, so the interference of those milliseconds is counted), its phase makes no
+  headway.  The agent samples the device again when the pause may end (``min_pause_s``
+  later), when it must (``max_pause_s`` later: the relief evicts it to run elsewhere), and
+  whenever a slice there frees compute; a thaw costs no restart.  A paused attempt that is
+  evicted is thawed first, as the agent does, so that it can take its warning;
 - the **scheduler plans** at the next ``PLAN_PERIOD_S`` tick after anything that could let
   a job in: a job arrived or was requeued, a slice came free, online usage or the forecast
   reserve fell, a window opened.  (A pass after a rise cannot place anything the last pass
   could not, so none is made; the fast path has already evicted.)
-- **attempts** start, run, checkpoint, finish, or are evicted: warning → checkpoint if it
-  fits the deadline → exit → free (or kill at the deadline for a job that ignores it).
+- **attempts** start, restore (a resumed attempt spends ``restart_overhead_s`` on the GPU,
+  holding its slice, before it makes progress), run, checkpoint, finish, or are evicted:
+  warning → checkpoint if it fits the deadline → exit → free (or kill at the deadline for
+  a job that ignores it).
 
 Under a policy file (``SimPolicy.rules``, see :mod:`ebbtide.sim.windows`) the planner also
 gets the windows' gates and the queues' limits.  The gates are computed again at every cron
@@ -37,8 +49,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ebbtide.preemption.victims import evictions_for_device
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
+from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
+from ebbtide.preemption.victims import EvictReason
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
 from ebbtide.scheduling.snapshot import DeviceView, Snapshot
@@ -52,6 +65,7 @@ from ebbtide.sim.policies import SimPolicy, in_window
 from ebbtide.sim.state import (
     CHECKPOINTING,
     EVICTING,
+    RESTORING,
     RUNNING,
     STARTING,
     SimAttempt,
@@ -82,7 +96,8 @@ from ebbtide.sim.windows import SimWindows, drain_due
     _GATES,
     _LULL,
     _WAKE,
-) = range(14)
+    _DRAIN,
+) = range(15)
 
 #: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
 PLAN_HEADS = 8
@@ -103,7 +118,8 @@ class Simulation:
     that no device's slices exceed its capacity, and that each planner pass on the
     candidate devices decides what one on every device would.  ``recorder`` (see
     :class:`ebbtide.sim.record.Recorder`) gets periodic samples for plots.  ``latencies``
-    replaces the seeded random delays (tests pass fixed ones).
+    replaces the seeded random delays (tests pass fixed ones).  ``restart_overhead_s``:
+    how long a resumed attempt restores on the GPU before it makes progress.
     """
 
     def __init__(
@@ -118,6 +134,7 @@ class Simulation:
         debug: bool = False,
         recorder: Any = None,
         latencies: Latencies | None = None,
+        restart_overhead_s: float = RESTART_OVERHEAD_S,
     ) -> None:
         if policy.deadline_s is not None:
             stream = [replace(spec, deadline_s=policy.deadline_s) for spec in stream]
@@ -129,6 +146,7 @@ class Simulation:
         self.debug = debug
         self.recorder = recorder
         self.lat = latencies or Latencies(seed)
+        self.restart_overhead_s = restart_overhead_s
         self.tally = Tally()
         self.now = 0.0
         self.devices = [
@@ -167,6 +185,7 @@ class Simulation:
             _GATES: self._on_gates,
             _LULL: self._on_lull,
             _WAKE: self._on_wake,
+            _DRAIN: self._on_drain,
         }
 
     def _forecaster(self) -> Forecaster | None:
@@ -249,12 +268,18 @@ class Simulation:
         if dt > 0 and dev.present:
             c = dev.online_c
             t = self.tally
+            spare = DEVICE_COMPUTE_PCT - c
             t.capacity_cs += DEVICE_COMPUTE_PCT * dt
             t.online_cs += c * dt
-            t.spare_cs += (DEVICE_COMPUTE_PCT - c) * dt
-            over = c + dev.held_c - DEVICE_COMPUTE_PCT
+            t.spare_cs += spare * dt
+            over = dev.held_c - spare
             if over > 0:
                 t.interference_cs += min(over, c) * dt
+            if dev.attempts:
+                t.harvest_cs += min(max(0.0, dev.offline_progress_c()), spare) * dt
+                t.slice_cs += dev.slice_c * dt
+                t.paused_cs += dev.paused_c * dt
+                t.restart_cs += dev.restoring_c * dt
         dev.accounted_to = self.now
 
     def _check(self, dev: SimDevice) -> None:
@@ -306,10 +331,11 @@ class Simulation:
                 self._evict(att, spike_at=self.now)
 
     def _on_sample(self, dev: SimDevice, _: Any) -> None:
-        """The agent's fast path: its sample shows online usage; evict at once if over."""
+        """The agent's fast path: its sample shows online usage; if over, pause or evict at
+        once (:func:`relief_for_device`); then thaw what fits again."""
         if not dev.present or not dev.attempts:
             return
-        aware = self.policy.checkpoint_aware
+        aware, rules, margins = self.policy.checkpoint_aware, self.policy.pause, self.policy.margins
         views = [a.active_view(aware) for a in dev.attempts.values()]
         device = DeviceView(
             node=dev.node,
@@ -319,10 +345,26 @@ class Simulation:
             online_memory_mib=dev.online_m,
             sampled_at=self.now,
         )
-        for ev in evictions_for_device(device, views, self.policy.margins, self.now):
-            att = self.active[ev.job_id]
-            if att.phase != EVICTING:
-                self._evict(att, spike_at=dev.last_step_at)
+        if not dev.paused_n and overflow(device, views, margins) == (0.0, 0.0):
+            return  # within capacity and nothing paused: the relief would do nothing
+        acted = False
+        for r in relief_for_device(device, views, margins, self.now, rules):
+            att = self.active[r.job_id]
+            if att.phase == EVICTING:
+                continue
+            acted = True
+            if r.kind is ActionKind.PAUSE:
+                if att.paused_at is None:
+                    self._pause(att)
+            else:
+                moved = r.reason is EvictReason.PAUSED_TOO_LONG
+                self._evict(att, spike_at=self.now if moved else dev.last_step_at)
+        if not dev.paused_n:
+            return
+        if acted:
+            views = [a.active_view(aware) for a in dev.attempts.values()]
+        for a in thaws_for_device(device, views, margins, self.now, rules):
+            self._thaw(self.active[a.job_id])
 
     def _on_report(self, dev: SimDevice, usage: tuple[float, float]) -> None:
         """A heartbeat reaches the scheduler: the online usage and the forecast reserve."""
@@ -445,6 +487,7 @@ class Simulation:
             watch_compute=policy.watch_compute,
             checkpoint_aware=policy.checkpoint_aware,
             now=self.now,
+            max_pause_s=policy.pause.max_pause_s if policy.pause.enabled else math.inf,
         )
         if w is None:
             return devs
@@ -465,6 +508,7 @@ class Simulation:
             active=[a.active_view(aware) for d in devs for a in d.attempts.values()],
             devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
             margins=self.policy.margins,
+            pause=self.policy.pause,
             queues=w.limits if w is not None else {},
             gates=w.gates if w is not None else None,
         )
@@ -513,19 +557,23 @@ class Simulation:
         dev = self._by_node[d.node]
         self._account(dev)
         job.attempts += 1
-        restart = RESTART_OVERHEAD_S if job.attempts > 1 else 0.0
+        restart = self.restart_overhead_s if job.attempts > 1 else 0.0
+        up_at = self.now + DISPATCH_LATENCY_S
         att = SimAttempt(
             job=job,
             number=job.attempts,
             dev=dev,
             dispatched_at=self.now,
-            run_from=self.now + DISPATCH_LATENCY_S + restart,
+            run_from=up_at + restart,
             progress_s=job.progress_s,
             saved_s=job.progress_s,
             updated_at=self.now,
+            up_at=up_at,
+            pausable=self.policy.pause.enabled,
         )
         spec = job.spec
         dev.attempts[job.id] = att
+        dev.count(att, 1)
         dev.changed += 1
         self.active[job.id] = att
         if not spec.gpus:
@@ -535,7 +583,7 @@ class Simulation:
         self.tally.dispatches += 1
         if self.debug:
             self._check(dev)
-        self._push(att.run_from, _ATTEMPT, att, att.version)
+        self._push(up_at, _ATTEMPT, att, att.version)
         if self.policy.evict_on_rise:
             self._push(self.now + DISPATCH_LATENCY_S, _SAMPLE, dev)
 
@@ -556,8 +604,12 @@ class Simulation:
         if att.version != version:
             return
         spec = att.job.spec
-        if att.phase == STARTING:
-            att.phase = RUNNING
+        if att.phase == STARTING and att.run_from > self.now:
+            self._set_phase(att, RESTORING)
+            att.view = None
+            self._push(att.run_from, _ATTEMPT, att, att.version)
+        elif att.phase in (STARTING, RESTORING):
+            self._set_phase(att, RUNNING)
             att.view = None
             att.updated_at = self.now
             self._run(att)
@@ -566,7 +618,7 @@ class Simulation:
             if att.finished:
                 self._complete(att)
                 return
-            att.phase = CHECKPOINTING
+            self._set_phase(att, CHECKPOINTING)
             att.ckpt_progress_s = att.progress_s
             att.ckpt_end = self.now + spec.ckpt_cost_s
             att.version += 1
@@ -575,10 +627,18 @@ class Simulation:
             att.saved_s = att.ckpt_progress_s
             att.last_ckpt_at = self.now
             att.since_ckpt_s = 0.0
-            att.phase = RUNNING
+            self._set_phase(att, RUNNING)
             att.view = None
             att.updated_at = self.now
             self._run(att)
+
+    def _set_phase(self, att: SimAttempt, phase: int) -> None:
+        """Move ``att`` to ``phase``, with the device's metrics integrated up to now."""
+        dev = att.dev
+        self._account(dev)
+        dev.count(att, -1)
+        att.phase = phase
+        dev.count(att, 1)
 
     def _complete(self, att: SimAttempt) -> None:
         self._leave(att)
@@ -598,11 +658,13 @@ class Simulation:
             att.holds_compute = False
         dev.held_m -= att.job.spec.memory_mib
         del dev.attempts[att.job.id]
+        dev.count(att, -1)
         dev.changed += 1
         del self.active[att.job.id]
         att.version += 1
         if self.debug:
             self._check(dev)
+        self._resample(dev)
 
     def _evict(self, att: SimAttempt, *, spike_at: float, deadline_s: float | None = None) -> None:
         """Warn the attempt (see :func:`ebbtide.sim.eviction.outcome` for what follows);
@@ -613,9 +675,12 @@ class Simulation:
             dev = att.dev
             dev.cooldown_until = now + self.policy.cooldown_s
             dev.view = None
+        if att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
+            self.tally.evictions_paused += 1
+            self._unfreeze(att)
         self.tally.progress_cs += att.advance(now)
         was = att.phase
-        att.phase = EVICTING
+        self._set_phase(att, EVICTING)
         att.view = None
         att.dev.changed += 1
         att.version += 1
@@ -642,6 +707,68 @@ class Simulation:
             self._account(att.dev)
             att.dev.held_c -= att.job.spec.compute_pct
             att.holds_compute = False
+            self._resample(att.dev)
+
+    # -- pausing ----------------------------------------------------------------------------
+
+    def _pause(self, att: SimAttempt) -> None:
+        """Freeze ``att`` in place: it keeps its memory; its compute is free once its work
+        in flight drained (``drain_s``); the agent looks again when the pause may end and
+        when it must."""
+        now, rules = self.now, self.policy.pause
+        self.tally.progress_cs += att.advance(now)
+        dev = att.dev
+        self._account(dev)
+        dev.count(att, -1)
+        att.paused_at = now
+        dev.count(att, 1)
+        att.version += 1  # its phase makes no headway until thawed
+        att.view = None
+        dev.changed += 1
+        self.tally.pauses += 1
+        if rules.drain_s > 0:
+            self._push(now + rules.drain_s, _DRAIN, att, now)
+        else:
+            self._on_drain(att, now)
+        for after_s in (rules.min_pause_s, rules.max_pause_s):
+            t = now + after_s + self.lat.sample_delay()
+            if t < self.load.span_s:
+                self._push(t, _SAMPLE, dev)
+
+    def _on_drain(self, att: SimAttempt, paused_at: float) -> None:
+        """The paused attempt's work in flight is done: its compute is free."""
+        if att.paused_at == paused_at and att.holds_compute:
+            self._account(att.dev)
+            att.dev.held_c -= att.job.spec.compute_pct
+            att.holds_compute = False
+
+    def _unfreeze(self, att: SimAttempt) -> None:
+        """Let ``att`` run again where it stopped (no restart: it kept its context)."""
+        dev = att.dev
+        self._account(dev)
+        dev.count(att, -1)
+        att.thaw(self.now)
+        dev.count(att, 1)
+        if not att.holds_compute and not att.job.spec.gpus:
+            dev.held_c += att.job.spec.compute_pct
+            att.holds_compute = True
+        dev.changed += 1
+        if self.debug:
+            self._check(dev)
+
+    def _thaw(self, att: SimAttempt) -> None:
+        """The agent thaws ``att``: its phase goes on from where it was paused."""
+        self._unfreeze(att)
+        self.tally.thaws += 1
+        if att.phase == RUNNING:
+            self._run(att)
+        else:
+            self._push(att.phase_end(), _ATTEMPT, att, att.version)
+
+    def _resample(self, dev: SimDevice) -> None:
+        """Compute came free on ``dev``: the agent's next sample may thaw a paused slice."""
+        if dev.paused_n and dev.present:
+            self._push(self.now + self.lat.sample_delay(), _SAMPLE, dev)
 
     def _on_free(self, att: SimAttempt, _: Any) -> None:
         self._leave(att)

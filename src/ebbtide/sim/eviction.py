@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ebbtide.preemption.enforcer import KILL_LEAD_S
-from ebbtide.sim.state import CHECKPOINTING, STARTING, SimAttempt
+from ebbtide.sim.state import CHECKPOINTING, RESTORING, STARTING, SimAttempt
 from ebbtide.sim.timing import Latencies
 
 
@@ -31,7 +31,8 @@ def outcome(
 ) -> Outcome:
     """What happens to ``att``, warned at ``now`` while in phase ``was``:
 
-    - not started yet: exits at once (an exit latency);
+    - not started yet, or still restoring its checkpoint: exits at once (an exit latency),
+      keeping what it had saved;
     - cooperative: stops computing within an exit latency; if it has progress to save and
       the checkpoint (or the rest of one under way) fits before deadline − kill lead, it
       checkpoints and then exits, else it exits without one;
@@ -43,7 +44,7 @@ def outcome(
     """
     spec = att.job.spec
     budget = (spec.deadline_s if deadline_s is None else deadline_s) - KILL_LEAD_S
-    if was == STARTING:
+    if was in (STARTING, RESTORING):
         free = now + lat.exit_latency()
         return Outcome(free, free, att.saved_s, killed=False)
     if spec.cooperative:

@@ -4,18 +4,26 @@ Compute is counted in percent-seconds (one whole GPU busy for one second is 100)
 while a device is present in the fleet.
 
 - ``harvest_efficiency``: useful offline compute ÷ physically spare compute, where spare
-  is Σ (100 − online compute) × time and useful is the offline progress kept: all the
-  progress made, less the progress lost to evictions (work since the last checkpoint of a
-  job that could not checkpoint in time).  Progress of attempts still running at the end
-  counts.
+  is Σ (100 − online compute) × time and useful is the offline progress kept: the progress
+  made *within what was spare* (on each device, in each interval, at most 100 − online
+  compute; progress beyond that ran on compute the online side wanted and is counted as
+  interference, not harvest), less the progress lost to evictions (work since the last
+  checkpoint of a job that could not checkpoint in time).  So it never exceeds 1.
+  Progress of attempts still running at the end counts.
 - ``utilization_before``: online compute ÷ capacity.
 - ``utilization_after``: (online compute served + offline progress made, kept or not) ÷
   capacity, i.e. what ``nvidia-smi`` would have shown.
 - ``interference_compute_frac``: online compute that did not fit (online demand above
   capacity minus the compute offline slices held at that moment) ÷ online compute.
 - ``oom_events``: online memory steps that did not fit beside the offline slices' memory.
-- ``evictions``; ``deadline_misses``: slices freed later than their deadline after the
-  decision; ``wasted_work_frac``: progress lost to evictions ÷ progress made.
+- ``evictions``; ``evictions_per_gpu_hour``: evictions ÷ device-hours in the fleet;
+  ``deadline_misses``: slices freed later than their deadline after the decision;
+  ``wasted_work_frac``: progress lost to evictions ÷ progress made.
+- ``pauses``: attempts frozen in place for a compute spike (graduated response);
+  ``paused_frac``: paused slice-time ÷ offline slice-time, where slice-time is a slice's
+  compute (percent) × the time it is held, from dispatch until it is free.
+- ``restart_overhead_frac``: slice-time resumed attempts spent restoring (the restart
+  overhead, ``--restart-overhead``) ÷ offline slice-time.
 - ``jobs_completed``; ``jct_p50_s``, ``jct_p99_s``: completion − submission (``null`` when
   nothing completed); ``sim_wall_s``: wall-clock seconds the simulation of the policy took.
 """
@@ -34,6 +42,10 @@ METRIC_KEYS = (
     "interference_compute_frac",
     "oom_events",
     "evictions",
+    "evictions_per_gpu_hour",
+    "pauses",
+    "paused_frac",
+    "restart_overhead_frac",
     "deadline_misses",
     "wasted_work_frac",
     "jobs_completed",
@@ -61,10 +73,20 @@ class Tally:
     spare_cs: float = 0.0
     interference_cs: float = 0.0
     progress_cs: float = 0.0
+    #: progress made within what was spare (see ``harvest_efficiency``)
+    harvest_cs: float = 0.0
     lost_cs: float = 0.0
+    #: slice-time: every slice held, paused ones, resumed ones restoring
+    slice_cs: float = 0.0
+    paused_cs: float = 0.0
+    restart_cs: float = 0.0
     oom_events: int = 0
     evictions: int = 0
     evictions_killed: int = 0
+    #: evictions of paused attempts (memory short, or paused past max_pause_s)
+    evictions_paused: int = 0
+    pauses: int = 0
+    thaws: int = 0
     deadline_misses: int = 0
     jobs_completed: int = 0
     dispatches: int = 0
@@ -74,7 +96,8 @@ class Tally:
     eviction_latency_s: list[float] = field(default_factory=list)
 
     def figures(self, wall_s: float) -> dict[str, Any]:
-        useful = self.progress_cs - self.lost_cs
+        useful = max(0.0, self.harvest_cs - self.lost_cs)
+        device_h = self.capacity_cs / 100.0 / 3600.0
         return {
             "harvest_efficiency": _ratio(useful, self.spare_cs),
             "utilization_before": _ratio(self.online_cs, self.capacity_cs),
@@ -84,6 +107,10 @@ class Tally:
             "interference_compute_frac": _ratio(self.interference_cs, self.online_cs),
             "oom_events": self.oom_events,
             "evictions": self.evictions,
+            "evictions_per_gpu_hour": _ratio(self.evictions, device_h),
+            "pauses": self.pauses,
+            "paused_frac": _ratio(self.paused_cs, self.slice_cs),
+            "restart_overhead_frac": _ratio(self.restart_cs, self.slice_cs),
             "deadline_misses": self.deadline_misses,
             "wasted_work_frac": _ratio(self.lost_cs, self.progress_cs),
             "jobs_completed": self.jobs_completed,
@@ -92,6 +119,8 @@ class Tally:
             "sim_wall_s": round(wall_s, 3),
             # beyond the issue's list: what the figures above rest on
             "evictions_killed": self.evictions_killed,
+            "evictions_while_paused": self.evictions_paused,
+            "thaws": self.thaws,
             "eviction_latency_p50_s": _round(percentile(self.eviction_latency_s, 0.50), 4),
             "eviction_latency_p99_s": _round(percentile(self.eviction_latency_s, 0.99), 4),
             "useful_gpu_hours": round(useful / 100.0 / 3600.0, 3),

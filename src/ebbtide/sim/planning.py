@@ -10,7 +10,9 @@ out changes no decision:
   job only on a device with no slice; so a device with a slice and less headroom than the
   smallest queued fractional job, in compute or in memory, takes nothing;
 - the planner evicts only where online usage plus slices exceed capacity minus the margin
-  (:func:`ebbtide.scheduling.capacity.overflow`).
+  (:func:`ebbtide.scheduling.capacity.overflow`), or where a slice has been paused longer
+  than ``max_pause_s`` (:func:`ebbtide.preemption.relief.relief_for_device`; time alone
+  makes that true, so it is checked on every pass, outside the cache).
 
 :func:`candidates` keeps every other device, with its attempts; best fit among the devices
 kept is best fit among all.  Under a policy file's windows the planner also evicts where a
@@ -61,10 +63,12 @@ def candidates(
     watch_compute: bool,
     checkpoint_aware: bool,
     now: float,
+    max_pause_s: float = math.inf,
 ) -> list[SimDevice]:
     """The present devices a pass could place a job on or evict from (see the module
     docstring).  ``smallest``: the least compute and the least memory of any queued
-    fractional job (``inf`` when there is none)."""
+    fractional job (``inf`` when there is none); ``max_pause_s``: how long a slice may
+    stay paused."""
     out = []
     for dev in devices:
         if not (dev.present and dev.reported):
@@ -73,9 +77,16 @@ def candidates(
         if dev.candidate_key != key:
             dev.candidate_key = key
             dev.candidate = _could_act(dev, margins, smallest, watch_compute, checkpoint_aware, now)
-        if dev.candidate:
+        if dev.candidate or (dev.paused_n and paused_too_long(dev, now, max_pause_s)):
             out.append(dev)
     return out
+
+
+def paused_too_long(dev: SimDevice, now: float, max_pause_s: float) -> bool:
+    """Whether a slice on ``dev`` has been paused ``max_pause_s`` or longer."""
+    return any(
+        a.paused_at is not None and now - a.paused_at >= max_pause_s for a in dev.attempts.values()
+    )
 
 
 def window_bound(

@@ -2,8 +2,11 @@
 
 - ``ebbtide``: the product.  The planner admits into headroom net of a safety margin and
   of the forecast online growth within the eviction deadline
-  (:class:`~ebbtide.scheduling.forecast.Forecaster`); the node agent evicts on its own
-  sample (fast path) with the checkpoint-aware victim policy.
+  (:class:`~ebbtide.scheduling.forecast.Forecaster`); the node agent acts on its own
+  sample (fast path) with the graduated response
+  (:func:`~ebbtide.preemption.relief.relief_for_device`): a compute spike while memory
+  fits pauses the checkpoint-aware victim policy's picks, anything else evicts them, and
+  paused attempts are thawed when they fit again (``--no-pause``: every shortfall evicts).
 - ``exclusive``: no colocation; offline work never runs on these GPUs.
 - ``static-night``: a fixed window, 22:00-07:00 in the trace's local clock, and no headroom
   awareness: the planner sees online compute as zero (it still cannot place a slice in
@@ -13,22 +16,28 @@
   chosen blind to checkpoints (the victim policy sees no checkpoint, so it takes the most
   recently started first).
 
+The baselines never pause: every shortfall evicts, as before the graduated response.
+
 With ``ebb sim --policy FILE`` the ``ebbtide`` policy runs under a policy file
-(:func:`from_policy_file`): its margins, eviction deadline, eviction cooldown and forecast
-come from the file's ``defaults``, and the planner gets the file's windows and queue limits
+(:func:`from_policy_file`): its margins, eviction deadline, eviction cooldown, forecast and
+pause rules come from the file's ``defaults`` (pausing only where queue ``default`` allows
+it), and the planner gets the file's windows and queue limits
 (see :mod:`ebbtide.sim.windows`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ebbtide.scheduling.forecast import DEFAULT_HISTORY_S
-from ebbtide.scheduling.snapshot import Margins
+from ebbtide.scheduling.snapshot import Margins, PauseRules
 
 if TYPE_CHECKING:
     from ebbtide.config.policy import Policy
+
+#: Pause rules of a policy that never pauses (every shortfall evicts).
+NO_PAUSE = PauseRules(enabled=False)
 
 #: Window of ``static-night`` in the trace's local clock, in seconds after midnight.
 NIGHT_OPENS_S = 22 * 3600.0
@@ -72,6 +81,8 @@ class SimPolicy:
     deadline_s: float | None = None
     #: after an eviction on a device, nothing new goes there for this long, in seconds
     cooldown_s: float = 0.0
+    #: graduated response: when a compute spike pauses rather than evicts (off: never)
+    pause: PauseRules = NO_PAUSE
 
     @property
     def forecast_deadline_s(self) -> float:
@@ -84,9 +95,31 @@ EBBTIDE_MARGINS = Margins(compute_pct=5.0, memory_mib=2048.0)
 
 
 def ebbtide_policy(
-    margins: Margins = EBBTIDE_MARGINS, forecast: ForecastSettings | None = None
+    margins: Margins = EBBTIDE_MARGINS,
+    forecast: ForecastSettings | None = None,
+    pause: PauseRules | None = None,
 ) -> SimPolicy:
-    return SimPolicy("ebbtide", margins=margins, forecast=forecast or ForecastSettings())
+    """The product; ``pause``: its pause rules (None: the defaults, pausing on)."""
+    return SimPolicy(
+        "ebbtide",
+        margins=margins,
+        forecast=forecast or ForecastSettings(),
+        pause=PauseRules() if pause is None else pause,
+    )
+
+
+def pause_rules_of(policy: Policy) -> PauseRules:
+    """The pause rules a policy file gives queue ``default``'s jobs: its ``defaults``
+    (read where present, so that a file of any version works), off where the queue says
+    ``pause: false``, with the queue's own drain time."""
+    d = policy.defaults
+    rules: PauseRules = d.pause_rules() if hasattr(d, "pause_rules") else PauseRules()
+    queue = policy.queues.get("default")
+    enabled = rules.enabled and bool(getattr(queue, "pause", True))
+    drain_s = getattr(queue, "pause_drain_s", None)
+    return replace(
+        rules, enabled=enabled, drain_s=rules.drain_s if drain_s is None else float(drain_s)
+    )
 
 
 def from_policy_file(policy: Policy) -> SimPolicy:
@@ -109,6 +142,7 @@ def from_policy_file(policy: Policy) -> SimPolicy:
         rules=policy,
         deadline_s=deadline,
         cooldown_s=d.eviction_cooldown_s,
+        pause=pause_rules_of(policy),
     )
 
 

@@ -14,6 +14,10 @@ _ROWS: dict[str, tuple[str, str]] = {
     "interference_compute_frac": ("online compute interfered", "frac"),
     "oom_events": ("online OOM events", "int"),
     "evictions": ("evictions", "int"),
+    "evictions_per_gpu_hour": ("evictions per GPU-hour", "rate"),
+    "pauses": ("pauses", "int"),
+    "paused_frac": ("slice time paused", "pct"),
+    "restart_overhead_frac": ("slice time restarting", "pct"),
     "deadline_misses": ("deadline misses", "int"),
     "wasted_work_frac": ("offline work wasted", "pct"),
     "jobs_completed": ("jobs completed", "int"),
@@ -33,6 +37,8 @@ def _cell(value: Any, kind: str) -> str:
         return f"{value:.2e}" if 0 < value < 0.001 else f"{100.0 * value:.2f}%"
     if kind == "int":
         return f"{value:,}"
+    if kind == "rate":
+        return f"{value:.2f}"
     if kind == "dur":
         return f"{value / 3600.0:.1f} h" if value >= 3600 else f"{value:.0f} s"
     return f"{value:.2f} s"
@@ -46,7 +52,8 @@ def render(result: dict[str, Any]) -> str:
         f"{w['span_h']:.1f} h from {w['clock_start']} local, "
         f"{w['online_gpu_hours']:,.0f} GPU-h online, {w['spare_gpu_hours']:,.0f} GPU-h spare",
         f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, {w['stream_gpu_hours']:,.0f} GPU-h "
-        f"of work, load {w['load']}, seed {w['seed']}",
+        f"of work, load {w['load']}, seed {w['seed']}, restart overhead "
+        f"{w.get('restart_overhead_s', 0):g} s, pausing {'on' if w.get('pause', True) else 'off'}",
         "",
     ]
     policies = result["policies"]

@@ -15,6 +15,7 @@ from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.online import OnlineLoad
 from ebbtide.sim.policies import SimPolicy
 from ebbtide.sim.record import Recorder
+from ebbtide.sim.timing import RESTART_OVERHEAD_S
 
 
 @dataclass
@@ -41,6 +42,7 @@ def describe_workload(
     backlogged: bool,
     arrival_scale: float,
     seed: int,
+    restart_overhead_s: float = RESTART_OVERHEAD_S,
 ) -> dict[str, Any]:
     present_s = sum(d.end_s - d.start_s for d in load.devices)
     online_cs = 0.0
@@ -56,6 +58,7 @@ def describe_workload(
         "load": "backlogged" if backlogged else "trace",
         "arrival_scale": arrival_scale,
         "seed": seed,
+        "restart_overhead_s": restart_overhead_s,
         "devices": len(load.devices),
         "device_memory_gib": round(load.device_memory_mib / 1024.0, 3),
         "span_h": round(load.span_s / 3600.0, 4),
@@ -80,8 +83,10 @@ def run_policies(
     seed: int = 0,
     debug: bool = False,
     record: bool = False,
+    restart_overhead_s: float = RESTART_OVERHEAD_S,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Recorder]]:
-    """Each policy's figures (and recordings when ``record``), in the order given."""
+    """Each policy's figures (and recordings when ``record``), in the order given;
+    ``restart_overhead_s``: how long a resumed attempt restores before it progresses."""
     figures: dict[str, dict[str, Any]] = {}
     recordings: dict[str, Recorder] = {}
     for policy in policies:
@@ -96,6 +101,7 @@ def run_policies(
             seed=seed,
             debug=debug,
             recorder=recorder,
+            restart_overhead_s=restart_overhead_s,
         ).run()
         figures[policy.name] = tally.figures(time.perf_counter() - started)
         if recorder is not None:

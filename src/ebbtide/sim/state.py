@@ -1,11 +1,17 @@
 """The mutable state of one simulation: devices, jobs and attempts, and how an attempt
 progresses.  The event loop (:mod:`ebbtide.sim.engine`) drives it.
 
-An attempt goes ``STARTING`` (dispatched; the process starts and, when resumed, restores
-its checkpoint) → ``RUNNING`` (progress at its slice's rate) ⇄ ``CHECKPOINTING`` (every
+An attempt goes ``STARTING`` (dispatched; the process starts) → ``RESTORING`` (a resumed
+attempt only: the restart overhead, restoring its checkpoint and building its CUDA context
+on the GPU) → ``RUNNING`` (progress at its slice's rate) ⇄ ``CHECKPOINTING`` (every
 ``ckpt_interval_s`` of running it spends ``ckpt_cost_s`` saving its progress) → finished,
 or → ``EVICTING`` (warned; out of the way after the eviction's steps, see
 :meth:`ebbtide.sim.engine.Simulation._evict`).
+
+In any phase but ``EVICTING`` an attempt may be *paused* (``paused_at`` set): frozen where
+it is, it keeps its slice's memory, uses no compute once its work in flight drained, and
+its phase makes no headway; thawed, the phase goes on where it stopped (its timers move by
+the time it was paused, see :meth:`SimAttempt.thaw`).
 
 Progress is counted in seconds of running at the full slice: a fractional slice makes one
 second of progress per second; a whole-GPU slice yields compute to the online tenant, so it
@@ -22,7 +28,7 @@ from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.online import DeviceLoad
 
-STARTING, RUNNING, CHECKPOINTING, EVICTING = range(4)
+STARTING, RUNNING, CHECKPOINTING, EVICTING, RESTORING = range(5)
 #: Signal number recorded in attempt views (TERM); the simulation sends none.
 _SIGTERM = 15
 #: Progress within this of the work left counts as finished, in seconds.
@@ -61,6 +67,15 @@ class SimDevice:
     #: whether a planner pass could act on it, and the (changed, smallest job) it was for
     candidate: bool = True
     candidate_key: object = None
+    #: the slices here, as sums of their compute in percent (see :meth:`count`): all held,
+    #: paused, restoring, running fractional and running whole-GPU slices
+    slice_c: float = 0.0
+    paused_c: float = 0.0
+    restoring_c: float = 0.0
+    running_c: float = 0.0
+    running_whole_c: float = 0.0
+    #: paused slices here
+    paused_n: int = 0
 
     def offline_in_use(self) -> float:
         """Offline compute in use: fractional slices held, whole-GPU slices' share, in %."""
@@ -70,6 +85,32 @@ class SimDevice:
             if a.job.spec.gpus and a.phase != EVICTING
         )
         return self.held_c + whole
+
+    def count(self, att: SimAttempt, sign: float) -> None:
+        """Add (``sign`` 1) or take away (−1) ``att``'s share of the slice sums: take it
+        away before its phase or pause changes and add it back after; when it leaves, take
+        it away after it is out of ``attempts``."""
+        c = sign * att.job.spec.compute_pct
+        self.slice_c += c
+        if att.paused_at is not None:
+            self.paused_c += c
+            self.paused_n += 1 if sign > 0 else -1
+        elif att.phase == RESTORING:
+            self.restoring_c += c
+        elif att.phase == RUNNING:
+            if att.job.spec.gpus:
+                self.running_whole_c += c
+            else:
+                self.running_c += c
+        if not self.attempts and sign < 0:  # no float drift once the device is empty
+            self.slice_c = self.paused_c = self.restoring_c = 0.0
+            self.running_c = self.running_whole_c = 0.0
+
+    def offline_progress_c(self) -> float:
+        """Offline compute making progress now, in percent: fractional slices running at
+        their size, whole-GPU slices on what online work leaves."""
+        whole = self.running_whole_c * max(0.0, 100.0 - self.online_c) / 100.0
+        return self.running_c + whole
 
 
 @dataclass(eq=False)
@@ -124,6 +165,13 @@ class SimAttempt:
     version: int = 0
     holds_compute: bool = False
     view: ActiveAttempt | None = None
+    #: when its process is up (the end of ``STARTING``; ``RESTORING`` follows until
+    #: ``run_from`` for a resumed attempt); None: at ``run_from``
+    up_at: float | None = None
+    #: when it was paused (frozen in place); None: not paused
+    paused_at: float | None = None
+    #: the victim policy may pause it rather than evict it for compute
+    pausable: bool = False
 
     def active_view(self, checkpoint_aware: bool) -> ActiveAttempt:
         """The attempt as the planner and the victim policy see it (cached)."""
@@ -151,13 +199,40 @@ class SimAttempt:
                 started_at=self.run_from,
                 last_checkpoint_at=self.last_ckpt_at if checkpoint_aware else None,
                 gpus=s.gpus,
+                paused_at=self.paused_at,
+                pausable=self.pausable,
             )
         return self.view
+
+    def phase_end(self) -> float:
+        """When the current timed phase ends (``STARTING``, ``RESTORING``,
+        ``CHECKPOINTING``); for ``RUNNING``, its next transition."""
+        if self.phase == STARTING:
+            return self.run_from if self.up_at is None else self.up_at
+        if self.phase == RESTORING:
+            return self.run_from
+        if self.phase == CHECKPOINTING:
+            return self.ckpt_end
+        return self.next_transition(self.updated_at)
+
+    def thaw(self, now: float) -> None:
+        """Run again after a pause: what was left of the current phase is left still."""
+        assert self.paused_at is not None
+        shift = now - self.paused_at
+        self.paused_at = None
+        if self.phase in (STARTING, RESTORING):
+            self.run_from += shift
+            if self.up_at is not None and self.phase == STARTING:
+                self.up_at += shift
+        elif self.phase == CHECKPOINTING:
+            self.ckpt_end += shift
+        self.updated_at = now
+        self.view = None
 
     def advance(self, now: float) -> float:
         """Account progress up to ``now``; returns the progress made, in compute %-seconds."""
         made = 0.0
-        if self.phase == RUNNING and now > self.updated_at:
+        if self.phase == RUNNING and self.paused_at is None and now > self.updated_at:
             dt = now - self.updated_at
             step = self.rate * dt
             self.progress_s += step

@@ -26,10 +26,11 @@ HEARTBEAT_PERIOD_S = 0.5
 PLAN_PERIOD_S = 0.5
 #: From a dispatch decision to the job's process running on the node, in seconds.
 DISPATCH_LATENCY_S = 0.2
-#: A resumed attempt (attempt 2, 3, …) spends this long restoring its checkpoint before
-#: it makes progress, in seconds.  The first attempt has none: an openb pod's duration
-#: already includes its start-up.
-RESTART_OVERHEAD_S = 10.0
+#: A resumed attempt (attempt 2, 3, …) spends this long on the GPU, holding its slice,
+#: restoring its checkpoint and rebuilding its CUDA context before it makes progress, in
+#: seconds (``--restart-overhead``; real jobs take 30-120 s).  The first attempt has none:
+#: an openb pod's duration already includes its start-up.  A thaw after a pause costs none.
+RESTART_OVERHEAD_S = 30.0
 #: Cooperative exit after the warning (stop computing, exit, be reaped): log-normal median
 #: and 99th percentile, in seconds (``evict_latency.py``: p50 0.072 s, p99 0.167 s).
 EXIT_P50_S = 0.07
