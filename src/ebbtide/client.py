@@ -142,6 +142,7 @@ class Client:
             self.user,
             defaults_deadline_s=self.policy.deadline_for(spec.queue),
             grant=grant,
+            pausable=queue.pause if spec.pause is None else spec.pause,
         )
 
     # -- reading ------------------------------------------------------------------------

@@ -76,6 +76,7 @@ class Runtime:
             self.agent.heartbeat_timeout_s = policy.defaults.heartbeat_timeout_s
             self.agent.health.recovery_s = policy.defaults.device_recovery_s
             self.agent.planning_margin = policy.defaults.planning_margins
+            self.agent.pause_rules = policy.defaults.pause_rules()
 
     def reload_policy(self) -> None:
         """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
@@ -161,6 +162,7 @@ def build(
             heartbeat_timeout_s=policy.defaults.heartbeat_timeout_s,
             device_recovery_s=policy.defaults.device_recovery_s,
             planning_margin=policy.defaults.planning_margins,
+            pause=policy.defaults.pause_rules(),
             executor=_executor(executor, policy, agent_name, profile),
         )
         rt.on_stop.append(source.close)
@@ -191,8 +193,12 @@ def _executor(kind: str, policy: Policy, node: str, profile: str | None) -> Any:
             raise ConfigError(
                 f"--executor kubernetes: no cluster to talk to (not in a pod, no kubeconfig: {exc})"
             ) from None
+    # the agent's loop makes API calls: each is bounded by its own timeout, never retried
+    # behind the loop's back (the client's default retries three times)
+    configuration = client.Configuration.get_default_copy()
+    configuration.retries = 0
     return KubernetesExecutor(
-        client.CoreV1Api(),
+        client.CoreV1Api(client.ApiClient(configuration)),
         policy.kubernetes,
         node=node,
         profile=profile,

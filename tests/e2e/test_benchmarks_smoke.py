@@ -1,7 +1,8 @@
 """Smoke test of the benchmark scripts: they run and print what they promise.
 
 Figures are not asserted here (speed targets live in the benchmarks themselves, see
-``benchmarks/README.md``); only the shape of the output and the absence of missed deadlines.
+``benchmarks/README.md``); only the shape of the output, the absence of missed deadlines,
+and that a paused job's processes really stopped and resumed.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,98 @@ def test_evict_latency_json() -> None:
     assert result["deadline_misses"] == 0
     assert result["killed"] == 0  # every job cooperates by default
     assert result["checkpointed"] == result["evictions"]
+
+
+PAUSE_LATENCY = REPO / "benchmarks" / "pause_latency.py"
+PAUSE_KEYS = {
+    "procs",
+    "rounds",
+    "sigstop_freeze_ms",
+    "sigstop_thaw_ms",
+    "sigstop_call_ms",
+    "sigstop_resume_ms",
+    "cgroup_freeze_ms",
+    "cgroup_thaw_ms",
+    "cgroup_call_ms",
+    "cgroup_resume_ms",
+    "cgroup_skipped",
+    "verified",
+    "leftovers",
+    "cgroups_left",
+    "target",
+}
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+
+
+def bench_processes() -> list[int]:
+    """Processes of a pause benchmark's jobs still alive (their argv names its directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"ebbtide-pause-bench-" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def assert_figures(f: dict[str, float]) -> None:
+    assert set(f) == {"p50", "p99", "max"}, f
+    assert 0 <= f["p50"] <= f["p99"] <= f["max"], f
+
+
+@linux_only
+@pytest.mark.parametrize("work", ["sleep", "busy"])
+def test_pause_latency_json(work: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(PAUSE_LATENCY), "--rounds", "3", "--work", work, "--cgroup", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    result = json.loads(lines[0])
+    assert not PAUSE_KEYS - result.keys(), result
+    assert (result["procs"], result["rounds"]) == (4, 3)
+    every = result["verified"]["processes"]
+    assert every == 12
+    # every process of every attempt was seen stopped, made no progress while it was,
+    # and made progress again after the resume
+    assert result["verified"]["sigstop"] == {"stopped": every, "resumed": every}
+    for measure in ("freeze", "thaw", "call", "resume"):
+        assert_figures(result[f"sigstop_{measure}_ms"])
+    if result["cgroup_freeze_ms"] is None:  # no root or no writable cgroup v2 here
+        assert result["cgroup_skipped"], result
+        assert result["verified"]["cgroup"] is None
+        assert result["target"]["cgroup_met"] is None
+    else:
+        assert result["cgroup_skipped"] is None
+        assert result["verified"]["cgroup"] == {"stopped": every, "resumed": every}
+        for measure in ("freeze", "thaw", "call", "resume"):
+            assert_figures(result[f"cgroup_{measure}_ms"])
+    assert isinstance(result["target"]["met"], bool)
+    # everything cleaned up: no process, no cgroup left
+    assert result["leftovers"] == 0
+    assert result["cgroups_left"] == 0
+    assert bench_processes() == []
+
+
+@linux_only
+def test_pause_latency_text() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(PAUSE_LATENCY), "--rounds", "1", "--procs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "1 round, 2 processes per attempt" in out
+    assert "SIGSTOP/SIGCONT freeze" in out
+    assert "2/2" in out  # both processes stopped and resumed
+    assert "cgroup freezer: skipped: not asked for (--cgroup)" in out
+    assert "target (freeze p99 ≤ 20 ms" in out

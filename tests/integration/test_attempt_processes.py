@@ -148,10 +148,8 @@ def test_the_warning_signal_is_for_the_job_not_the_shim(tmp_path):  # type: igno
     )
     proc, _ = start_shim(tmp_path, [sys.executable, "-c", job, str(ready)])
     wait_until(ready.exists)
-    os.kill(proc.pid, signal.SIGTERM)  # the shim shrugs it off ...
-    for pid in shim.descendants(proc.pid):  # ... the job takes it
-        os.kill(pid, signal.SIGTERM)
-    assert proc.wait(10) == 42
+    os.kill(proc.pid, signal.SIGTERM)  # the shim does not die of it: it forwards it ...
+    assert proc.wait(10) == 42  # ... and the job takes it, once
 
 
 # -- the local executor -----------------------------------------------------------------
@@ -306,3 +304,19 @@ def test_the_shim_keeps_an_eviction_deadline_by_itself(tmp_path):  # type: ignor
     wait_until(lambda: ex.poll(handle) is not None)
     ended = ex.poll(handle)
     assert ended is not None and ended.cause == "deadline" and ended.at is not None
+
+
+def test_a_warning_sent_before_the_job_is_even_forked_still_reaches_it(tmp_path):  # type: ignore[no-untyped-def]
+    """Warned the moment its shim starts (an online spike right after a dispatch), the
+    job must still be warned: the shim forwards the signal once the job exists, and the
+    job lets it in only with its default action back (never the shim's own handler)."""
+    ex = LocalExecutor()
+    for _ in range(5):
+        handle = ex.start(launch(tmp_path, ["sleep", "30"]))
+        ex.signal(handle, signal.SIGTERM)  # at once: the shim is still starting
+        give_up = time.monotonic() + 10
+        while (ended := ex.poll(handle)) is None:
+            assert time.monotonic() < give_up, "the warning was lost"
+            time.sleep(0.01)
+        assert ended.code == 128 + signal.SIGTERM
+        ex.sweep(handle)

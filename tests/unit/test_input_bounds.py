@@ -215,10 +215,10 @@ def test_catchable_warning_signals_are_accepted(value: str | int) -> None:
     assert units.signal_name(JobSpec(**CMD, signal=value).signal) in units.WARNING_SIGNALS
 
 
-def test_warning_signals_are_the_ones_the_shim_ignores() -> None:
+def test_warning_signals_are_the_ones_the_shim_forwards() -> None:
     from ebbtide.workers import shim
 
-    assert {units.signal_name(s) for s in shim._CAUGHT} == set(units.WARNING_SIGNALS)
+    assert {units.signal_name(s) for s in shim.FORWARDED} == set(units.WARNING_SIGNALS)
 
 
 def test_job_api_names_the_allowed_signals_for_an_uncatchable_one(

@@ -46,6 +46,14 @@ class _QsubCommand(click.Command):
     "-W", "depend", multiple=True, help="depend=afterok:ID[:ID],afternotok:ID,afterany:ID"
 )
 @click.option("-h", "hold", is_flag=True, help="Submit held (release with qrls).")
+@click.option(
+    "--pause/--no-pause",
+    "pause",
+    default=None,
+    help="Whether an online compute spike may pause the job (frozen in place, keeping its "
+    "GPU memory) rather than evict it. --no-pause for jobs that cannot stop, e.g. "
+    "collectives with timeouts. Default: the queue's (yes unless the policy says no).",
+)
 @click.option("-v", "env", multiple=True, help="Environment: VAR=val,VAR2 (bare: copied).")
 @click.option(
     "--kind",
@@ -94,6 +102,7 @@ def qsub(
         array=opts["array"],
         depend=list(opts["depend"]),
         hold=opts["hold"],
+        pause=opts["pause"],
         env=list(opts["env"]),
         kind=opts["kind"],
         deadline=opts["deadline"],
@@ -211,9 +220,14 @@ def qstat(
         where = f"{j.node}/{j.devices}" if j.node else "-"
         click.echo(
             f"{j.id:>6} {j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
-            f"{j.state:<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
+            f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
             f"{_fmt_time(j.started_at):>8}  {j.reason}"
         )
+
+
+def _state_text(j: Any) -> str:
+    """``paused`` for a running job frozen in place by a compute spike, else its state."""
+    return "paused" if j.state == "running" and getattr(j, "paused_at", None) else str(j.state)
 
 
 # -- qdel / qhold / qrls ----------------------------------------------------------------

@@ -82,6 +82,8 @@ class QsubOptions:
     array: str | None = None
     depend: list[str] = field(default_factory=list)
     hold: bool = False
+    #: ``--pause`` (True) or ``--no-pause`` (False); None: the queue's default
+    pause: bool | None = None
     env: list[str] = field(default_factory=list)
     kind: str | None = None
     deadline: str | None = None
@@ -105,6 +107,8 @@ _DIRECTIVE_OPTIONS: dict[str, tuple[str, bool]] = {
     "-J": ("array", True),
     "-W": ("depend", True),
     "-h": ("hold", False),
+    "--pause": ("pause", False),
+    "--no-pause": ("pause", False),
     "-v": ("env", True),
     "-d": ("cwd", True),
     "--cwd": ("cwd", True),
@@ -391,7 +395,10 @@ def parse_directive_tokens(tokens: list[str], where: str) -> QsubOptions:
         if not takes_value:
             if value is not None:
                 raise SpecError(where, f"{option} takes no value")
-            opts.hold = True
+            if name == "pause":
+                opts.pause = option == "--pause"
+            else:
+                opts.hold = True
             opts.origin[name] = where
             i += 1
             continue
@@ -581,6 +588,9 @@ def build_spec_kwargs(
 
     if cli.hold or directives.hold:
         kwargs["hold"] = True
+    pause = cli.pause if cli.pause is not None else directives.pause
+    if pause is not None:
+        kwargs["pause"] = pause
     if cli.script is not None:
         kwargs["script"] = cli.script
     if cli.command is not None:

@@ -290,6 +290,21 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     "forecast), windows and queue limits (jobs are in queue default; devices are gpuK/0; "
     "the trace's clock is read in the first cron window's timezone).",
 )
+@click.option(
+    "--pause/--no-pause",
+    default=True,
+    show_default=True,
+    help="ebbtide's graduated response: a compute spike while memory fits pauses jobs "
+    "in place rather than evicting them (--no-pause: every shortfall evicts).",
+)
+@click.option(
+    "--restart-overhead",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Time a resumed job spends on the GPU restoring its checkpoint and CUDA context "
+    "before it makes progress (a thaw after a pause costs none).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")

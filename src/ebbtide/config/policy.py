@@ -29,6 +29,13 @@ from ebbtide.config.loader import format_problems, load_yaml, read_config
 from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
+from ebbtide.preemption.relief import (
+    MAX_PAUSE_S,
+    MIN_PAUSE_S,
+    PAUSE_DRAIN_S,
+    THAW_HYSTERESIS_PCT,
+    PauseRules,
+)
 from ebbtide.queue.spec import MAX_DEADLINE_S, MAX_PATH_BYTES, MIN_DEADLINE_S, check_image
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
@@ -113,6 +120,8 @@ ProfileName = Literal["qgpu", "hami", "volcano", "koordinator", "mig", "whole", 
 DEFAULT_MIG_PROFILES: Final = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
 
 Deadline = Annotated[Duration, between(MIN_DEADLINE_S, MAX_DEADLINE_S)]
+#: How long GPU work in flight may take to drain after a pause, in seconds.
+PauseDrain = Annotated[Duration, between(0, 10)]
 Wait = Annotated[Duration, between(0, MAX_WAIT_S)]
 Percent = Annotated[float, Field(ge=0, le=100), NOT_BOOL]
 Fraction = Annotated[float, Field(gt=0, le=1), NOT_BOOL]
@@ -155,6 +164,28 @@ class Defaults(Strict):
     planning_margin_compute_pct: Percent = 15.0
     #: ... and memory in MiB
     planning_margin_memory_mib: Annotated[SizeMiB, Field(ge=0)] = 8192
+    #: graduated response: an online compute spike pauses offline jobs (frozen in place,
+    #: keeping their GPU memory) rather than evicting them, while memory fits; False:
+    #: every shortfall evicts
+    pause: bool = True
+    #: compute counts as free this long after a pause (GPU work in flight drains), in s
+    pause_drain_s: PauseDrain = PAUSE_DRAIN_S
+    #: a job paused this long is evicted so that it can run elsewhere, in seconds
+    max_pause_s: Annotated[Duration, between(1, MAX_WAIT_S)] = MAX_PAUSE_S
+    #: a paused job is thawed only when its compute fits with this much to spare, in %
+    pause_thaw_hysteresis_pct: Percent = THAW_HYSTERESIS_PCT
+    #: a paused job stays paused at least this long (a flapping signal does not flap it)
+    pause_min_s: Wait = MIN_PAUSE_S
+
+    def pause_rules(self) -> PauseRules:
+        """When a compute spike pauses rather than evicts, and when a pause ends."""
+        return PauseRules(
+            enabled=self.pause,
+            drain_s=self.pause_drain_s,
+            max_pause_s=self.max_pause_s,
+            thaw_hysteresis_pct=self.pause_thaw_hysteresis_pct,
+            min_pause_s=self.pause_min_s,
+        )
 
     def forecaster(self) -> Forecaster:
         """A fresh forecaster for one device, as these defaults configure it."""
@@ -204,6 +235,12 @@ class QueueConfig(Strict):
     min_runtime_s: Wait = 0.0
     #: after this many evictions a job is held (qrls to try again)
     max_preemptions: Count | None = None
+    #: an online compute spike may pause the queue's jobs rather than evict them (a job's
+    #: ``--no-pause`` or ``--pause`` overrides it)
+    pause: bool = True
+    #: after a pause, the queue's jobs' compute counts as free this long later (their
+    #: GPU work in flight drains), in seconds; default ``defaults.pause_drain_s``
+    pause_drain_s: PauseDrain | None = None
     #: under ``kubernetes:``, the image of the queue's jobs that name none (overrides
     #: ``kubernetes.image``)
     image: Image | None = None
@@ -219,6 +256,7 @@ class QueueConfig(Strict):
             max_fleet_share=self.max_fleet_share,
             max_user_share=self.max_user_share,
             max_running=self.max_running,
+            pause_drain_s=self.pause_drain_s,
         )
 
 
@@ -267,6 +305,11 @@ class KubernetesSettings(Strict):
     #: how long a pod may stay Pending (an image that will not pull, no room to
     #: schedule) before its attempt is given up, in seconds
     start_timeout_s: Annotated[Duration, between(MIN_DISPATCH_TIMEOUT_S, MAX_WAIT_S)] = 300.0
+    #: the uid and gid attempt pods run as (``securityContext``); the agent hands them
+    #: the attempt's and the checkpoint directories (None: the image's user, which must
+    #: be able to write directories the agent, root, made)
+    run_as_user: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    run_as_group: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
 
     @field_validator("mig_profiles")
     @classmethod

@@ -27,6 +27,7 @@ class EvictReason(StrEnum):
     WINDOW_CLOSED = "window_closed"  # no open window admits it here any more
     SHARE = "offline_share"  # over the share the open windows allow
     GPU_FAULT = "gpu_fault"  # the device failed (an XID, off the bus): moved, not counted
+    PAUSED_TOO_LONG = "paused_too_long"  # paused past max_pause_s: moved to run elsewhere
     # taken back by the cluster, not by ebbtide (the Kubernetes executor observes these):
     KUBE_PREEMPTED = "kube_preempted"  # the kube-scheduler preempted it for a pod of its own
     NODE_PRESSURE = "node_pressure"  # the kubelet evicted it: the node ran short of memory
@@ -44,6 +45,12 @@ class Eviction:
     deadline_s: float
     #: a sentence a person can act on
     message: str
+
+
+def compute_used(a: ActiveAttempt) -> float:
+    """The compute an attempt's slice uses, in percent: none for a whole-GPU slice (it
+    yields to online work) or a paused one."""
+    return a.compute_pct if a.gpus == 0 and not a.paused else 0.0
 
 
 def victim_order_key(a: ActiveAttempt, now: float) -> tuple[int, float, float]:
@@ -66,7 +73,7 @@ def select_victims(
     need_c, need_m = need_compute, need_memory
     for a in active:
         if a.evicting:
-            need_c -= a.compute_pct if a.gpus == 0 else 0.0
+            need_c -= compute_used(a)
             need_m -= a.memory_mib
     if need_c <= 0 and need_m <= 0:
         return []
@@ -80,7 +87,7 @@ def select_victims(
     for a in candidates:
         if got_c >= need_c and got_m >= need_m:
             break
-        gives_c = a.compute_pct if a.gpus == 0 else 0.0
+        gives_c = compute_used(a)
         for_compute = got_c < need_c and gives_c > 0 and id(a) not in guarded
         useful = for_compute or (got_m < need_m and a.memory_mib > 0)
         if not useful:
@@ -91,7 +98,7 @@ def select_victims(
     # spare, latest pick first, any victim the others already cover
     for a in list(reversed(picked)):
         rest = [p for p in picked if p is not a]
-        c = sum(p.compute_pct for p in rest if p.gpus == 0)
+        c = sum(compute_used(p) for p in rest)
         m = sum(p.memory_mib for p in rest)
         if c >= need_c and m >= need_m:
             picked = rest

@@ -143,12 +143,20 @@ def _v4_leadership(conn: Connection) -> None:
     conn.execute(table.insert().values(id=1, epoch=0, holder="", acquired_at=0.0))
 
 
+def _v5_pause(conn: Connection) -> None:
+    """Graduated response: whether a job may be paused for compute rather than evicted,
+    and since when its current attempt is paused (NULL: it runs)."""
+    conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN pausable BOOLEAN NOT NULL DEFAULT FALSE"))
+    conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN paused_at FLOAT"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
     _v2_backoff_and_admission,
     _v3_device_drains,
     _v4_leadership,
+    _v5_pause,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -56,6 +56,10 @@ class Job(SQLModel, table=True):
     first_checkpoint_s: float | None = None
     #: evictions before the last release: max_preemptions counts only those after it
     evictions_forgiven: int = 0
+    #: it may be paused for an online compute spike rather than evicted (schema v5)
+    pausable: bool = False
+    #: Unix seconds its current attempt was paused; None while it runs (schema v5)
+    paused_at: float | None = None
 
 
 class Attempt(SQLModel, table=True):

@@ -135,6 +135,10 @@ class JobSpec(BaseModel):
     cwd: str | None = None
     #: attempts that may fail before the job fails; evictions do not count
     max_attempts: Annotated[int, Field(ge=1, le=100)] = 1
+    #: an online compute spike may pause it (frozen in place, keeping its GPU memory)
+    #: rather than evict it; False for jobs that cannot stop (collectives with timeouts);
+    #: None: its queue's default (``pause`` in the policy, default yes)
+    pause: bool | None = None
     depends: Annotated[list[Dependency], Field(max_length=MAX_DEPENDENCIES)] = Field(
         default_factory=list
     )

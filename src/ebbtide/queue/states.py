@@ -96,6 +96,8 @@ class EventType(StrEnum):
     STARTED = "started"
     CHECKPOINTED = "checkpointed"
     PROGRESS = "progress"
+    PAUSED = "paused"
+    THAWED = "thawed"
     EVICT_REQUESTED = "evict_requested"
     EVICTED = "evicted"
     REQUEUED = "requeued"

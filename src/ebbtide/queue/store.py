@@ -137,8 +137,12 @@ class Store:
         *,
         defaults_deadline_s: float,
         grant: SliceGrant | None = None,
+        pausable: bool | None = None,
     ) -> list[int]:
         """Insert the job (or the tasks of an array); return their ids, first task first.
+
+        ``pausable``: whether an online compute spike may pause it rather than evict it
+        (default: what its spec says, else yes; the client applies its queue's default).
 
         ``grant``: what the fleet's resource profile really grants for the spec's slice
         request; the rows' slice (what the planner packs) is the grant, ``spec_json``
@@ -188,6 +192,7 @@ class Store:
                 "evictions": 0,
                 "failures": 0,
                 "cancel_requested": False,
+                "pausable": (spec.pause is not False) if pausable is None else pausable,
             }
             # the first task alone: its id is the array's id; the other tasks in one
             # executemany (one statement compiled for all, not one per task), their ids
@@ -334,7 +339,10 @@ class Store:
         stmt = JOBS.update().where(JOBS.c.id == job_id, JOBS.c.state == source.value)
         if fence is not None:
             stmt = stmt.where(JOBS.c.attempts == fence)
-        result = conn.execute(stmt.values(state=target.value, **(changes or {})))
+        values = dict(changes or {})
+        if target not in ACTIVE_STATES:
+            values.setdefault("paused_at", None)  # an attempt that ended is paused no more
+        result = conn.execute(stmt.values(state=target.value, **values))
         if result.rowcount != 1:
             at = f" attempt {fence}" if fence is not None else ""
             raise StaleState(f"job {job_id}{at} is no longer {source.value}")
@@ -541,6 +549,8 @@ class Store:
                 c.array_id,
                 c.gpus,
                 c.owner,
+                c.paused_at,
+                c.pausable,
             )
             .join(ATTEMPTS, sa.and_(ATTEMPTS.c.job_id == c.id, ATTEMPTS.c.number == c.attempts))
             .where(c.state.in_([s.value for s in ACTIVE_STATES]))
@@ -572,6 +582,8 @@ class Store:
                         array_id=r[15],
                         gpus=r[16],
                         owner=r[17],
+                        paused_at=r[18],
+                        pausable=bool(r[19]),
                     )
                 )
         return out
@@ -696,6 +708,46 @@ class Store:
                 },
             )
 
+    def record_pause(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        at: float,
+        reason: str,
+        reason_code: str,
+        drain_s: float = 0.0,
+    ) -> None:
+        """The attempt was paused (frozen in place: it keeps its memory, uses no compute;
+        its compute is free ``drain_s`` later, when its GPU work in flight has drained)."""
+        with self._tx() as conn:
+            self._fenced_update(conn, job_id, attempt, paused_at=at)
+            self._event(
+                conn,
+                job_id,
+                EventType.PAUSED,
+                attempt=attempt,
+                now=at,
+                data={
+                    "reason": reason,
+                    "reason_code": reason_code,
+                    "freed_at": at + drain_s,
+                },
+            )
+
+    def record_thaw(self, job_id: int, attempt: int, *, at: float, paused_s: float) -> None:
+        """The paused attempt runs again."""
+        with self._tx() as conn:
+            self._fenced_update(conn, job_id, attempt, paused_at=None)
+            self._event(
+                conn,
+                job_id,
+                EventType.THAWED,
+                attempt=attempt,
+                now=at,
+                data={"paused_s": round(paused_s, 6)},
+            )
+
     def record_progress(self, job_id: int, attempt: int, done: float, total: float | None) -> None:
         with self._tx() as conn:
             self._fenced_update(conn, job_id, attempt, progress_done=done, progress_total=total)
@@ -773,13 +825,15 @@ class Store:
         max_attempts: int | None = None,
         why: str | None = None,
         final: bool = False,
+        reason_code: str | None = None,
     ) -> JobState:
         """Record the end of an attempt's process and move the job on; return its new state.
 
         What the end means is :func:`ebbtide.queue.outcomes.decide`'s verdict (success,
         cancellation, eviction, failure, and what counts toward which limit); ``final``
         makes a failure end the job (it cannot be started at all); ``why`` says what ended
-        it when the agent knows better than the exit code (``"walltime 2h exceeded"``).
+        it when the agent knows better than the exit code (``"walltime 2h exceeded"``),
+        ``reason_code`` the constant for it where there is one (``oom``, ``image``).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -803,6 +857,8 @@ class Store:
         )
         target = verdict.target
         data: dict[str, Any] = {"exit_code": exit_code}
+        if reason_code:
+            data["reason_code"] = reason_code
         changes: dict[str, Any] = {
             "exit_code": exit_code,
             "node": None,
@@ -835,7 +891,12 @@ class Store:
                     EventType.FAILED,
                     attempt=attempt,
                     now=now,
-                    data={"exit_code": exit_code, "final": False, "why": why},
+                    data={
+                        "exit_code": exit_code,
+                        "final": False,
+                        "why": why,
+                        **({"reason_code": reason_code} if reason_code else {}),
+                    },
                 )
                 data["reason"] = verdict.why
             if verdict.final:
@@ -854,14 +915,18 @@ class Store:
             self._end_attempt(conn, job_id, attempt, verdict.outcome, exit_code)
         return target
 
-    def requeue_lost(self, job_id: int, attempt: int, *, why: str) -> None:
-        """Give up on an attempt whose agent is gone or whose start never happened."""
+    def requeue_lost(
+        self, job_id: int, attempt: int, *, why: str, reason_code: str | None = None
+    ) -> None:
+        """Give up on an attempt whose agent is gone or whose start never happened;
+        ``reason_code``: the constant for why, where there is one (``unschedulable``)."""
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
         source = JobState(job.state)
         with self._tx() as conn:
-            self._event(conn, job_id, EventType.LOST, attempt=attempt, data={"reason": why})
+            lost = {"reason": why, **({"reason_code": reason_code} if reason_code else {})}
+            self._event(conn, job_id, EventType.LOST, attempt=attempt, data=lost)
             if job.cancel_requested:
                 self._transition(
                     conn,

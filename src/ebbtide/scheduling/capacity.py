@@ -3,7 +3,9 @@
 A device has 100 compute units (percent of SMs) and its memory.  Headroom is
 capacity − online usage − expected online growth − safety margin − offline slices.
 A whole-GPU slice (``gpus >= 1``) holds the device's compute exclusively for offline
-work, but yields to online compute without eviction (only memory forces it out).
+work, but yields to online compute without eviction (only memory forces it out).  A paused
+slice holds its compute for admission (it is thawed in place before new work goes there)
+but uses none: it never adds to an overflow.
 """
 
 from __future__ import annotations
@@ -54,13 +56,14 @@ def overflow(
 
     Online usage plus offline slices may not exceed capacity minus the margin.  The
     expected-growth reserve is not counted here: it guards admission, not eviction.
-    Whole-GPU slices yield compute to online work, so only their memory counts.
+    Whole-GPU slices yield compute to online work, so only their memory counts; so do
+    paused slices (they hold their memory and use no compute).
     """
     compute = memory = 0.0
     for a in active:
         if a.node == device.node and device.index in a.devices:
             memory += a.memory_mib
-            if a.gpus == 0:
+            if a.gpus == 0 and not a.paused:  # a paused slice uses no compute
                 compute += a.compute_pct
     over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
     over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)

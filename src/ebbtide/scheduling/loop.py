@@ -119,6 +119,7 @@ class Scheduler:
             active=self.store.active_attempts(),
             devices=devices,
             margins=defaults.margins,
+            pause=defaults.pause_rules(),
             queues={name: q.limits for name, q in self.policy.queues.items()},
             gates=self.runtime.gates(now, [(d.node, d.index) for d in devices]),
             backoff_base_s=defaults.backoff_base_s,

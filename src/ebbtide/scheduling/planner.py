@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
+from ebbtide.preemption.relief import ActionKind, relief_for_device
+from ebbtide.preemption.victims import Eviction, EvictReason
 from ebbtide.scheduling import fit
 from ebbtide.scheduling.admission import (
     MAX_REASONS,
@@ -94,10 +95,14 @@ def plan(snapshot: Snapshot) -> Plan:
         here = by_device.get(device.key)
         if not here or device.planning_only:
             continue  # no slice to take back, or figures too old to evict on
-        for ev in evictions_for_device(device, here, snapshot.margins, now, guarded):
-            if (ev.job_id, ev.attempt) not in chosen:
-                chosen.add((ev.job_id, ev.attempt))
-                out.evictions.append(ev)
+        for r in relief_for_device(device, here, snapshot.margins, now, snapshot.pause, guarded):
+            # a pause is the node agent's to make (it freezes the attempt in place); the
+            # scheduler evicts only what a pause cannot relieve
+            if r.kind is ActionKind.EVICT and (r.job_id, r.attempt) not in chosen:
+                chosen.add((r.job_id, r.attempt))
+                out.evictions.append(
+                    Eviction(r.job_id, r.attempt, r.node, r.reason, r.deadline_s, r.message)
+                )
     for a in snapshot.active:
         if a.cancel_requested and not a.evicting and (a.job_id, a.attempt) not in chosen:
             chosen.add((a.job_id, a.attempt))

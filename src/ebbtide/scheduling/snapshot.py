@@ -58,10 +58,19 @@ class ActiveAttempt:
     array_id: int | None = None
     gpus: int = 0
     owner: str = ""
+    #: Unix seconds it was paused (frozen: holds its memory, uses no compute); None: runs
+    paused_at: float | None = None
+    #: it may be paused rather than evicted for compute (its spec and queue allow it, and
+    #: its executor can)
+    pausable: bool = False
 
     @property
     def evicting(self) -> bool:
         return self.state == JobState.EVICTING
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
 
     def lost_work_s(self, now: float) -> float:
         """Work an eviction now would throw away: time since the last checkpoint."""
@@ -121,6 +130,31 @@ class QueueLimits:
     max_user_share: float | None = None
     #: attempts of the queue that may hold slices at once
     max_running: int | None = None
+    #: after a pause, compute counts as free this long later, in seconds (None: default)
+    pause_drain_s: float | None = None
+
+
+#: Defaults of :class:`PauseRules` (the policy's ``defaults`` and queues override them).
+PAUSE_DRAIN_S = 0.05
+MAX_PAUSE_S = 600.0
+THAW_HYSTERESIS_PCT = 10.0
+MIN_PAUSE_S = 5.0
+
+
+@dataclass(frozen=True)
+class PauseRules:
+    """When pausing is chosen over eviction, and when a paused attempt runs again."""
+
+    #: pausing is on at all (off: every shortfall evicts, as before pausing existed)
+    enabled: bool = True
+    #: compute counts as free this long after a pause (in-flight GPU work drains), in s
+    drain_s: float = PAUSE_DRAIN_S
+    #: a job paused this long is evicted so that it can run elsewhere, in seconds
+    max_pause_s: float = MAX_PAUSE_S
+    #: thaw only when the device would still have this much compute spare, in percent
+    thaw_hysteresis_pct: float = THAW_HYSTERESIS_PCT
+    #: a paused job stays paused at least this long, in seconds
+    min_pause_s: float = MIN_PAUSE_S
 
 
 def protected(a: ActiveAttempt, limits: QueueLimits | None, now: float) -> bool:
@@ -140,6 +174,8 @@ class Snapshot:
     active: Sequence[ActiveAttempt]
     devices: Sequence[DeviceView]
     margins: Margins = field(default_factory=Margins)
+    #: graduated response: compute spikes pause pausable attempts (the agent does it)
+    pause: PauseRules = field(default_factory=PauseRules)
     #: False while no window admits offline work (the policy issue fills this in)
     offline_allowed: bool = True
     #: at most this many dispatches per pass (keeps one pass short)

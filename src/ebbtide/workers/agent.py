@@ -44,7 +44,14 @@ from typing import Any
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.messaging.messages import DeviceReport, EvictAttempt, StartAttempt
 from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
-from ebbtide.preemption.victims import EvictReason, evictions_for_device
+from ebbtide.preemption.relief import (
+    ActionKind,
+    PauseRules,
+    Relief,
+    relief_for_device,
+    thaws_for_device,
+)
+from ebbtide.preemption.victims import EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.store import Store
@@ -115,6 +122,7 @@ class NodeAgent:
         heartbeat_timeout_s: float = 10.0,
         device_recovery_s: float = 600.0,
         planning_margin: Margins | None = None,
+        pause: PauseRules | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -124,6 +132,8 @@ class NodeAgent:
         self.clock = clock
         self.executor = executor or LocalExecutor(run_dir=home / "run" / name)
         self.notify = notify  # callable(dict) that wakes the scheduler, or None
+        #: graduated response: when a compute spike pauses rather than evicts
+        self.pause_rules = pause or PauseRules()
         self.mps = mps
         #: per-queue protections (min-runtime, preemptible) for the fast path
         self.queues: Mapping[str, QueueLimits] = queues or {}
@@ -345,22 +355,71 @@ class NodeAgent:
         def guarded(a: ActiveAttempt) -> bool:
             return protected(a, self.queues.get(a.queue), now)
 
+        rules = self.pause_rules
         for device in self.device_views():
             if device.planning_only:
                 continue  # seconds-old device figures never trigger an eviction
-            for ev in evictions_for_device(device, active, self.margins, now, guarded):
-                local = self.attempts.get(ev.job_id)
-                if local and local.attempt == ev.attempt and not local.eviction:
+            for r in relief_for_device(device, active, self.margins, now, rules, guarded):
+                local = self.attempts.get(r.job_id)
+                if not local or local.attempt != r.attempt or local.eviction:
+                    continue
+                if r.kind is ActionKind.PAUSE:
+                    self._pause(local, r, now)
+                else:
                     self._evict(
                         local,
-                        ev.reason.value,
-                        ev.message,
+                        r.reason.value,
+                        r.message,
                         spike_at=device.sampled_at or now,
                         deadline_s=local.deadline_s,
                         source="agent",
                     )
+                active = [a.view(self.name) for a in self.attempts.values()]
+                self._next_heartbeat = 0.0  # let the scheduler see the spike at once
+            # (stale figures are the worst case: they never end a pause)
+            for a in thaws_for_device(device, active, self.margins, now, rules):
+                local = self.attempts.get(a.job_id)
+                if local and local.attempt == a.attempt and not local.eviction:
+                    self._thaw(local, now)
                     active = [a.view(self.name) for a in self.attempts.values()]
-                    self._next_heartbeat = 0.0  # let the scheduler see the spike at once
+
+    # -- pausing ------------------------------------------------------------------------
+
+    def _pause(self, local: LocalAttempt, relief: Relief, now: float) -> None:
+        """Freeze ``local`` where it is: it keeps its GPU memory and issues no more work;
+        its compute is free once the work in flight drains (``pause_drain_s``)."""
+        if local.paused_at is not None:
+            return
+        self.executor.pause(local.handle)
+        local.paused_at = now
+        limits = self.queues.get(local.queue)
+        drain_s = self.pause_rules.drain_s
+        if limits is not None and limits.pause_drain_s is not None:
+            drain_s = limits.pause_drain_s
+        log.info("job %s attempt %s: paused: %s", local.job_id, local.attempt, relief.message)
+        self._publish_view()
+        self.journal.append(
+            "record_pause",
+            job_id=local.job_id,
+            attempt=local.attempt,
+            at=now,
+            reason=relief.message,
+            reason_code=relief.reason.value,
+            drain_s=drain_s,
+        )
+
+    def _thaw(self, local: LocalAttempt, now: float) -> None:
+        """Let a paused attempt run again."""
+        if local.paused_at is None:
+            return
+        self.executor.thaw(local.handle)
+        paused_s = now - local.paused_at
+        local.paused_at = None
+        log.info("job %s attempt %s: thawed after %.1fs", local.job_id, local.attempt, paused_s)
+        self._publish_view()
+        self.journal.append(
+            "record_thaw", job_id=local.job_id, attempt=local.attempt, at=now, paused_s=paused_s
+        )
 
     # -- device health ------------------------------------------------------------------
 
@@ -504,6 +563,9 @@ class NodeAgent:
             started_at=now,
             status=StatusReader(Path(launch.env["EBBTIDE_STATUS_FILE"])),
             walltime_s=spec.walltime_s,
+            pausable=bool(getattr(job, "pausable", False))
+            and self.executor.can_pause
+            and self.pause_rules.enabled,
         )
         self._publish_view()  # the attempt is here before its start is reported
         self.journal.append(
@@ -538,6 +600,8 @@ class NodeAgent:
         left_s = local.eviction.deadline_at - KILL_LEAD_S - self.clock.time()
         self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
         self.executor.signal(local.handle, local.signal)
+        if local.paused_at is not None:  # a frozen job cannot handle its warning
+            self._thaw(local, self.clock.time())
         local.eviction.warned_at = self.clock.time()
         log.info(
             "job %s attempt %s: warned (%s): %s",
@@ -616,11 +680,19 @@ class NodeAgent:
                 else ended.detail
             )
             log.warning("job %s attempt %s: %s", local.job_id, local.attempt, why)
-            self.journal.append("requeue_lost", job_id=local.job_id, attempt=local.attempt, why=why)
+            self.journal.append(
+                "requeue_lost",
+                job_id=local.job_id,
+                attempt=local.attempt,
+                why=why,
+                reason_code=ended.cause,
+            )
             self._publish_view()
             return
+        reason_code = None
         if ended.cause in (CAUSE_OOM, CAUSE_IMAGE):  # a failure of the job's own
             local.ended_by = ended.detail
+            reason_code = ended.cause
         if ended.cause in PLATFORM_EVICTIONS and local.eviction is None:
             # the cluster took it back (an online pod's preemption, node pressure): an
             # eviction with the platform's grace as its deadline, requeued like ours
@@ -680,6 +752,7 @@ class NodeAgent:
             exit_code=code,
             eviction=eviction,
             why=local.ended_by,
+            reason_code=reason_code,
         )
         self._publish_view()  # gone from the view only once its end is journaled
 

@@ -36,6 +36,10 @@ class LocalAttempt:
     walltime_s: float | None = None
     #: why the agent ended it, when it was not the job's own doing (walltime, fencing)
     ended_by: str | None = None
+    #: Unix seconds it was paused (frozen in place); None while it runs
+    paused_at: float | None = None
+    #: an online compute spike may pause it rather than evict it
+    pausable: bool = False
 
     def view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(
@@ -54,4 +58,6 @@ class LocalAttempt:
             started_at=self.started_at,
             last_checkpoint_at=self.last_checkpoint_at,
             gpus=self.gpus,
+            paused_at=self.paused_at,
+            pausable=self.pausable,
         )

@@ -141,6 +141,8 @@ class Executor(Protocol):
     #: whether attempts inherit the agent's environment (a local process does; a pod gets
     #: only the job's environment and ebbtide's contract)
     inherit_env: bool
+    #: whether it can pause an attempt in place (:meth:`pause`, :meth:`thaw`)
+    can_pause: bool
 
     def start(self, launch: Launch) -> Handle: ...
 
@@ -162,6 +164,14 @@ class Executor(Protocol):
 
     def renew(self, handle: Handle) -> None:
         """Renew the attempt's lease (every agent tick)."""
+        ...
+
+    def pause(self, handle: Handle) -> None:
+        """Freeze every process of the attempt where it is (it keeps its memory)."""
+        ...
+
+    def thaw(self, handle: Handle) -> None:
+        """Let a paused attempt's processes run again."""
         ...
 
     def kill_at(self, handle: Handle, monotonic_s: float) -> None:
@@ -191,6 +201,7 @@ class LocalExecutor:
     :meth:`reap_leftovers`."""
 
     inherit_env = True
+    can_pause = True
 
     def __init__(self, run_dir: Path | None = None) -> None:
         self.run_dir = run_dir
@@ -289,9 +300,22 @@ class LocalExecutor:
     def signal(self, handle: Handle, signum: int) -> None:
         if not self._unreaped(handle):
             return
-        for pid in shim.descendants(handle.pid):
+        pids = shim.descendants(handle.pid)
+        if not pids and signum in shim.FORWARDED:
+            # the job is not forked yet (a warning right after the start): the shim
+            # forwards a warning signal to it once it is
+            pids = [handle.pid]
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
+
+    def pause(self, handle: Handle) -> None:
+        """SIGSTOP to every process below the shim (the shim itself runs on: it keeps the
+        lease and the deadline)."""
+        self.signal(handle, signal.SIGSTOP)
+
+    def thaw(self, handle: Handle) -> None:
+        self.signal(handle, signal.SIGCONT)
 
     def renew(self, handle: Handle) -> None:
         if handle.lease_fd is None:

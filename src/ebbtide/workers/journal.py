@@ -34,6 +34,8 @@ REPORTS = frozenset(
         "begin_eviction",
         "record_checkpoint",
         "record_progress",
+        "record_pause",
+        "record_thaw",
         "finish_attempt",
         "requeue_lost",
         "heartbeat",

@@ -64,8 +64,9 @@ START_FAILED_EXIT = 127
 #: Exit code when the lease ended the attempt (SIGKILL's 128 + 9: the job was killed).
 LEASE_EXIT = 137
 
-#: Signals caught (and ignored) by the shim: the warning signals meant for the job.
-_CAUGHT = (
+#: Signals the shim catches and forwards to the job's processes: the warning signals.  A
+#: warning sent to the shim (its job not forked yet, or not exec'd) reaches the job.
+FORWARDED = (
     signal.SIGTERM,
     signal.SIGINT,
     signal.SIGHUP,
@@ -182,8 +183,15 @@ def _say(text: str) -> None:
         os.write(2, f"ebbtide: {text}\n".encode())
 
 
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child before exec
+def _child_setup() -> None:  # pragma: no cover - runs in the child before exec
+    """In the job's process before exec: die with the shim, and take back the default
+    action of the signals the shim catches before letting them in, so a warning sent
+    between fork and exec ends the job as it would a moment later (the shim's own
+    handlers would swallow it)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    for signum in FORWARDED:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
 
 def run(
@@ -201,24 +209,30 @@ def run(
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    for signum in _CAUGHT:
-        signal.signal(signum, lambda *_: None)
+    forward: list[int] = []  # warning signals sent to the shim, for the job
+    for signum in FORWARDED:
+        signal.signal(signum, lambda signum, _frame: forward.append(signum))
 
+    # the job is forked with the caught signals blocked; it lets them in only once their
+    # default action is back (see _child_setup)
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         # a single-threaded process: preexec_fn is safe here
         leader = subprocess.Popen(
             list(argv),
             cwd=cwd or None,
-            preexec_fn=_set_pdeathsig,
+            preexec_fn=_child_setup,
             close_fds=True,
             process_group=0,  # the job's own group: killed in one call, the shim spared
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         where = f" in {cwd}" if cwd else ""
         error = f"could not start {list(argv)!r}{where}: {exc}"
         _say(error)
         _write_status(status_path, cause=CAUSE_START, exit_code=START_FAILED_EXIT, error=error)
         return START_FAILED_EXIT
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
     expires = time.monotonic() + lease_s
     kill_at = float("inf")  # set once an eviction began: its deadline
@@ -270,6 +284,11 @@ def run(
     watched = [wake_r] + ([lease_fd] if lease_fd is not None else [])
     while True:
         take_exits()
+        while forward:
+            warning = forward.pop(0)
+            for pid in descendants(me):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, warning)
         # the agent's word first: a deadline it wrote before its warning killed the
         # leader must be known before the leader's end is judged
         action = read_lease()

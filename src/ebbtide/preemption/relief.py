@@ -1,0 +1,167 @@
+"""Graduated response: for each shortfall on a device, the cheapest actions that end it.
+
+Online load rising on a device leaves the offline slices there too little room.  What
+has to be given back decides what is done, cheapest first:
+
+- **pause** — online *compute* rose and memory still fits: freeze the attempt (SIGSTOP to
+  its process tree, or its cgroup's freezer).  It keeps its GPU memory and issues no more
+  GPU work; its compute is free once the work in flight drains (``pause_drain_s``).
+  Nothing is lost: no checkpoint to restore, no CUDA context to rebuild.  AntMan (OSDI'20)
+  and TGS (NSDI'23) throttle opportunistic jobs for the same reason.
+- **evict** — memory is short (a paused job still holds its memory), the attempt may not
+  be paused (``--no-pause``, its queue, an executor that cannot), or it has been paused
+  longer than ``max_pause_s`` (moved so it can run elsewhere): warn, checkpoint,
+  requeue, as before.
+
+A paused attempt is thawed when the device has room for its compute again with a margin to
+spare (``thaw_hysteresis_pct``) and it has been paused at least ``min_pause_s``, so a
+flapping online signal does not flap the job.
+
+Pure: no clock, no I/O.  The node agent's fast path, the scheduler and the simulator call
+:func:`relief_for_device` and :func:`thaws_for_device`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ebbtide.preemption.victims import EvictReason, evictions_for_device, select_victims
+from ebbtide.queue.states import JobState
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
+from ebbtide.scheduling.snapshot import (
+    MAX_PAUSE_S,
+    MIN_PAUSE_S,
+    PAUSE_DRAIN_S,
+    THAW_HYSTERESIS_PCT,
+    ActiveAttempt,
+    DeviceView,
+    Margins,
+    PauseRules,
+)
+
+__all__ = [
+    "MAX_PAUSE_S",
+    "MIN_PAUSE_S",
+    "PAUSE_DRAIN_S",
+    "THAW_HYSTERESIS_PCT",
+    "ActionKind",
+    "PauseRules",
+    "Relief",
+    "relief_for_device",
+    "thaws_for_device",
+]
+
+
+class ActionKind(StrEnum):
+    PAUSE = "pause"
+    EVICT = "evict"
+
+
+@dataclass(frozen=True)
+class Relief:
+    """One action on one attempt, with why."""
+
+    job_id: int
+    attempt: int
+    node: str
+    kind: ActionKind
+    reason: EvictReason
+    #: for an eviction: the longest time from now until the slice is free, in seconds
+    deadline_s: float
+    #: a sentence a person can act on
+    message: str
+
+
+def relief_for_device(
+    device: DeviceView,
+    active: Sequence[ActiveAttempt],
+    margins: Margins,
+    now: float,
+    rules: PauseRules,
+    is_protected: Callable[[ActiveAttempt], bool] | None = None,
+) -> list[Relief]:
+    """The actions that bring ``device`` back within capacity minus the margin, cheapest
+    first: pauses while only compute is short, evictions for memory, for attempts that
+    may not pause, and for those paused past ``max_pause_s``."""
+    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    out: list[Relief] = []
+    for a in here:
+        if a.paused_at is not None and not a.evicting and now - a.paused_at >= rules.max_pause_s:
+            out.append(
+                Relief(
+                    a.job_id,
+                    a.attempt,
+                    a.node,
+                    ActionKind.EVICT,
+                    EvictReason.PAUSED_TOO_LONG,
+                    a.deadline_s,
+                    f"paused on {device.node}/{device.index} for {now - a.paused_at:.1f}s, "
+                    f"longer than max_pause_s {rules.max_pause_s:g}s: moved to run elsewhere",
+                )
+            )
+    leaving = {(r.job_id, r.attempt) for r in out}
+    rest = [
+        dataclasses.replace(a, state=JobState.EVICTING) if (a.job_id, a.attempt) in leaving else a
+        for a in here
+    ]
+    over_c, over_m = overflow(device, rest, margins)
+    if over_m > 0 or not rules.enabled:
+        # memory is short (a pause would free none), or pausing is off: evict
+        out += [
+            Relief(e.job_id, e.attempt, e.node, ActionKind.EVICT, e.reason, e.deadline_s, e.message)
+            for e in evictions_for_device(device, rest, margins, now, is_protected)
+        ]
+        return out
+    if over_c <= 0:
+        return out
+    where = f"{device.node}/{device.index}"
+    for a in select_victims([a for a in rest if not a.paused], over_c, 0.0, now, is_protected):
+        kind = ActionKind.PAUSE if a.pausable else ActionKind.EVICT
+        message = (
+            f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
+            f"offline slices must free {over_c:.1f}% (margin {margins.compute_pct:g}%)"
+        )
+        if kind is ActionKind.PAUSE:
+            message += "; memory fits, so paused until compute is free again"
+        out.append(
+            Relief(
+                a.job_id, a.attempt, a.node, kind, EvictReason.ONLINE_COMPUTE, a.deadline_s, message
+            )
+        )
+    return out
+
+
+def thaws_for_device(
+    device: DeviceView,
+    active: Sequence[ActiveAttempt],
+    margins: Margins,
+    now: float,
+    rules: PauseRules,
+) -> list[ActiveAttempt]:
+    """The paused attempts on ``device`` to run again now: highest priority first, then
+    the longest paused, while their compute fits with ``thaw_hysteresis_pct`` to spare."""
+    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    paused = [a for a in here if a.paused_at is not None and not a.evicting]
+    if not paused or device.planning_only:
+        return []
+    running = sum(a.compute_pct for a in here if a.gpus == 0 and not a.paused)
+    room = (
+        DEVICE_COMPUTE_PCT
+        - margins.compute_pct
+        - rules.thaw_hysteresis_pct
+        - device.online_compute_pct
+        - running
+    )
+    out = []
+    for a in sorted(paused, key=lambda a: (-a.priority, a.paused_at)):
+        assert a.paused_at is not None
+        if now - a.paused_at < rules.min_pause_s:
+            continue
+        need = a.compute_pct if a.gpus == 0 else 0.0
+        if need <= room:
+            out.append(a)
+            room -= need
+    return out
