@@ -81,6 +81,8 @@ class DemoJob:
     deadline_s: float
     ignore_warning: bool = False
     priority: int = 0
+    #: a compute spike may pause it (False: like a collective that times out, evicted)
+    pause: bool = True
 
     def describe(self) -> str:
         text = (
@@ -89,15 +91,21 @@ class DemoJob:
         )
         if self.ignore_warning:
             text += f", priority {self.priority}, ignores the warning"
+        if not self.pause:
+            text += ", cannot be paused"
         return text
 
 
 #: the jobs submitted, in order (``--jobs N`` takes the first N, cycling)
 JOB_MIX: tuple[DemoJob, ...] = (
-    DemoJob("finetune-a", "training", 30, 16, 50, 1, 5),
+    # cannot be paused (say a collective with timeouts): a compute spike evicts it
+    DemoJob("finetune-a", "training", 30, 16, 50, 1, 5, pause=False),
     DemoJob("embed", "inference", 20, 40, 40, 1, 5),
-    # low priority, so it is the first victim on its device; ignores the warning
-    DemoJob("eval-stubborn", "batch", 20, 8, 45, 3, 3, ignore_warning=True, priority=-1),
+    # low priority, so it is the first victim on its device; ignores the warning, and
+    # cannot be paused: killed at its deadline
+    DemoJob(
+        "eval-stubborn", "batch", 20, 8, 45, 3, 3, ignore_warning=True, priority=-1, pause=False
+    ),
     DemoJob("finetune-b", "training", 25, 12, 45, 1, 5),
     DemoJob("batch-infer", "inference", 20, 12, 30, 1, 5),
     DemoJob("sweep", "training", 15, 6, 20, 1, 5),
@@ -127,6 +135,7 @@ def job_spec(job: DemoJob, speedup: float, cwd: Path) -> JobSpec:
         priority=job.priority,
         checkpoint_interval_s=job.every_s / speedup,
         cwd=str(cwd),
+        pause=job.pause,
     )
 
 
@@ -144,7 +153,14 @@ def _ms(seconds: float) -> str:
 class Feed:
     """Reads the demo jobs' new events from the store and prints each as one line."""
 
-    STYLES = {"evict": "bold red", "evicted": "magenta", "resumed": "cyan", "succeeded": "green"}
+    STYLES = {
+        "evict": "bold red",
+        "evicted": "magenta",
+        "paused": "yellow",
+        "thawed": "cyan",
+        "resumed": "cyan",
+        "succeeded": "green",
+    }
 
     def __init__(self, store: Store, console: Console, t0: float, jobs: dict[int, DemoJob]) -> None:
         self.store, self.console, self.t0, self.jobs = store, console, t0, jobs
@@ -191,6 +207,10 @@ class Feed:
             else:
                 start = "from its checkpoint" + (f" at {100 * done / total:.0f}%" if total else "")
             return "resumed", f"attempt {attempt} on {_gpu(self._device.get(job_id))} {start}"
+        if kind == "paused":
+            return "paused", f"{data.get('reason')} (frozen in place, nothing lost)"
+        if kind == "thawed":
+            return "thawed", f"runs on after {float(data.get('paused_s') or 0):.1f} s paused"
         if kind == "evict_requested":
             return "evict", f"{data.get('reason')} [by the {data.get('source')}]"
         if kind == "evicted":
@@ -277,6 +297,7 @@ def summarize(
     store: Store, jobs: dict[int, DemoJob], source: HeadroomSource, t0: float, t_end: float
 ) -> dict[str, Any]:
     evicted = [e for j in jobs for e in store.events(j) if e["type"] == "evicted"]
+    pauses = sum(e["type"] == "paused" for j in jobs for e in store.events(j))
     latencies = [float(e.get("latency_s") or 0.0) for e in evicted]
     harvested = 0.0
     for j in jobs:
@@ -293,6 +314,7 @@ def summarize(
         "jobs_submitted": len(jobs),
         "jobs_succeeded": sum(s == JobState.SUCCEEDED for s in states.values()),
         "jobs_failed": sum(s == JobState.FAILED for s in states.values()),
+        "pauses": pauses,
         "evictions": len(evicted),
         "checkpointed": sum(bool(e.get("checkpointed")) and not e.get("killed") for e in evicted),
         "killed_at_deadline": sum(bool(e.get("killed")) for e in evicted),
@@ -325,6 +347,7 @@ def print_summary(console: Console, s: dict[str, Any]) -> None:
     )
     rows = [
         ("jobs done", f"{s['jobs_succeeded']} / {s['jobs_submitted']}"),
+        ("pauses", f"{s['pauses']} (compute spikes: frozen in place, nothing lost)"),
         ("evictions", f"{s['evictions']} ({s['checkpointed']} checkpointed on the warning)"),
         ("killed at the deadline", str(s["killed_at_deadline"])),
         ("deadline misses", str(s["deadline_misses"])),
@@ -364,8 +387,8 @@ def _intro(console: Console, source: HeadroomSource, speedup: float, count: int)
 
 
 def _demo_policy(home: Path, speedup: float) -> Path:
-    """The trace runs 30× faster than life (and ``speedup`` on top), so the anti-thrash
-    and forecast settings shrink with it: a 30 s cooldown is 1 s of demo time."""
+    """The trace runs 30× faster than life (and ``speedup`` on top), so the anti-thrash,
+    forecast and pause settings shrink with it: a 30 s cooldown is 1 s of demo time."""
     scale = TRACE_COMPRESSION * speedup
     path = home / "ebbtide.yaml"
     path.write_text(
@@ -376,6 +399,8 @@ def _demo_policy(home: Path, speedup: float) -> Path:
         f"  backoff_max_s: {1800 / scale:.3f}\n"
         f"  forecast_history_s: {3600 / scale:.3f}\n"
         f"  forecast_warmup_s: {600 / scale:.3f}\n"
+        f"  pause_min_s: {5 / scale:.3f}\n"
+        f"  max_pause_s: {max(1.0, 600 / scale):.3f}\n"
     )
     return path
 

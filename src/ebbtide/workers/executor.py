@@ -300,7 +300,7 @@ class LocalExecutor:
     def signal(self, handle: Handle, signum: int) -> None:
         if not self._unreaped(handle):
             return
-        pids = shim.descendants(handle.pid)
+        pids = shim.tree(handle.pid)
         if not pids and signum in shim.FORWARDED:
             # the job is not forked yet (a warning right after the start): the shim
             # forwards a warning signal to it once it is

@@ -119,6 +119,31 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def tree(root: int) -> list[int]:
+    """Every live descendant of ``root`` by the kernel's own child lists
+    (``/proc/PID/task/TID/children``): the cost of the tree, not of the host's process
+    count.  Falls back to :func:`descendants` where the kernel keeps no such lists."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return descendants(root)
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue  # the thread or the process ended meanwhile
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
 def _reap() -> list[tuple[int, int]]:
     """Reap every exited child; return their ``(pid, wait status)``."""
     done: list[tuple[int, int]] = []
