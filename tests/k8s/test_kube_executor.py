@@ -328,3 +328,36 @@ def test_a_list_older_than_a_pod_just_created_does_not_make_it_gone(
         assert seen is not None and not seen.gone
     finally:
         ex.close()
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{us}.slice",
+        "kubepods.slice/kubepods-pod{us}.slice",  # guaranteed QoS
+        "kubepods/besteffort/pod{dash}",  # cgroupfs driver
+    ],
+)
+def test_a_pod_is_paused_by_its_cgroup_freezer(
+    kube: KubeHarness, tmp_path: Path, layout: str
+) -> None:
+    from ebbtide.kube.executor import find_pod_cgroup
+
+    ex = executor(kube, tmp_path)
+    try:
+        handle = ex.start(launch(tmp_path, "import time\ntime.sleep(60)\n"))
+        root = tmp_path / "cgroup"
+        pod_dir = root / layout.format(us=handle.uid.replace("-", "_"), dash=handle.uid)
+        pod_dir.mkdir(parents=True)
+        (pod_dir / "cgroup.freeze").write_text("0")
+        (root / "kubepods.slice" / "kubepods-besteffort.slice").mkdir(parents=True, exist_ok=True)
+        assert find_pod_cgroup(handle.uid, root) == pod_dir
+        ex.cgroup_root = root
+        ex.pause(handle)
+        assert (pod_dir / "cgroup.freeze").read_text() == "1"
+        ex.thaw(handle)
+        assert (pod_dir / "cgroup.freeze").read_text() == "0"
+        assert find_pod_cgroup("0" * 8 + "-0000-0000-0000-" + "0" * 12, root) is None
+        ex.sweep(handle)
+    finally:
+        ex.close()

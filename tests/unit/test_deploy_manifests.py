@@ -44,6 +44,8 @@ PROFILES: tuple[str, ...] = get_args(ProfileName)
 SYSTEM_NS = "ebbtide-system"
 JOBS_NS = "ebbtide-jobs"
 STATE_DIR = "/var/lib/ebbtide"
+#: The host's cgroup tree, which the agent mounts to pause attempt pods.
+CGROUP_DIR = "/sys/fs/cgroup"
 POLICY_PATH = "/etc/ebbtide/ebbtide.yaml"
 IMAGE = "ghcr.io/ebbtide/ebbtide"
 AGENT_USER = f"system:serviceaccount:{SYSTEM_NS}:ebbtide-agent"
@@ -196,7 +198,7 @@ def test_the_policy_loads_and_names_the_overlays_profile(
     host_paths = [
         v["hostPath"]["path"] for v in _pod_spec(_agent(docs))["volumes"] if "hostPath" in v
     ]
-    assert host_paths == [k8s.state_dir]
+    assert host_paths == [k8s.state_dir, CGROUP_DIR]
     agent_image = _pod_spec(_agent(docs))["containers"][0]["image"]
     assert k8s.image == agent_image, (
         f"{name}: the policy's kubernetes.image {k8s.image} is not the install's {agent_image}"
@@ -407,8 +409,9 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
         "type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1},
     }
-    (state,) = [v for v in spec["volumes"] if "hostPath" in v]
+    (state, cgroup) = [v for v in spec["volumes"] if "hostPath" in v]
     assert state["hostPath"] == {"path": STATE_DIR, "type": "DirectoryOrCreate"}
+    assert cgroup["hostPath"] == {"path": CGROUP_DIR, "type": "Directory"}  # the freezer
     (container,) = spec["containers"]
     assert {"name": state["name"], "mountPath": STATE_DIR} in container["volumeMounts"]
     assert container["args"] == [
@@ -556,7 +559,7 @@ def test_an_attempt_pod_for_the_overlays_policy_fits_the_install(
     agent_paths = {
         v["hostPath"]["path"] for v in _pod_spec(_agent(docs))["volumes"] if "hostPath" in v
     }
-    assert agent_paths == {STATE_DIR}
+    assert agent_paths == {STATE_DIR, CGROUP_DIR}
     # the attempt's own directories, below the agent's: where admission lets pods mount
     assert host_paths and all(p.startswith(f"{STATE_DIR}/") for p in host_paths)
     if k8s.profile == "direct":

@@ -58,6 +58,8 @@ from ebbtide.workers.ownership import Tree
 
 log = logging.getLogger("ebbtide.kube.executor")
 
+#: Where the host's cgroup tree is, first found: the DaemonSet's mount, else this host's.
+HOST_CGROUP_ROOTS = (Path("/host/sys/fs/cgroup"), Path("/sys/fs/cgroup"))
 #: How long a sweep waits for a pod's processes to be gone, in seconds.
 SWEEP_WAIT_S = 2.0
 #: How long a starting agent waits for its leftover pods' processes to be gone, in s.
@@ -115,9 +117,8 @@ class KubernetesExecutor:
     """
 
     inherit_env = False
-    #: pods are not paused yet (the pod's cgroup freezer would do it): a compute spike
-    #: evicts them
-    can_pause = False
+    #: a pod is paused by its cgroup v2 freezer, else by SIGSTOP to its processes
+    can_pause = True
 
     def __init__(
         self,
@@ -129,6 +130,8 @@ class KubernetesExecutor:
         queue_settings: Mapping[str, Any] | None = None,
         gone: Callable[[PodHandle], bool] | None = None,
         watcher: PodWatcher | None = None,
+        cgroup_root: Path | None = None,
+        proc: Path = Path("/proc"),
     ) -> None:
         self.core = core
         self.settings = settings
@@ -138,6 +141,11 @@ class KubernetesExecutor:
         self.queue_settings = dict(queue_settings or {})
         self.namespace: str = settings.namespace
         self._gone = gone or (lambda handle: processes_gone(handle.uid))
+        #: the host's cgroup tree (the DaemonSet mounts it at /host/sys/fs/cgroup)
+        self.cgroup_root = cgroup_root or next(
+            (p for p in HOST_CGROUP_ROOTS if p.is_dir()), HOST_CGROUP_ROOTS[-1]
+        )
+        self.proc = proc
         self.watcher = watcher or PodWatcher(
             core, self.namespace, f"{LABEL_NODE}={label_value(node)}"
         )
@@ -370,10 +378,29 @@ class KubernetesExecutor:
         """Nothing to renew: a pod has no lease (see the module's docstring)."""
 
     def pause(self, handle: Handle) -> None:
-        raise NotImplementedError("pods are not paused: can_pause is False")
+        """Freeze the pod in place: its cgroup v2 freezer (``cgroup.freeze``), found below
+        the host's cgroup tree by the pod's UID; where there is none (cgroup v1), SIGSTOP
+        to each of its processes on this host."""
+        assert isinstance(handle, PodHandle)
+        if not self._freeze(handle, True):
+            signal_pod_processes(handle.uid, signal.SIGSTOP, self.proc)
 
     def thaw(self, handle: Handle) -> None:
-        raise NotImplementedError("pods are not paused: can_pause is False")
+        assert isinstance(handle, PodHandle)
+        if not self._freeze(handle, False):
+            signal_pod_processes(handle.uid, signal.SIGCONT, self.proc)
+
+    def _freeze(self, handle: PodHandle, frozen: bool) -> bool:
+        """Write the pod's ``cgroup.freeze``; False where it has none to write."""
+        directory = find_pod_cgroup(handle.uid, self.cgroup_root)
+        if directory is None:
+            return False
+        try:
+            (directory / "cgroup.freeze").write_text("1" if frozen else "0")
+        except OSError as exc:
+            log.warning("pod %s: cannot write its freezer: %s", handle.name, exc)
+            return False
+        return True
 
     def kill_at(self, handle: Handle, monotonic_s: float) -> None:
         assert isinstance(handle, PodHandle)
@@ -509,13 +536,32 @@ def _write_no_follow(path: Path, text: str, *, append: bool) -> None:
 def kill_pod_processes(uid: str, proc: Path = Path("/proc")) -> int:
     """SIGKILL every process on this host in the pod with ``uid`` (the agent shares the
     host's PID namespace); how many were signalled."""
-    killed = 0
+    return signal_pod_processes(uid, signal.SIGKILL, proc)
+
+
+def signal_pod_processes(uid: str, signum: int, proc: Path = Path("/proc")) -> int:
+    """Send ``signum`` to every process on this host in the pod with ``uid``; how many."""
+    sent = 0
     for entry in proc.iterdir():
         if entry.name.isdigit() and uid in pod_uids(read_cgroup(int(entry.name), proc) or ""):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
+                os.kill(int(entry.name), signum)
+                sent += 1
+    return sent
+
+
+def find_pod_cgroup(uid: str, root: Path) -> Path | None:
+    """The pod-level cgroup v2 directory of the pod with ``uid`` below ``root`` (the
+    host's cgroup tree), under the systemd driver (``kubepods-burstable-pod<uid with
+    underscores>.slice``) or cgroupfs (``pod<uid>``), at any QoS level; None when there is
+    none with a freezer (cgroup v1, or the pod is gone)."""
+    names = {f"*pod{m[3:]}*" for m in pod_markers(uid)}
+    for depth in ("kubepods*", "kubepods*/*", "*/kubepods*", "*/kubepods*/*"):
+        for name in sorted(names):
+            for found in sorted(root.glob(f"{depth}/{name}")):
+                if (found / "cgroup.freeze").exists():
+                    return found
+    return None
 
 
 def spare_capacity(devices: list[dict[str, Any]]) -> dict[str, str]:
