@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
@@ -55,6 +56,37 @@ def normalise_db_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+#: The agent's own variables that never reach a job: its credentials (the store's and the
+#: broker's URLs carry passwords) and its identity.  ebbtide's job contract
+#: (``EBBTIDE_JOB_ID``, ``EBBTIDE_CHECKPOINT_DIR``, …) is set for each attempt on top.
+PRIVATE_VARIABLES = frozenset(
+    {
+        "EBBTIDE_DB_URL",
+        "EBBTIDE_REDIS_URL",
+        "EBBTIDE_NAMESPACE",
+        "EBBTIDE_POLICY",
+        "EBBTIDE_USER",
+        "EBBTIDE_ADMINS",
+        "EBBTIDE_HOME",
+        "PGPASSWORD",
+        "PGPASSFILE",
+        "REDISCLI_AUTH",
+    }
+)
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _login_name() -> str:

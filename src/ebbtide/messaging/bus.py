@@ -78,11 +78,13 @@ class Bus:
         import redis
         from dramatiq.brokers.redis import RedisBroker
 
+        from ebbtide.config.settings import redacted
+
         try:
             client = redis.Redis.from_url(url)
             client.ping()
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
+            raise BrokerUnavailable(f"cannot reach Redis at {redacted(url)}: {exc}") from None
         bus = cls(RedisBroker(client=client, namespace=namespace), namespace)
         bus._redis = client
         return bus

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ebbtide.config.settings import PRIVATE_VARIABLES
 from ebbtide.queue.spec import JobSpec
 from ebbtide.units import signal_name
 from ebbtide.workers.executor import Launch
@@ -44,9 +45,10 @@ def env_for(
     mps: bool = False,
     inherit_env: bool = True,
 ) -> dict[str, str]:
-    """The attempt's environment: the agent's (unless ``inherit_env`` is False: a pod
-    gets nothing of the agent's), the spec's, then ebbtide's contract."""
-    env = dict(os.environ) if inherit_env else {}
+    """The attempt's environment: the agent's less its credentials and settings
+    (``PRIVATE_VARIABLES``; with ``inherit_env`` False, as for a pod, nothing of the
+    agent's), the spec's, then ebbtide's contract."""
+    env = {k: v for k, v in os.environ.items() if k not in PRIVATE_VARIABLES} if inherit_env else {}
     env.update(spec.env)
     env.update(
         {
