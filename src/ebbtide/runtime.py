@@ -133,7 +133,7 @@ def build(
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs, checkpoints: private
     store = Store(settings.db_url)
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)

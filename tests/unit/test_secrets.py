@@ -76,3 +76,19 @@ def test_the_cannot_reach_redis_error_does_not_print_the_password() -> None:
         Bus.redis("redis://:s3cret@127.0.0.1:1/0")
     assert "s3cret" not in str(caught.value) and "***" in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_a_new_sqlite_store_and_its_directory_are_private(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ebbtide.queue.store import Store
+
+    home = tmp_path / "home"
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    try:
+        store.submit(JobSpec(command=["true"], env={"TOKEN": "s3cret"}), "alice",
+                     defaults_deadline_s=30)  # fmt: skip
+        assert (home / "ebbtide.db").stat().st_mode & 0o777 == 0o600
+        assert home.stat().st_mode & 0o777 == 0o700
+        for side in home.glob("ebbtide.db-*"):  # WAL and shared memory: as private
+            assert side.stat().st_mode & 0o077 == 0, side
+    finally:
+        store.close()

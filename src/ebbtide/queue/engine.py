@@ -3,6 +3,8 @@ deferred BEGIN, so a read never waits for a writer nor holds one up) or PostgreS
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -39,7 +41,11 @@ def _enable_wal(cur: Any) -> None:
 def _sqlite_engine(url: str) -> sa.Engine:
     path = url.removeprefix("sqlite:///")
     if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # the database holds jobs' environments (``-v``): only its owner reads it; SQLite
+        # gives its -wal and -shm files the database file's mode
+        Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @sa.event.listens_for(engine, "connect")
