@@ -8,17 +8,23 @@ has to be given back decides what is done, cheapest first:
   GPU work; its compute is free once the work in flight drains (``pause_drain_s``).
   Nothing is lost: no checkpoint to restore, no CUDA context to rebuild.  AntMan (OSDI'20)
   and TGS (NSDI'23) throttle opportunistic jobs for the same reason.
-- **evict** — memory is short (a paused job still holds its memory), the attempt may not
-  be paused (``--no-pause``, its queue, an executor that cannot), or it has been paused
-  longer than ``max_pause_s`` (moved so it can run elsewhere): warn, checkpoint,
-  requeue, as before.
+- **suspend** — memory is short and the attempt can be suspended to host (pausing is on
+  for it, ``suspend`` is on, and the node says it can: ``cuda-checkpoint`` is there and
+  moving its memory fits its deadline): pause it and move its CUDA state to host memory,
+  which frees its GPU memory without ending it.  A suspended attempt uses neither compute
+  nor GPU memory; it is restored when both fit again (``thaw_hysteresis_pct`` and
+  ``restore_hysteresis_mib`` to spare), or evicted after ``max_suspend_s``.
+- **evict** — memory is short (a paused job still holds its memory) and the attempt
+  cannot be suspended, it may not be paused (``--no-pause``, its queue, an executor that
+  cannot), or it has been paused longer than ``max_pause_s`` or suspended longer than
+  ``max_suspend_s`` (moved so it can run elsewhere): warn, checkpoint, requeue, as before.
 
 A paused attempt is thawed when the device has room for its compute again with a margin to
 spare (``thaw_hysteresis_pct``) and it has been paused at least ``min_pause_s``, so a
 flapping online signal does not flap the job.
 
 Pure: no clock, no I/O.  The node agent's fast path, the scheduler and the simulator call
-:func:`relief_for_device` and :func:`thaws_for_device`.
+:func:`relief_for_device`, :func:`thaws_for_device` and :func:`restores_for_device`.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
 from ebbtide.scheduling.snapshot import (
     MAX_PAUSE_S,
+    MAX_SUSPEND_S,
     MIN_PAUSE_S,
     PAUSE_DRAIN_S,
+    RESTORE_HYSTERESIS_MIB,
     THAW_HYSTERESIS_PCT,
     ActiveAttempt,
     DeviceView,
@@ -44,19 +52,23 @@ from ebbtide.scheduling.snapshot import (
 
 __all__ = [
     "MAX_PAUSE_S",
+    "MAX_SUSPEND_S",
     "MIN_PAUSE_S",
     "PAUSE_DRAIN_S",
+    "RESTORE_HYSTERESIS_MIB",
     "THAW_HYSTERESIS_PCT",
     "ActionKind",
     "PauseRules",
     "Relief",
     "relief_for_device",
+    "restores_for_device",
     "thaws_for_device",
 ]
 
 
 class ActionKind(StrEnum):
     PAUSE = "pause"
+    SUSPEND = "suspend"
     EVICT = "evict"
 
 
@@ -82,14 +94,36 @@ def relief_for_device(
     now: float,
     rules: PauseRules,
     is_protected: Callable[[ActiveAttempt], bool] | None = None,
+    can_suspend: Callable[[ActiveAttempt], bool] | None = None,
 ) -> list[Relief]:
     """The actions that bring ``device`` back within capacity minus the margin, cheapest
-    first: pauses while only compute is short, evictions for memory, for attempts that
-    may not pause, and for those paused past ``max_pause_s``."""
+    first: pauses while only compute is short; for memory, suspensions of the attempts
+    ``can_suspend`` allows (the node's say: the utility is there, the move fits the
+    deadline; ``None``: none) and evictions of the rest; evictions for attempts that may
+    not pause, and for those paused past ``max_pause_s`` or suspended past
+    ``max_suspend_s``."""
     here = [a for a in active if a.node == device.node and device.index in a.devices]
     out: list[Relief] = []
+    where = f"{device.node}/{device.index}"
     for a in here:
-        if a.paused_at is not None and not a.evicting and now - a.paused_at >= rules.max_pause_s:
+        if a.evicting:
+            continue
+        if a.suspended_at is not None:
+            if now - a.suspended_at >= rules.max_suspend_s:
+                out.append(
+                    Relief(
+                        a.job_id,
+                        a.attempt,
+                        a.node,
+                        ActionKind.EVICT,
+                        EvictReason.SUSPENDED_TOO_LONG,
+                        a.deadline_s,
+                        f"suspended to host on {where} for {now - a.suspended_at:.1f}s, "
+                        f"longer than max_suspend_s {rules.max_suspend_s:g}s: moved to run "
+                        "elsewhere",
+                    )
+                )
+        elif a.paused_at is not None and now - a.paused_at >= rules.max_pause_s:
             out.append(
                 Relief(
                     a.job_id,
@@ -98,7 +132,7 @@ def relief_for_device(
                     ActionKind.EVICT,
                     EvictReason.PAUSED_TOO_LONG,
                     a.deadline_s,
-                    f"paused on {device.node}/{device.index} for {now - a.paused_at:.1f}s, "
+                    f"paused on {where} for {now - a.paused_at:.1f}s, "
                     f"longer than max_pause_s {rules.max_pause_s:g}s: moved to run elsewhere",
                 )
             )
@@ -109,15 +143,27 @@ def relief_for_device(
     ]
     over_c, over_m = overflow(device, rest, margins)
     if over_m > 0 or not rules.enabled:
-        # memory is short (a pause would free none), or pausing is off: evict
-        out += [
-            Relief(e.job_id, e.attempt, e.node, ActionKind.EVICT, e.reason, e.deadline_s, e.message)
-            for e in evictions_for_device(device, rest, margins, now, is_protected)
-        ]
+        # memory is short (a pause would free none), or pausing is off: suspend what can
+        # be (it frees the memory and the compute an eviction would), evict the rest
+        by_key = {(a.job_id, a.attempt): a for a in rest}
+        for e in evictions_for_device(device, rest, margins, now, is_protected):
+            a = by_key[(e.job_id, e.attempt)]
+            suspend = (
+                over_m > 0
+                and rules.enabled
+                and rules.suspend
+                and a.pausable
+                and can_suspend is not None
+                and can_suspend(a)
+            )
+            kind, message = ActionKind.EVICT, e.message
+            if suspend:
+                kind = ActionKind.SUSPEND
+                message += "; suspended to host until its memory fits again"
+            out.append(Relief(e.job_id, e.attempt, e.node, kind, e.reason, e.deadline_s, message))
         return out
     if over_c <= 0:
         return out
-    where = f"{device.node}/{device.index}"
     for a in select_victims([a for a in rest if not a.paused], over_c, 0.0, now, is_protected):
         kind = ActionKind.PAUSE if a.pausable else ActionKind.EVICT
         message = (
@@ -142,9 +188,10 @@ def thaws_for_device(
     rules: PauseRules,
 ) -> list[ActiveAttempt]:
     """The paused attempts on ``device`` to run again now: highest priority first, then
-    the longest paused, while their compute fits with ``thaw_hysteresis_pct`` to spare."""
+    the longest paused, while their compute fits with ``thaw_hysteresis_pct`` to spare.
+    (Suspended attempts are :func:`restores_for_device`'s.)"""
     here = [a for a in active if a.node == device.node and device.index in a.devices]
-    paused = [a for a in here if a.paused_at is not None and not a.evicting]
+    paused = [a for a in here if a.paused_at is not None and not a.suspended and not a.evicting]
     if not paused or device.planning_only:
         return []
     running = sum(a.compute_pct for a in here if a.gpus == 0 and not a.paused)
@@ -164,4 +211,47 @@ def thaws_for_device(
         if need <= room:
             out.append(a)
             room -= need
+    return out
+
+
+def restores_for_device(
+    device: DeviceView,
+    active: Sequence[ActiveAttempt],
+    margins: Margins,
+    now: float,
+    rules: PauseRules,
+) -> list[ActiveAttempt]:
+    """The suspended attempts on ``device`` to bring back to their GPU and run again now:
+    highest priority first, then the longest suspended, while both their memory and their
+    compute fit with ``restore_hysteresis_mib`` and ``thaw_hysteresis_pct`` to spare, and
+    once they have been suspended ``min_pause_s``."""
+    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    suspended = [a for a in here if a.suspended_at is not None and not a.evicting]
+    if not suspended or device.planning_only:
+        return []
+    awake = [a for a in here if not a.suspended]
+    room_c = (
+        DEVICE_COMPUTE_PCT
+        - margins.compute_pct
+        - rules.thaw_hysteresis_pct
+        - device.online_compute_pct
+        - sum(a.compute_pct for a in awake if a.gpus == 0 and not a.paused)
+    )
+    room_m = (
+        device.memory_mib
+        - margins.memory_mib
+        - rules.restore_hysteresis_mib
+        - device.online_memory_mib
+        - sum(a.memory_mib for a in awake)
+    )
+    out = []
+    for a in sorted(suspended, key=lambda a: (-a.priority, a.suspended_at)):
+        assert a.suspended_at is not None
+        if now - a.suspended_at < rules.min_pause_s:
+            continue
+        need_c = a.compute_pct if a.gpus == 0 else 0.0
+        if need_c <= room_c and a.memory_mib <= room_m:
+            out.append(a)
+            room_c -= need_c
+            room_m -= a.memory_mib
     return out

@@ -28,6 +28,7 @@ class EvictReason(StrEnum):
     SHARE = "offline_share"  # over the share the open windows allow
     GPU_FAULT = "gpu_fault"  # the device failed (an XID, off the bus): moved, not counted
     PAUSED_TOO_LONG = "paused_too_long"  # paused past max_pause_s: moved to run elsewhere
+    SUSPENDED_TOO_LONG = "suspended_too_long"  # suspended past max_suspend_s: moved
     # taken back by the cluster, not by ebbtide (the Kubernetes executor observes these):
     KUBE_PREEMPTED = "kube_preempted"  # the kube-scheduler preempted it for a pod of its own
     NODE_PRESSURE = "node_pressure"  # the kubelet evicted it: the node ran short of memory
@@ -49,8 +50,14 @@ class Eviction:
 
 def compute_used(a: ActiveAttempt) -> float:
     """The compute an attempt's slice uses, in percent: none for a whole-GPU slice (it
-    yields to online work) or a paused one."""
-    return a.compute_pct if a.gpus == 0 and not a.paused else 0.0
+    yields to online work), a paused or a suspended one."""
+    return a.compute_pct if a.gpus == 0 and not a.paused and not a.suspended else 0.0
+
+
+def memory_used(a: ActiveAttempt) -> float:
+    """The GPU memory an attempt's slice uses, in MiB: none for a suspended one (its
+    memory is on the host)."""
+    return 0.0 if a.suspended else float(a.memory_mib)
 
 
 def victim_order_key(a: ActiveAttempt, now: float) -> tuple[int, float, float]:
@@ -74,7 +81,7 @@ def select_victims(
     for a in active:
         if a.evicting:
             need_c -= compute_used(a)
-            need_m -= a.memory_mib
+            need_m -= memory_used(a)
     if need_c <= 0 and need_m <= 0:
         return []
     guarded = {id(a) for a in active if is_protected is not None and is_protected(a)}
@@ -89,17 +96,17 @@ def select_victims(
             break
         gives_c = compute_used(a)
         for_compute = got_c < need_c and gives_c > 0 and id(a) not in guarded
-        useful = for_compute or (got_m < need_m and a.memory_mib > 0)
+        useful = for_compute or (got_m < need_m and memory_used(a) > 0)
         if not useful:
             continue
         picked.append(a)
         got_c += gives_c
-        got_m += a.memory_mib
+        got_m += memory_used(a)
     # spare, latest pick first, any victim the others already cover
     for a in list(reversed(picked)):
         rest = [p for p in picked if p is not a]
         c = sum(compute_used(p) for p in rest)
-        m = sum(p.memory_mib for p in rest)
+        m = sum(memory_used(p) for p in rest)
         if c >= need_c and m >= need_m:
             picked = rest
     return picked

@@ -717,9 +717,12 @@ class Store:
         reason: str,
         reason_code: str,
         drain_s: float = 0.0,
+        kind: str = "pause",
     ) -> None:
         """The attempt was paused (frozen in place: it keeps its memory, uses no compute;
-        its compute is free ``drain_s`` later, when its GPU work in flight has drained)."""
+        its compute is free ``drain_s`` later, when its GPU work in flight has drained), or,
+        ``kind`` ``"suspend"``, paused with its CUDA state moved to host memory (it holds no
+        GPU memory either)."""
         with self._tx() as conn:
             self._fenced_update(conn, job_id, attempt, paused_at=at)
             self._event(
@@ -732,11 +735,15 @@ class Store:
                     "reason": reason,
                     "reason_code": reason_code,
                     "freed_at": at + drain_s,
+                    "kind": kind,
                 },
             )
 
-    def record_thaw(self, job_id: int, attempt: int, *, at: float, paused_s: float) -> None:
-        """The paused attempt runs again."""
+    def record_thaw(
+        self, job_id: int, attempt: int, *, at: float, paused_s: float, kind: str = "thaw"
+    ) -> None:
+        """The paused attempt runs again (``kind`` ``"restore"``: its CUDA state was
+        brought back to its GPU first)."""
         with self._tx() as conn:
             self._fenced_update(conn, job_id, attempt, paused_at=None)
             self._event(
@@ -745,7 +752,7 @@ class Store:
                 EventType.THAWED,
                 attempt=attempt,
                 now=at,
-                data={"paused_s": round(paused_s, 6)},
+                data={"paused_s": round(paused_s, 6), "kind": kind},
             )
 
     def record_progress(self, job_id: int, attempt: int, done: float, total: float | None) -> None:

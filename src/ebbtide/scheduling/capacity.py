@@ -5,7 +5,9 @@ capacity − online usage − expected online growth − safety margin − offli
 A whole-GPU slice (``gpus >= 1``) holds the device's compute exclusively for offline
 work, but yields to online compute without eviction (only memory forces it out).  A paused
 slice holds its compute for admission (it is thawed in place before new work goes there)
-but uses none: it never adds to an overflow.
+but uses none: it never adds to an overflow.  A suspended slice (its CUDA state moved to
+host memory) holds both for admission, so that it can be restored in place, but uses
+neither.
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ def overflow(
     Online usage plus offline slices may not exceed capacity minus the margin.  The
     expected-growth reserve is not counted here: it guards admission, not eviction.
     Whole-GPU slices yield compute to online work, so only their memory counts; so do
-    paused slices (they hold their memory and use no compute).
+    paused slices (they hold their memory and use no compute).  Suspended slices count
+    for nothing: their memory is on the host.
     """
     compute = memory = 0.0
     for a in active:
-        if a.node == device.node and device.index in a.devices:
+        if a.node == device.node and device.index in a.devices and not a.suspended:
             memory += a.memory_mib
             if a.gpus == 0 and not a.paused:  # a paused slice uses no compute
                 compute += a.compute_pct

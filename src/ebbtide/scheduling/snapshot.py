@@ -63,6 +63,9 @@ class ActiveAttempt:
     #: it may be paused rather than evicted for compute (its spec and queue allow it, and
     #: its executor can)
     pausable: bool = False
+    #: Unix seconds its CUDA state was moved to host memory (suspended: it holds neither
+    #: compute nor GPU memory, and is paused too); None: its memory is on its GPU
+    suspended_at: float | None = None
 
     @property
     def evicting(self) -> bool:
@@ -71,6 +74,10 @@ class ActiveAttempt:
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def suspended(self) -> bool:
+        return self.suspended_at is not None
 
     def lost_work_s(self, now: float) -> float:
         """Work an eviction now would throw away: time since the last checkpoint."""
@@ -139,6 +146,8 @@ PAUSE_DRAIN_S = 0.05
 MAX_PAUSE_S = 600.0
 THAW_HYSTERESIS_PCT = 10.0
 MIN_PAUSE_S = 5.0
+MAX_SUSPEND_S = 1800.0
+RESTORE_HYSTERESIS_MIB = 4096.0
 
 
 @dataclass(frozen=True)
@@ -153,8 +162,15 @@ class PauseRules:
     max_pause_s: float = MAX_PAUSE_S
     #: thaw only when the device would still have this much compute spare, in percent
     thaw_hysteresis_pct: float = THAW_HYSTERESIS_PCT
-    #: a paused job stays paused at least this long, in seconds
+    #: a paused job stays paused at least this long, in seconds (a suspended one too)
     min_pause_s: float = MIN_PAUSE_S
+    #: memory shortage suspends to host (moves the CUDA state off the GPU) rather than
+    #: evicts, where the node can and the move fits the deadline (off: evict, as before)
+    suspend: bool = False
+    #: a job suspended this long is evicted so that it can run elsewhere, in seconds
+    max_suspend_s: float = MAX_SUSPEND_S
+    #: restore only when the device would still have this much memory spare, in MiB
+    restore_hysteresis_mib: float = RESTORE_HYSTERESIS_MIB
 
 
 def protected(a: ActiveAttempt, limits: QueueLimits | None, now: float) -> bool:

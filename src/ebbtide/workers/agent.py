@@ -49,6 +49,7 @@ from ebbtide.preemption.relief import (
     PauseRules,
     Relief,
     relief_for_device,
+    restores_for_device,
     thaws_for_device,
 )
 from ebbtide.preemption.victims import EvictReason
@@ -78,7 +79,9 @@ from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_m
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
+from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, StatusReader
+from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
 from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
 
 log = logging.getLogger("ebbtide.agent")
@@ -123,6 +126,7 @@ class NodeAgent:
         device_recovery_s: float = 600.0,
         planning_margin: Margins | None = None,
         pause: PauseRules | None = None,
+        cuda_checkpoint: CudaCheckpoint | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -134,6 +138,15 @@ class NodeAgent:
         self.notify = notify  # callable(dict) that wakes the scheduler, or None
         #: graduated response: when a compute spike pauses rather than evicts
         self.pause_rules = pause or PauseRules()
+        #: suspend to host (``pause.suspend`` on): the utility, where the executor is local
+        #: and the utility is installed; None: memory shortage evicts
+        self.cuda_checkpoint = (
+            cuda_checkpoint
+            if cuda_checkpoint is not None
+            and isinstance(self.executor, LocalExecutor)
+            and cuda_checkpoint.available()
+            else None
+        )
         self.mps = mps
         #: per-queue protections (min-runtime, preemptible) for the fast path
         self.queues: Mapping[str, QueueLimits] = queues or {}
@@ -359,17 +372,26 @@ class NodeAgent:
         for device in self.device_views():
             if device.planning_only:
                 continue  # seconds-old device figures never trigger an eviction
-            for r in relief_for_device(device, active, self.margins, now, rules, guarded):
+            reliefs = relief_for_device(
+                device, active, self.margins, now, rules, guarded, self._can_suspend
+            )
+            for r in reliefs:
                 local = self.attempts.get(r.job_id)
                 if not local or local.attempt != r.attempt or local.eviction:
                     continue
+                failed = None
+                if r.kind is ActionKind.SUSPEND:
+                    failed = self._suspend(local, r, now)
                 if r.kind is ActionKind.PAUSE:
                     self._pause(local, r, now)
-                else:
+                elif r.kind is ActionKind.EVICT or failed is not None:
+                    message = r.message
+                    if failed is not None:
+                        message += f"; but suspending it to host failed ({failed}), so evicted"
                     self._evict(
                         local,
                         r.reason.value,
-                        r.message,
+                        message,
                         spike_at=device.sampled_at or now,
                         deadline_s=local.deadline_s,
                         source="agent",
@@ -381,6 +403,11 @@ class NodeAgent:
                 local = self.attempts.get(a.job_id)
                 if local and local.attempt == a.attempt and not local.eviction:
                     self._thaw(local, now)
+                    active = [a.view(self.name) for a in self.attempts.values()]
+            for a in restores_for_device(device, active, self.margins, now, rules):
+                local = self.attempts.get(a.job_id)
+                if local and local.attempt == a.attempt and not local.eviction:
+                    self._restore(local, now)
                     active = [a.view(self.name) for a in self.attempts.values()]
 
     # -- pausing ------------------------------------------------------------------------
@@ -419,6 +446,90 @@ class NodeAgent:
         self._publish_view()
         self.journal.append(
             "record_thaw", job_id=local.job_id, attempt=local.attempt, at=now, paused_s=paused_s
+        )
+
+    # -- suspending to host ---------------------------------------------------------------
+
+    def _can_suspend(self, a: ActiveAttempt) -> bool:
+        """This node can suspend ``a`` to host within its deadline."""
+        cc = self.cuda_checkpoint
+        return (
+            cc is not None
+            and self.pause_rules.suspend
+            and cc.suspend_time_s(a.memory_mib) <= a.deadline_s
+        )
+
+    def _suspend(self, local: LocalAttempt, relief: Relief, now: float) -> str | None:
+        """Move ``local``'s CUDA state to host memory, then freeze it: its GPU memory is
+        free and it is not ended.  When the utility fails, everything is put back as it
+        was and the error returned: the caller evicts instead."""
+        cc = self.cuda_checkpoint
+        assert cc is not None
+        was_paused = local.paused_at is not None
+        if was_paused:  # the utility works through a thread of the process: let it run
+            self.executor.thaw(local.handle)
+        pids: list[int] = []
+        try:
+            pids = cc.cuda_pids(shim_tree(local.handle.pid))
+            if not pids:
+                raise SuspendError("no process of the attempt holds a CUDA context")
+            cc.suspend(pids)
+        except SuspendError as exc:
+            log.warning("job %s attempt %s: suspend failed: %s", local.job_id, local.attempt, exc)
+            try:
+                cc.restore(pids)
+            except SuspendError as again:
+                log.warning("job %s attempt %s: %s", local.job_id, local.attempt, again)
+            if was_paused:
+                self.executor.pause(local.handle)
+            return str(exc)
+        self.executor.pause(local.handle)
+        if local.paused_at is None:
+            local.paused_at = now
+        local.suspended_at = now
+        log.info("job %s attempt %s: suspended: %s", local.job_id, local.attempt, relief.message)
+        self._publish_view()
+        self.journal.append(
+            "record_pause",
+            job_id=local.job_id,
+            attempt=local.attempt,
+            at=now,
+            reason=relief.message,
+            reason_code=relief.reason.value,
+            kind="suspend",
+        )
+        return None
+
+    def _restore(self, local: LocalAttempt, now: float) -> None:
+        """Bring a suspended attempt's CUDA state back to its GPU and let it run again.  A
+        failed restore evicts it (its CUDA calls would block for ever)."""
+        cc = self.cuda_checkpoint
+        if local.suspended_at is None or local.paused_at is None or cc is None:
+            return
+        self.executor.thaw(local.handle)  # its CUDA calls block until the state is back
+        try:
+            cc.restore(shim_tree(local.handle.pid))
+        except SuspendError as exc:
+            self._evict(
+                local,
+                EvictReason.ONLINE_MEMORY.value,
+                f"restoring it from host memory failed: {exc}",
+                spike_at=now,
+                deadline_s=local.deadline_s,
+                source="agent",
+            )
+            return
+        paused_s = now - local.paused_at
+        local.paused_at = local.suspended_at = None
+        log.info("job %s attempt %s: restored after %.1fs", local.job_id, local.attempt, paused_s)
+        self._publish_view()
+        self.journal.append(
+            "record_thaw",
+            job_id=local.job_id,
+            attempt=local.attempt,
+            at=now,
+            paused_s=paused_s,
+            kind="restore",
         )
 
     # -- device health ------------------------------------------------------------------
@@ -601,6 +712,9 @@ class NodeAgent:
         self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
         self.executor.signal(local.handle, local.signal)
         if local.paused_at is not None:  # a frozen job cannot handle its warning
+            # (a suspended one stays on the host: its memory does not fit, so its CUDA
+            # calls block and it is killed at the deadline; it resumes from its last
+            # checkpoint)
             self._thaw(local, self.clock.time())
         local.eviction.warned_at = self.clock.time()
         log.info(

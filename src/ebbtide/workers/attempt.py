@@ -40,6 +40,8 @@ class LocalAttempt:
     paused_at: float | None = None
     #: an online compute spike may pause it rather than evict it
     pausable: bool = False
+    #: Unix seconds its CUDA state was moved to host memory; None while it is on its GPU
+    suspended_at: float | None = None
 
     def view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(
@@ -60,4 +62,5 @@ class LocalAttempt:
             gpus=self.gpus,
             paused_at=self.paused_at,
             pausable=self.pausable,
+            suspended_at=self.suspended_at,
         )

@@ -1,0 +1,167 @@
+"""Suspend to host with real processes and the fake ``cuda-checkpoint`` (it models the
+state machine only): a memory spike suspends a job instead of evicting it; room returns,
+it is restored and thawed, and its count is exact."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ebbtide.preemption.relief import PauseRules
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.workers.agent import NodeAgent
+from ebbtide.workers.devices import parse_devices
+from ebbtide.workers.headroom.static import StaticSource
+from ebbtide.workers.shim import descendants
+from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
+
+COUNT = Path(__file__).resolve().parents[2] / "examples" / "count.py"
+FAKE = Path(__file__).resolve().parents[1] / "fakes" / "cuda-checkpoint"
+RULES = PauseRules(min_pause_s=0.5, max_pause_s=600, suspend=True, max_suspend_s=600)
+
+
+def wait_until(predicate, timeout=15.0):  # type: ignore[no-untyped-def]
+    give_up = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > give_up:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def cuda_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CudaCheckpoint:
+    monkeypatch.setenv("EBBTIDE_FAKE_CUDA_CHECKPOINT_DIR", str(tmp_path / "cuda-state"))
+    return CudaCheckpoint(FAKE, timeout_s=10)
+
+
+def job_pids(agent: NodeAgent, job_id: int) -> list[int]:
+    local = agent.attempts.get(job_id)
+    return descendants(local.handle.pid) if local else []
+
+
+def cuda_states(cc: CudaCheckpoint, agent: NodeAgent, job_id: int) -> set[str]:
+    out = set()
+    for pid in job_pids(agent, job_id):
+        try:
+            out.add(cc.state(pid))
+        except SuspendError:
+            pass  # ended meanwhile
+    return out
+
+
+def process_states(agent: NodeAgent, job_id: int) -> set[str]:
+    out = set()
+    for pid in job_pids(agent, job_id):
+        try:
+            out.add(psutil.Process(pid).status())
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_the_wrapper_toggles_and_refuses_a_missing_process(
+    cuda_checkpoint: CudaCheckpoint,
+) -> None:
+    cc = cuda_checkpoint
+    assert cc.available()
+    child = psutil.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert cc.state(child.pid) == "running"
+        cc.suspend([child.pid])
+        cc.suspend([child.pid])  # already on the host: left alone
+        assert cc.state(child.pid) == "checkpointed"
+        cc.restore([child.pid])
+        assert cc.state(child.pid) == "running"
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(SuspendError, match="does not exist"):
+        cc.suspend([child.pid])
+    assert not CudaCheckpoint("/nonexistent/cuda-checkpoint").available()
+
+
+def test_a_memory_spike_suspends_room_returning_restores_and_the_count_is_exact(
+    tmp_path: Path, cuda_checkpoint: CudaCheckpoint
+) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent(
+        "n1", store, source, home=tmp_path, pause=RULES, cuda_checkpoint=cuda_checkpoint
+    )
+    agent.start()
+    try:
+        out = tmp_path / "result.json"
+        spec = JobSpec(
+            command=[sys.executable, str(COUNT), "40", "--step-s", "0.05", "--every", "5",
+                     "--out", str(out)],
+            deadline_s=5,
+        )  # fmt: skip
+        [job_id] = store.submit(spec, "alice", defaults_deadline_s=5, pausable=True)
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=2048
+        )
+        wait_until(lambda: store.get(job_id).state == "running")
+        wait_until(lambda: store.get(job_id).checkpoint_path)
+
+        # online memory rises: suspended to host, not evicted
+        source.set(0, 10.0, 80_000)
+        wait_until(lambda: "paused" in [e["type"] for e in store.events(job_id)])
+        [paused] = [e for e in store.events(job_id) if e["type"] == "paused"]
+        assert paused["kind"] == "suspend" and paused["reason_code"] == "online_memory"
+        assert "suspended to host" in paused["reason"]
+        assert process_states(agent, job_id) == {psutil.STATUS_STOPPED}
+        assert cuda_states(cuda_checkpoint, agent, job_id) == {"checkpointed"}
+        assert agent.attempts[job_id].suspended_at is not None
+        time.sleep(0.6)
+        assert store.get(job_id).state == "running"
+
+        # room returns: restored, then thawed; the count goes on in the same attempt
+        source.set(0, 0.0, 0)
+        wait_until(lambda: "thawed" in [e["type"] for e in store.events(job_id)])
+        [thawed] = [e for e in store.events(job_id) if e["type"] == "thawed"]
+        assert thawed["kind"] == "restore"
+        wait_until(lambda: store.get(job_id).state == "succeeded", timeout=30)
+        result = json.loads(out.read_text())
+        assert result["count"] == 40 and result["attempts_seen"] == [1]
+        types = [e["type"] for e in store.events(job_id)]
+        assert "evict_requested" not in types and "evicted" not in types
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
+
+
+def test_a_failed_suspend_evicts_instead(
+    tmp_path: Path, cuda_checkpoint: CudaCheckpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EBBTIDE_FAKE_CUDA_CHECKPOINT_FAIL", "toggle")
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent(
+        "n1", store, source, home=tmp_path, pause=RULES, cuda_checkpoint=cuda_checkpoint
+    )
+    agent.start()
+    try:
+        sleeper = JobSpec(command=[sys.executable, "-c", "import time; time.sleep(30)"])
+        [job_id] = store.submit(sleeper, "bob", defaults_deadline_s=5, pausable=True)
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=2048
+        )
+        wait_until(lambda: store.get(job_id).state == "running")
+        source.set(0, 10.0, 80_000)
+        wait_until(lambda: store.get(job_id).state == "queued")
+        types = [e["type"] for e in store.events(job_id)]
+        assert "paused" not in types
+        [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+        assert (
+            ev["reason_code"] == "online_memory"
+            and "suspending it to host failed" in (ev["reason"])
+        )
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
