@@ -22,7 +22,7 @@ from tests.e2e.helpers import (
 pytestmark = pytest.mark.e2e
 
 N = 200  # 200 steps of 0.05 s: about 10 s of work
-SPIKE_AT_S = 4.0
+SPIKE_AT_S = 8.0  # late enough for both jobs to be running on a loaded machine
 COOPERATIVE_DEADLINE_S = 5.0
 STUBBORN_DEADLINE_S = 2.0
 
