@@ -423,7 +423,20 @@ class NodeAgent:
         drain_s = self.pause_rules.drain_s
         if limits is not None and limits.pause_drain_s is not None:
             drain_s = limits.pause_drain_s
-        log.info("job %s attempt %s: paused: %s", local.job_id, local.attempt, relief.message)
+        self._record_pause(local, relief, now, "paused", drain_s=drain_s)
+
+    def _thaw(self, local: LocalAttempt, now: float) -> None:
+        """Let a paused attempt run again."""
+        if local.paused_at is None:
+            return
+        self.executor.thaw(local.handle)
+        self._record_thaw(local, now, "thawed")
+
+    def _record_pause(
+        self, local: LocalAttempt, relief: Relief, now: float, verb: str, **extra: Any
+    ) -> None:
+        """Log, show and journal that ``local`` was paused (or suspended) at ``now``."""
+        log.info("job %s attempt %s: %s: %s", local.job_id, local.attempt, verb, relief.message)
         self._publish_view()
         self.journal.append(
             "record_pause",
@@ -432,20 +445,23 @@ class NodeAgent:
             at=now,
             reason=relief.message,
             reason_code=relief.reason.value,
-            drain_s=drain_s,
+            **extra,
         )
 
-    def _thaw(self, local: LocalAttempt, now: float) -> None:
-        """Let a paused attempt run again."""
-        if local.paused_at is None:
-            return
-        self.executor.thaw(local.handle)
+    def _record_thaw(self, local: LocalAttempt, now: float, verb: str, **extra: Any) -> None:
+        """Clear ``local``'s pause; log, show and journal how long it was."""
+        assert local.paused_at is not None
         paused_s = now - local.paused_at
         local.paused_at = None
-        log.info("job %s attempt %s: thawed after %.1fs", local.job_id, local.attempt, paused_s)
+        log.info("job %s attempt %s: %s after %.1fs", local.job_id, local.attempt, verb, paused_s)
         self._publish_view()
         self.journal.append(
-            "record_thaw", job_id=local.job_id, attempt=local.attempt, at=now, paused_s=paused_s
+            "record_thaw",
+            job_id=local.job_id,
+            attempt=local.attempt,
+            at=now,
+            paused_s=paused_s,
+            **extra,
         )
 
     # -- suspending to host ---------------------------------------------------------------
@@ -487,17 +503,7 @@ class NodeAgent:
         if local.paused_at is None:
             local.paused_at = now
         local.suspended_at = now
-        log.info("job %s attempt %s: suspended: %s", local.job_id, local.attempt, relief.message)
-        self._publish_view()
-        self.journal.append(
-            "record_pause",
-            job_id=local.job_id,
-            attempt=local.attempt,
-            at=now,
-            reason=relief.message,
-            reason_code=relief.reason.value,
-            kind="suspend",
-        )
+        self._record_pause(local, relief, now, "suspended", kind="suspend")
         return None
 
     def _restore(self, local: LocalAttempt, now: float) -> None:
@@ -519,18 +525,8 @@ class NodeAgent:
                 source="agent",
             )
             return
-        paused_s = now - local.paused_at
-        local.paused_at = local.suspended_at = None
-        log.info("job %s attempt %s: restored after %.1fs", local.job_id, local.attempt, paused_s)
-        self._publish_view()
-        self.journal.append(
-            "record_thaw",
-            job_id=local.job_id,
-            attempt=local.attempt,
-            at=now,
-            paused_s=paused_s,
-            kind="restore",
-        )
+        local.suspended_at = None
+        self._record_thaw(local, now, "restored", kind="restore")
 
     # -- device health ------------------------------------------------------------------
 
