@@ -109,32 +109,20 @@ def relief_for_device(
         if a.evicting:
             continue
         if a.suspended_at is not None:
-            if now - a.suspended_at >= rules.max_suspend_s:
-                out.append(
-                    Relief(
-                        a.job_id,
-                        a.attempt,
-                        a.node,
-                        ActionKind.EVICT,
-                        EvictReason.SUSPENDED_TOO_LONG,
-                        a.deadline_s,
-                        f"suspended to host on {where} for {now - a.suspended_at:.1f}s, "
-                        f"longer than max_suspend_s {rules.max_suspend_s:g}s: moved to run "
-                        "elsewhere",
-                    )
-                )
-        elif a.paused_at is not None and now - a.paused_at >= rules.max_pause_s:
+            since, limit, knob = a.suspended_at, rules.max_suspend_s, "max_suspend_s"
+            reason, what = EvictReason.SUSPENDED_TOO_LONG, "suspended to host"
+        elif a.paused_at is not None:
+            since, limit, knob = a.paused_at, rules.max_pause_s, "max_pause_s"
+            reason, what = EvictReason.PAUSED_TOO_LONG, "paused"
+        else:
+            continue
+        if now - since >= limit:
+            message = (
+                f"{what} on {where} for {now - since:.1f}s, "
+                f"longer than {knob} {limit:g}s: moved to run elsewhere"
+            )
             out.append(
-                Relief(
-                    a.job_id,
-                    a.attempt,
-                    a.node,
-                    ActionKind.EVICT,
-                    EvictReason.PAUSED_TOO_LONG,
-                    a.deadline_s,
-                    f"paused on {where} for {now - a.paused_at:.1f}s, "
-                    f"longer than max_pause_s {rules.max_pause_s:g}s: moved to run elsewhere",
-                )
+                Relief(a.job_id, a.attempt, a.node, ActionKind.EVICT, reason, a.deadline_s, message)
             )
     leaving = {(r.job_id, r.attempt) for r in out}
     rest = [
