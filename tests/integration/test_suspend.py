@@ -20,18 +20,11 @@ from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.shim import descendants
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
+from tests.integration.test_pause import COUNT, wait_until
+from tests.integration.test_pause import states as process_states
 
-COUNT = Path(__file__).resolve().parents[2] / "examples" / "count.py"
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "cuda-checkpoint"
 RULES = PauseRules(min_pause_s=0.5, max_pause_s=600, suspend=True, max_suspend_s=600)
-
-
-def wait_until(predicate, timeout=15.0):  # type: ignore[no-untyped-def]
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -52,16 +45,6 @@ def cuda_states(cc: CudaCheckpoint, agent: NodeAgent, job_id: int) -> set[str]:
             out.add(cc.state(pid))
         except SuspendError:
             pass  # ended meanwhile
-    return out
-
-
-def process_states(agent: NodeAgent, job_id: int) -> set[str]:
-    out = set()
-    for pid in job_pids(agent, job_id):
-        try:
-            out.add(psutil.Process(pid).status())
-        except psutil.NoSuchProcess:
-            pass
     return out
 
 
