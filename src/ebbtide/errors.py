@@ -65,3 +65,7 @@ class NotLeader(EbbtideError):
 
 class BrokerUnavailable(EbbtideError):
     """The message broker cannot be reached."""
+
+
+class PlatformUnavailable(EbbtideError):
+    """The platform attempts run on (the Kubernetes API server) cannot be reached."""

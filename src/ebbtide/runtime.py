@@ -135,6 +135,9 @@ def build(
     policy = load_policy(path)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs, checkpoints: private
     store = Store(settings.db_url)
+    # the agent's executor is checked before the broker: a wrong --executor/--profile or
+    # policy section is said first
+    runs = _executor(executor, policy, agent_name, profile) if agent_name is not None else None
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)
     if scheduler:
@@ -163,7 +166,7 @@ def build(
             device_recovery_s=policy.defaults.device_recovery_s,
             planning_margin=policy.defaults.planning_margins,
             pause=policy.defaults.pause_rules(),
-            executor=_executor(executor, policy, agent_name, profile),
+            executor=runs,
         )
         rt.on_stop.append(source.close)
     return rt
@@ -172,13 +175,16 @@ def build(
 def _executor(kind: str, policy: Policy, node: str, profile: str | None) -> Any:
     """The node agent's executor: None (local processes, the agent's default) or pods."""
     if kind == "local":
+        if profile is not None:
+            raise ConfigError(f"--profile {profile}: only for --executor kubernetes")
         return None
     if kind != "kubernetes":
         raise ConfigError(f"--executor: {kind!r} is not one of local, kubernetes")
     if policy.kubernetes is None:
         raise ConfigError(
             "--executor kubernetes needs a `kubernetes:` section in the policy file "
-            "(its namespace, resource profile and default image)"
+            "(its namespace, resource profile and default image; an empty `kubernetes:` "
+            "is none: write `kubernetes: {}` for the defaults)"
         )
     from kubernetes import client, config
 

@@ -120,3 +120,44 @@ def test_qsub_under_a_kubernetes_section_rounds_and_qstat_shows_both(tmp_path: P
     refused = ebb(env, "qsub", "--image", "x:1", "-l", "gpumem=90GiB", "--", "true", check=False)
     assert refused.returncode == 1 and "gpumem: 90GiB is more than one card" in refused.stderr
     assert [j["id"] for j in json.loads(ebb(env, "qstat", "--json").stdout)] == [job_id]
+
+
+@pytest.mark.parametrize(
+    ("args", "policy", "said"),
+    [
+        (("--profile", "mig"), None, "--profile mig: only for --executor kubernetes"),
+        (
+            ("--executor", "kubernetes"),
+            "apiVersion: ebbtide/v1\nkubernetes:\n",
+            "write `kubernetes: {}` for the defaults",
+        ),
+        (
+            ("--executor", "kubernetes"),
+            "apiVersion: ebbtide/v1\nkubernetes: {}\n",
+            "cannot reach the Kubernetes API server at https://127.0.0.1:1",
+        ),
+    ],
+)
+def test_a_worker_set_up_wrong_for_kubernetes_says_so_in_one_line(
+    tmp_path: Path, args: tuple[str, ...], policy: str | None, said: str, redis_url: str
+) -> None:
+    env = ebb_env(tmp_path / "home")
+    env["EBBTIDE_REDIS_URL"] = redis_url
+    env["EBBTIDE_NAMESPACE"] = f"k8s-wrong-{tmp_path.name}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    env["KUBECONFIG"] = str(kubeconfig)
+    extra: tuple[str, ...] = ()
+    if policy is not None:
+        path = tmp_path / "ebbtide.yaml"
+        path.write_text(policy)
+        extra = ("--policy", str(path))
+    proc = ebb(env, "worker", "--node", "n1", *args, *extra, check=False)
+    assert proc.returncode != 0
+    assert said in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -361,3 +361,24 @@ def test_a_pod_is_paused_by_its_cgroup_freezer(
         ex.sweep(handle)
     finally:
         ex.close()
+
+
+def test_an_api_server_that_cannot_be_reached_is_said_in_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    import kubernetes.client
+
+    from ebbtide.errors import PlatformUnavailable
+    from ebbtide.workers.executor import StartDeferred
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = "http://127.0.0.1:1"
+    configuration.retries = 0
+    with kubernetes.client.ApiClient(configuration) as api:
+        ex = KubernetesExecutor(kubernetes.client.CoreV1Api(api), settings(tmp_path), node=NODE)
+        with pytest.raises(PlatformUnavailable, match=r"cannot reach the Kubernetes API server at "
+                           r"http://127\.0\.0\.1:1"):  # fmt: skip
+            ex.reap_leftovers()  # what an agent does first
+        with pytest.raises(StartDeferred):  # a start is requeued, not failed
+            ex.start(launch(tmp_path, "pass"))
+        ex.close()

@@ -41,6 +41,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from ebbtide.errors import PlatformUnavailable
 from ebbtide.kube.outcome import exit_of
 from ebbtide.kube.pods import (
     LABEL_ATTEMPT,
@@ -163,8 +164,15 @@ class KubernetesExecutor:
     def open(self) -> None:
         """List this node's pods and start watching them (before the first start)."""
         if not self._started:
+            try:
+                self.watcher.sync()
+            except Exception as exc:
+                host = getattr(getattr(self.core.api_client, "configuration", None), "host", "?")
+                why = getattr(exc, "reason", None) or exc
+                raise PlatformUnavailable(
+                    f"cannot reach the Kubernetes API server at {host}: {str(why)[:300]}"
+                ) from None
             self._started = True
-            self.watcher.sync()
             self.watcher.start()
             self._advertiser = threading.Thread(
                 target=self._node_loop, name="node-status", daemon=True
@@ -250,7 +258,10 @@ class KubernetesExecutor:
     # -- Executor -----------------------------------------------------------------------
 
     def start(self, launch: Launch) -> PodHandle:
-        self.open()
+        try:
+            self.open()
+        except PlatformUnavailable as exc:
+            raise StartDeferred(str(exc)) from None
         grant = self.profile.grant(launch.compute_pct, launch.gpus, launch.memory_mib)
         queue = self.queue_settings.get(launch.queue)
         image = launch.image or getattr(queue, "image", None) or self.settings.image
