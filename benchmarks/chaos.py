@@ -240,7 +240,6 @@ class Chaos:
             EBBTIDE_DB_URL=self.db_url,
             EBBTIDE_REDIS_URL=f"redis://127.0.0.1:{self.redis_port}/0",
             EBBTIDE_POLICY=str(self.root / "policy.yaml"),
-            EBBTIDE_USER="chaos",
             PYTHONUNBUFFERED="1",
         )
         return env

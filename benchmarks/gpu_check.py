@@ -131,7 +131,6 @@ EVICT_ROUND_NEED_S = 35.0
 LATENCY_PHASE_EXTRA_S = HARVEST_ALONE_S + 40.0
 
 NODE = "gpucheck"
-USER = "gpucheck"
 
 #: The check's policy: no forecast warm-up surprises, and evicted jobs come back at once.
 POLICY = f"""\
@@ -193,7 +192,6 @@ class Check:
         env.update(
             {
                 "EBBTIDE_HOME": str(self.home),
-                "EBBTIDE_USER": USER,
                 "PYTHONUNBUFFERED": "1",
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's device 0 is NVML's device 0
                 "GPU_CHECK_RUN": str(self.tmp),

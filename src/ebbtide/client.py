@@ -25,6 +25,7 @@ from typing import Any
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.identity import Caller, local_caller
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
@@ -80,25 +81,35 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
 
 
 class Client:
+    """Jobs and nodes as one caller sees them, straight from the store.
+
+    The caller is the OS user running this process (an admin may act for another user
+    with ``EBBTIDE_USER``); ``ebb server`` hands each request's authenticated ``caller``
+    in.  Owners act on their own jobs, admins on all; what a job was submitted with
+    (its environment) is shown only to them.
+    """
+
     def __init__(
         self,
         settings: Settings | None = None,
         *,
         store: Store | None = None,
         policy: Policy | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        self.policy = policy or load_policy(self.settings.policy_path)
+        self.caller = caller or local_caller(self.policy.admins, self.settings.act_as)
         self._owns_store = store is None
         self.store = store or Store(self.settings.db_url)
-        self.policy = policy or load_policy(self.settings.policy_path)
 
     @property
     def user(self) -> str:
-        return self.settings.user
+        return self.caller.user
 
     @property
     def is_admin(self) -> bool:
-        return self.settings.is_admin() or self.user in self.policy.admins
+        return self.caller.admin
 
     def close(self) -> None:
         """Close the store, unless it was handed in by the caller."""
@@ -128,6 +139,11 @@ class Client:
             spec = JobSpec(**{**spec.model_dump(exclude_unset=True), **fields})
         self.policy.check_queue(spec.queue)
         queue = self.policy.queues[spec.queue]
+        if queue.users is not None and not self.is_admin and self.user not in queue.users:
+            raise PermissionDenied(
+                f"queue {spec.queue!r} takes jobs from {', '.join(queue.users) or 'admins'} "
+                f"only; {self.user} may not submit to it"
+            )
         if "priority" not in spec.model_fields_set and queue.priority:
             spec = spec.model_copy(update={"priority": queue.priority})
         if queue.max_deadline_s is not None and (spec.deadline_s or 0) > queue.max_deadline_s:
@@ -143,12 +159,24 @@ class Client:
             defaults_deadline_s=self.policy.deadline_for(spec.queue),
             grant=grant,
             pausable=queue.pause if spec.pause is None else spec.pause,
+            attribution=self.caller.attribution(),
         )
 
     # -- reading ------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        return self.store.get(_whole(job_id, "job_id"))
+        return self._shown(self.store.get(_whole(job_id, "job_id")))
+
+    def _shown(self, job: Job) -> Job:
+        """The job as the caller may see it: the values of its submitted environment only
+        for its owner and admins (``***`` for anyone else)."""
+        if self.caller.may_act_on(job.owner):
+            return job
+        spec = json.loads(job.spec_json)
+        if not spec.get("env"):
+            return job
+        spec["env"] = dict.fromkeys(spec["env"], "***")
+        return job.model_copy(update={"spec_json": json.dumps(spec)})
 
     def list(
         self,
@@ -173,9 +201,10 @@ class Client:
             array_id = _whole(array_id, "array_id")
         if limit is not None:
             limit = _whole(limit, "limit", 0)
-        return self.store.list_jobs(
+        jobs = self.store.list_jobs(
             states=states, owner=owner, queue=queue, array_id=array_id, limit=limit
         )
+        return [self._shown(job) for job in jobs]
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         return self.store.events(_whole(job_id, "job_id"))
@@ -220,15 +249,21 @@ class Client:
 
     def cancel(self, job_id: int) -> Job:
         job_id = _whole(job_id, "job_id")
-        return self.store.cancel(job_id, user=self.user, admin=self.is_admin)
+        return self.store.cancel(
+            job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
+        )
 
     def hold(self, job_id: int) -> Job:
         job_id = _whole(job_id, "job_id")
-        return self.store.hold(job_id, user=self.user, admin=self.is_admin)
+        return self.store.hold(
+            job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
+        )
 
     def release(self, job_id: int) -> Job:
         job_id = _whole(job_id, "job_id")
-        return self.store.release(job_id, user=self.user, admin=self.is_admin)
+        return self.store.release(
+            job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
+        )
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -274,14 +309,16 @@ class Client:
         Admins only."""
         self._device_admin("drain", node, device)
         self.store.drains.drain(
-            node, WHOLE_NODE if device is None else device, by=self.user, reason=reason
+            node, WHOLE_NODE if device is None else device, by=self.caller.actor, reason=reason
         )
 
     def undrain(self, node: str, device: int | None = None) -> None:
         """Return ``node`` (or one device) to service: lifts drains, and clears a fault the
         node agent holds against it (it takes work again at once).  Admins only."""
         self._device_admin("undrain", node, device)
-        self.store.drains.undrain(node, WHOLE_NODE if device is None else device, by=self.user)
+        self.store.drains.undrain(
+            node, WHOLE_NODE if device is None else device, by=self.caller.actor
+        )
 
     def _device_admin(self, what: str, node: str, device: int | None) -> None:
         if not self.is_admin:

@@ -19,7 +19,7 @@ FINAL = {"succeeded", "failed", "cancelled"}
 
 def ebb_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
-    env.update({"EBBTIDE_HOME": str(home), "EBBTIDE_USER": "tester", "PYTHONUNBUFFERED": "1"})
+    env.update({"EBBTIDE_HOME": str(home), "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
 

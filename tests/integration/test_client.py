@@ -14,6 +14,7 @@ from ebbtide.client import Client, WaitTimeout
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError, EbbtideError, PermissionDenied, SpecError
+from ebbtide.identity import Caller, is_admin
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import EventType, JobState
 
@@ -28,8 +29,16 @@ admins: [carol]
 """
 
 
-def _settings(tmp_path: Path, user: str = "alice", **extra: str) -> Settings:
-    return Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": user, **extra})
+ALICE = Caller("alice", via="test")
+
+
+def _settings(tmp_path: Path, **extra: str) -> Settings:
+    return Settings.from_env({"EBBTIDE_HOME": str(tmp_path), **extra})
+
+
+def _as(user: str, policy_text: str = POLICY) -> Caller:
+    """The caller ``user``, an admin as the policy says (as ``ebb server`` would make)."""
+    return Caller(user, admin=is_admin(user, parse_policy(policy_text, "p.yaml").admins))
 
 
 @pytest.fixture
@@ -37,7 +46,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
     monkeypatch.setattr(client_module, "WAIT_POLL_S", 0.02)
     policy_path = tmp_path / "ebbtide.yaml"
     policy_path.write_text(POLICY)
-    with Client(_settings(tmp_path, EBBTIDE_POLICY=str(policy_path))) as c:
+    with Client(_settings(tmp_path, EBBTIDE_POLICY=str(policy_path)), caller=ALICE) as c:
         yield c
 
 
@@ -52,15 +61,15 @@ def _run_to_end(client: Client, job_id: int, exit_code: int) -> None:
 
 
 def test_settings_from_a_dict(tmp_path: Path) -> None:
-    settings = _settings(tmp_path)
-    assert settings.user == "alice"
+    settings = _settings(tmp_path, EBBTIDE_USER="alice")
+    assert settings.act_as == "alice"
     assert settings.home == tmp_path
     assert settings.db_url == f"sqlite:///{tmp_path / 'ebbtide.db'}"
     assert settings.policy_path is None
 
 
 def test_default_client_uses_the_home(tmp_path: Path) -> None:
-    with Client(_settings(tmp_path)) as c:
+    with Client(_settings(tmp_path), caller=ALICE) as c:
         job_id = c.submit(command=["true"])
         assert c.get(job_id).owner == "alice"
         assert c.policy.queues.keys() == {"default"}
@@ -220,18 +229,18 @@ def test_actions_check_the_owner(client: Client, tmp_path: Path) -> None:
     job_id = client.submit(command=["x"])
     policy = parse_policy(POLICY, "p.yaml")
     # the other clients share the store, so they are not closed here
-    bob = Client(_settings(tmp_path, "bob"), store=client.store, policy=policy)
+    bob = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("bob"))
     assert not bob.is_admin
     with pytest.raises(PermissionDenied):
         bob.hold(job_id)
     with pytest.raises(PermissionDenied):
         bob.cancel(job_id)
     assert client.get(job_id).state == S.QUEUED
-    carol = Client(_settings(tmp_path, "carol"), store=client.store, policy=policy)
+    carol = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("carol"))
     assert carol.is_admin  # an admin by the policy
     assert carol.hold(job_id).state == S.HELD
-    root = Client(_settings(tmp_path, "root"), store=client.store, policy=policy)
-    assert root.is_admin  # an admin by the settings
+    root = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("root"))
+    assert root.is_admin  # root always is
     assert root.cancel(job_id).state == S.CANCELLED
 
 
@@ -242,8 +251,8 @@ def test_a_deadline_over_the_queue_maximum_is_refused_and_nothing_is_stored(tmp_
     from ebbtide.errors import SpecError
 
     policy = parse_policy("queues:\n  fast: {max_deadline_s: 10s}\n")
-    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
-    with Client(settings, policy=policy) as client:
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path)})
+    with Client(settings, policy=policy, caller=ALICE) as client:
         with pytest.raises(SpecError, match="max_deadline_s 10s"):
             client.submit(command=["true"], queue="fast", deadline="30s")
         assert client.list() == []
@@ -256,8 +265,8 @@ def test_qstat_shape_shows_the_backoff_of_a_repeatedly_evicted_job(tmp_path) -> 
     from ebbtide.config.settings import Settings
 
     policy = parse_policy("defaults: {backoff_base_s: 30s, backoff_max_s: 10m}\n")
-    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
-    with Client(settings, policy=policy) as client:
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path)})
+    with Client(settings, policy=policy, caller=ALICE) as client:
         job_id = client.submit(command=["true"])
         store = client.store
         for _ in range(3):

@@ -14,6 +14,7 @@ from ebbtide.client import Client
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import SpecError
+from ebbtide.identity import Caller
 from ebbtide.queue.spec import JobSpec
 
 QGPU = """
@@ -28,9 +29,9 @@ queues:
 
 
 def _client(tmp_path: Path, policy_text: str | None) -> Client:
-    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path)})
     policy = parse_policy(policy_text, "p.yaml") if policy_text is not None else None
-    return Client(settings, policy=policy)
+    return Client(settings, policy=policy, caller=Caller("alice"))
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from ebbtide.client import Client
 from ebbtide.config.policy import Policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import SpecError
+from ebbtide.identity import Caller
 from ebbtide.queue.spec import MAX_SCRIPT_BYTES, JobSpec
 
 HUGE = "99999999999999999999"  # past 2**63 - 1
@@ -375,8 +376,8 @@ class _NoStore:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Client:
-    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_USER": "alice"})
-    return Client(settings, store=_NoStore(), policy=Policy())  # type: ignore[arg-type]
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path)})
+    return Client(settings, store=_NoStore(), policy=Policy(), caller=Caller("alice"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", ["get", "cancel", "hold", "release", "events", "wait"])

@@ -171,9 +171,11 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
 
 
 def _owner() -> str:
-    from ebbtide.config.settings import Settings
+    import os
 
-    return Settings.from_env().user
+    from ebbtide.identity import user_name
+
+    return os.environ.get("EBBTIDE_USER") or user_name(os.geteuid())
 
 
 def _first_problem(exc: ValueError) -> str:

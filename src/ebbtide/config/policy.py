@@ -4,7 +4,10 @@
 - ``queues``: priority, preemptibility, deadlines, shares, limits, protections;
 - ``windows``: when offline work may run (see :mod:`ebbtide.config.windows`);
 - ``devices``: named pools of devices that windows can be limited to;
-- ``admins``: users who may act on anyone's jobs;
+- ``admins``: users who may act on anyone's jobs (root always may); the only place admins
+  are defined: a caller's environment never makes anyone one;
+- ``allow_root_jobs``: whether a node agent running as root starts jobs owned by root
+  (default no: a root job on a fleet is a root shell on a GPU host);
 - ``kubernetes``: optional; offline attempts run as pods, sized by the fleet's resource
   profile (see :mod:`ebbtide.kube.profiles`).
 
@@ -217,6 +220,8 @@ class Defaults(Strict):
 
 
 class QueueConfig(Strict):
+    #: who may submit to the queue (admins always may); unset: everyone
+    users: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = None
     #: default priority of the queue's jobs (``-p`` overrides it)
     priority: Annotated[int, Field(ge=-1024, le=1023), NOT_BOOL] = 0
     #: False: evicted for online pressure only when memory is short (never for compute)
@@ -331,6 +336,7 @@ class Policy(Strict):
     windows: list[Window] = Field(default_factory=list)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     admins: list[str] = Field(default_factory=list)
+    allow_root_jobs: bool = False
     #: present: offline attempts run as Kubernetes pods (see :class:`KubernetesSettings`)
     kubernetes: KubernetesSettings | None = None
 

@@ -5,13 +5,16 @@
 - ``EBBTIDE_REDIS_URL``: Redis URL of the broker in distributed mode; none (in-memory)
 - ``EBBTIDE_NAMESPACE``: prefix of broker keys and queues, to share one Redis; ``ebbtide``
 - ``EBBTIDE_POLICY``: the policy file; none (built-in defaults)
-- ``EBBTIDE_USER``: the owner recorded on submitted jobs; the login name
-- ``EBBTIDE_ADMINS``: comma-separated users who may act on anyone's jobs; ``root``
+- ``EBBTIDE_USER``: for an admin only, the user to act for (submit as, cancel as);
+  everyone else is who the OS says they are (see :mod:`ebbtide.identity`)
+- ``EBBTIDE_URL``: the ``ebb server`` to talk to instead of the store
+  (``https://host:8786``, ``unix:///run/ebbtide/api.sock``); none (direct store access)
+- ``EBBTIDE_TOKEN``: the bearer token for ``EBBTIDE_URL``; else the file
+  ``~/.config/ebbtide/token`` (mode 0600)
 """
 
 from __future__ import annotations
 
-import getpass
 import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -25,29 +28,27 @@ class Settings(BaseModel):
     redis_url: str | None = None
     namespace: str = "ebbtide"
     policy_path: Path | None = None
-    user: str
-    admins: frozenset[str] = frozenset({"root"})
+    #: EBBTIDE_USER: whom an admin acts for (refused for anyone else)
+    act_as: str | None = None
+    #: EBBTIDE_URL / EBBTIDE_TOKEN: the API server, when the store is not ours to open
+    url: str | None = None
+    token: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env.get("EBBTIDE_HOME") or Path.home() / ".ebbtide").expanduser()
         db_url = env.get("EBBTIDE_DB_URL") or f"sqlite:///{home / 'ebbtide.db'}"
-        admins = env.get("EBBTIDE_ADMINS")
         return cls(
             home=home,
             db_url=normalise_db_url(db_url),
             redis_url=env.get("EBBTIDE_REDIS_URL") or None,
             namespace=env.get("EBBTIDE_NAMESPACE") or "ebbtide",
             policy_path=Path(env["EBBTIDE_POLICY"]) if env.get("EBBTIDE_POLICY") else None,
-            user=env.get("EBBTIDE_USER") or _login_name(),
-            admins=frozenset(a.strip() for a in admins.split(",") if a.strip())
-            if admins is not None
-            else frozenset({"root"}),
+            act_as=env.get("EBBTIDE_USER") or None,
+            url=env.get("EBBTIDE_URL") or None,
+            token=env.get("EBBTIDE_TOKEN") or None,
         )
-
-    def is_admin(self, user: str | None = None) -> bool:
-        return (user or self.user) in self.admins
 
 
 def normalise_db_url(url: str) -> str:
@@ -69,6 +70,8 @@ PRIVATE_VARIABLES = frozenset(
         "EBBTIDE_POLICY",
         "EBBTIDE_USER",
         "EBBTIDE_ADMINS",
+        "EBBTIDE_URL",
+        "EBBTIDE_TOKEN",
         "EBBTIDE_HOME",
         "PGPASSWORD",
         "PGPASSFILE",
@@ -87,10 +90,3 @@ def redacted(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid{os.getuid()}"

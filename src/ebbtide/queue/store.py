@@ -86,6 +86,12 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     return data
 
 
+def _actor(user: str, attribution: dict[str, Any] | None) -> str:
+    """Who really acted: the attribution's ``by`` (an admin acting for ``user``), else
+    ``user``."""
+    return str((attribution or {}).get("by") or user)
+
+
 class Store:
     """All job database I/O.  Safe to share between threads."""
 
@@ -138,6 +144,7 @@ class Store:
         defaults_deadline_s: float,
         grant: SliceGrant | None = None,
         pausable: bool | None = None,
+        attribution: dict[str, Any] | None = None,
     ) -> list[int]:
         """Insert the job (or the tasks of an array); return their ids, first task first.
 
@@ -147,6 +154,9 @@ class Store:
         ``grant``: what the fleet's resource profile really grants for the spec's slice
         request; the rows' slice (what the planner packs) is the grant, ``spec_json``
         keeps what was asked, and the submitted event records the grant.
+
+        ``attribution``: who submitted and from where (:meth:`Caller.attribution
+        <ebbtide.identity.Caller.attribution>`), recorded in the submitted event.
         """
         granted = spec if grant is None else grant
         now = self.clock.time()
@@ -222,7 +232,7 @@ class Store:
                             .order_by(JOBS.c.array_index)
                         ).scalars()
                     )
-            data: dict[str, Any] = {"state": state.value, "owner": owner}
+            data: dict[str, Any] = {"state": state.value, "owner": owner, **(attribution or {})}
             if grant is not None:
                 data["granted"] = {
                     "compute_pct": grant.compute_pct,
@@ -400,7 +410,14 @@ class Store:
                 f"job {job.id} belongs to {job.owner}; only its owner or an admin may change it"
             )
 
-    def hold(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+    def hold(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
         job = self.get(job_id)
         self._check_owner(job, user, admin)
         state = JobState(job.state)
@@ -415,12 +432,19 @@ class Store:
             state,
             JobState.HELD,
             event=EventType.HELD,
-            data={"by": user},
-            changes={"reason": f"held by {user}"},
+            data=attribution or {"by": user},
+            changes={"reason": f"held by {_actor(user, attribution)}"},
         )
         return self.get(job_id)
 
-    def release(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+    def release(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
         job = self.get(job_id)
         self._check_owner(job, user, admin)
         if job.state != JobState.HELD:
@@ -431,12 +455,19 @@ class Store:
             JobState.HELD,
             target,
             event=EventType.RELEASED,
-            data={"by": user},
+            data=attribution or {"by": user},
             changes={"reason": "", "evictions_forgiven": job.evictions},
         )
         return self.get(job_id)
 
-    def cancel(self, job_id: int, *, user: str, admin: bool = False) -> Job:
+    def cancel(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
         """Cancel now, or ask for an eviction if the job holds a slice (it ends ``cancelled``)."""
         for _ in range(5):
             job = self.get(job_id)
@@ -450,7 +481,10 @@ class Store:
                         result = conn.execute(
                             JOBS.update()
                             .where(JOBS.c.id == job_id, JOBS.c.state == state.value)
-                            .values(cancel_requested=True, reason=f"cancel requested by {user}")
+                            .values(
+                                cancel_requested=True,
+                                reason=f"cancel requested by {_actor(user, attribution)}",
+                            )
                         )
                         if result.rowcount != 1:
                             raise StaleState("moved")
@@ -459,11 +493,11 @@ class Store:
                             job_id,
                             EventType.CANCEL_REQUESTED,
                             attempt=job.attempts,
-                            data={"by": user},
+                            data=attribution or {"by": user},
                         )
                 else:
                     changes: dict[str, Any] = {
-                        "reason": f"cancelled by {user}",
+                        "reason": f"cancelled by {_actor(user, attribution)}",
                         "finished_at": self.clock.time(),
                     }
                     with self._tx() as conn:
@@ -473,7 +507,7 @@ class Store:
                             state,
                             JobState.CANCELLED,
                             event=EventType.CANCELLED,
-                            data={"by": user},
+                            data=attribution or {"by": user},
                             changes=changes,
                         )
                         if state == JobState.DISPATCHED:
