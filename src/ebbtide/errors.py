@@ -63,6 +63,11 @@ class NotLeader(EbbtideError):
     The write did not happen; the deposed scheduler stands down."""
 
 
+class StoreUnavailable(EbbtideError):
+    """The job store (the database) cannot be reached; the message names it without its
+    password."""
+
+
 class BrokerUnavailable(EbbtideError):
     """The message broker cannot be reached."""
 

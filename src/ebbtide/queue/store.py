@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
+from ebbtide.config.settings import redacted
 from ebbtide.errors import (
     InvalidTransition,
     JobNotFound,
@@ -28,6 +29,7 @@ from ebbtide.errors import (
     PermissionDenied,
     SpecError,
     StaleState,
+    StoreUnavailable,
     UserError,
 )
 from ebbtide.queue import migrations, outcomes
@@ -102,6 +104,12 @@ class Store:
         if migrate:
             try:
                 migrations.migrate(self.engine)
+            except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+                self.engine.dispose()
+                cause = str(exc.orig or exc).strip().splitlines()[0] if str(exc) else ""
+                raise StoreUnavailable(
+                    f"cannot reach the store at {redacted(url)}: {cause}"
+                ) from None
             except BaseException:
                 self.engine.dispose()
                 raise
