@@ -15,5 +15,7 @@ def test_example_policy_loads_with_its_documented_values() -> None:
     assert policy.deadline_for("research") == 10.0
     assert policy.deadline_for("default") == 30.0
     assert policy.queues["training"].preemptible is False
+    assert policy.queues["training"].users == ["alice", "bob"]
+    assert policy.allow_root_jobs is False
     assert {w.kind for w in policy.windows} == {"cron", "lull", "blackout"}
     assert policy.devices.in_pool("spare-cards", "gpu-a-1", 7)
