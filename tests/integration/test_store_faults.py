@@ -95,3 +95,30 @@ def test_drain_twice_keeps_one_row(store: Store, device: int) -> None:
     store.drains.drain("n1", device, by="b", reason="two")
     [x] = store.drains.drained()
     assert (x.by, x.reason) == ("b", "two")
+
+
+def test_a_job_lost_max_losses_times_is_held_and_qrls_forgives(store: Store) -> None:
+    """A job whose node keeps going away is held with the reason, not restarted in a
+    loop; losses do not count as failures; ``qrls`` starts the count again."""
+    job_id = submit(store, max_attempts=1)
+    for n in range(1, 3):
+        store.requeue_lost(job_id, start(store, job_id), why="node n1 stopped", max_losses=3)
+        assert store.get(job_id).state == S.QUEUED, n
+    store.requeue_lost(job_id, start(store, job_id), why="node n1 stopped", max_losses=3)
+    job = store.get(job_id)
+    assert job.state == S.HELD and job.failures == 0
+    assert job.reason == (
+        "held: lost 3 times (max_losses 3), last: node n1 stopped; qrls to try again"
+    )
+    assert [e["type"] for e in store.events(job_id)][-3:] == ["lost", "requeued", "held"]
+    store.release(job_id, user="u", admin=True)
+    store.requeue_lost(job_id, start(store, job_id), why="node n1 stopped", max_losses=3)
+    assert store.get(job_id).state == S.QUEUED  # one loss since the release
+
+
+def test_a_lost_job_that_was_being_cancelled_is_cancelled_not_held(store: Store) -> None:
+    job_id = submit(store)
+    attempt = start(store, job_id)
+    store.cancel(job_id, user="u", admin=True)
+    store.requeue_lost(job_id, attempt, why="node n1 stopped", max_losses=1)
+    assert store.get(job_id).state == S.CANCELLED

@@ -148,6 +148,9 @@ class Defaults(Strict):
     backoff_base_s: Wait = 30.0
     #: ... but never longer than this
     backoff_max_s: Wait = 1800.0
+    #: a job whose attempts were lost this many times (its node went silent, the start
+    #: never happened) is held with the reason instead of requeued again; qrls forgives
+    max_losses: Count = 10
     #: admission keeps back this quantile of each device's recent online compute rises
     #: over deadline-long windows (memory keeps back the largest rise, and the way back
     #: up to the recent peak): see :mod:`ebbtide.scheduling.forecast`

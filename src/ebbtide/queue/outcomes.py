@@ -163,3 +163,11 @@ def decide(
         final=True,
         why=why,
     )
+
+
+def hold_after_losses(losses: int, max_losses: int, why: str) -> str | None:
+    """The reason to hold a job whose attempts were lost ``losses`` times (this one
+    included) since it was last released, or None to requeue it as usual."""
+    if losses < max_losses:
+        return None
+    return f"held: lost {losses} times (max_losses {max_losses}), last: {why}; qrls to try again"

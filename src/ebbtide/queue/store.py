@@ -46,6 +46,7 @@ from ebbtide.queue.states import (
     JobState,
     check_transition,
 )
+from ebbtide.queue.tokens import Tokens
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
 JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
@@ -115,6 +116,8 @@ class Store:
                 raise
         #: admins' drains and undrains of nodes and devices
         self.drains = Drains(self.engine, clock)
+        #: ``ebb server``'s bearer tokens
+        self.tokens = Tokens(self.engine, clock)
 
     #: the leadership epoch every write must still hold (a leader's view); None: any
     _epoch: int | None = None
@@ -965,10 +968,22 @@ class Store:
         return target
 
     def requeue_lost(
-        self, job_id: int, attempt: int, *, why: str, reason_code: str | None = None
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        why: str,
+        reason_code: str | None = None,
+        max_losses: int | None = None,
     ) -> None:
         """Give up on an attempt whose agent is gone or whose start never happened;
-        ``reason_code``: the constant for why, where there is one (``unschedulable``)."""
+        ``reason_code``: the constant for why, where there is one (``unschedulable``).
+
+        With ``max_losses``, a job lost that many times since it was last released is
+        held with the reason (a job that keeps losing its node — say it exhausts the
+        host — must not restart in a loop); losses do not count toward ``max_attempts``,
+        which is for the job's own failures.
+        """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
@@ -1008,6 +1023,34 @@ class Store:
                     },
                 )
             self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None)
+            if max_losses is not None and not job.cancel_requested:
+                losses = self._losses_since_release(conn, job_id)
+                hold = outcomes.hold_after_losses(losses, max_losses, why)
+                if hold is not None:
+                    self._transition(
+                        conn,
+                        job_id,
+                        JobState.QUEUED,
+                        JobState.HELD,
+                        event=EventType.HELD,
+                        attempt=attempt,
+                        data={"by": "policy", "reason": hold},
+                        changes={"reason": hold},
+                    )
+
+    @staticmethod
+    def _losses_since_release(conn: Connection, job_id: int) -> int:
+        """The job's lost attempts since its last ``qrls`` (all of them, if never)."""
+        e = EVENTS.c
+        released = (
+            sa.select(sa.func.coalesce(sa.func.max(e.id), 0))
+            .where(e.job_id == job_id, e.type == EventType.RELEASED.value)
+            .scalar_subquery()
+        )
+        stmt = sa.select(sa.func.count()).where(
+            e.job_id == job_id, e.type == EventType.LOST.value, e.id > released
+        )
+        return int(conn.execute(stmt).scalar_one())
 
     def promote_waiting(self) -> list[int]:
         """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""

@@ -212,7 +212,9 @@ class Scheduler:
             if why is None:
                 continue
             try:
-                self.store.requeue_lost(a.job_id, a.attempt, why=why)
+                self.store.requeue_lost(
+                    a.job_id, a.attempt, why=why, max_losses=defaults.max_losses
+                )
                 log.warning("job %s attempt %s lost: %s", a.job_id, a.attempt, why)
             except StaleState:
                 pass
