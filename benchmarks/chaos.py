@@ -264,6 +264,10 @@ class Chaos:
                 "2x80GiB",
                 "--headroom",
                 f"trace:{self.root / 'online.csv'}",
+                # the jobs are this script's user's (root's, in CI): run them as the
+                # workers' user, not refused as root jobs
+                "--run-as",
+                "agent",
             ]
             self.procs[name] = Proc(name, args, self.env(name), self.root / "logs" / f"{name}.log")
         self.procs["sched-a"].start()

@@ -77,6 +77,7 @@ class Runtime:
             self.agent.health.recovery_s = policy.defaults.device_recovery_s
             self.agent.planning_margin = policy.defaults.planning_margins
             self.agent.pause_rules = policy.defaults.pause_rules()
+            self.agent.allow_root_jobs = policy.allow_root_jobs
 
     def reload_policy(self) -> None:
         """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
@@ -130,6 +131,7 @@ def build(
     policy_path: Path | None = None,
     executor: str = "local",
     profile: str | None = None,
+    run_as: str = "agent",
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
@@ -167,6 +169,8 @@ def build(
             planning_margin=policy.defaults.planning_margins,
             pause=policy.defaults.pause_rules(),
             executor=runs,
+            run_as=run_as,
+            allow_root_jobs=policy.allow_root_jobs,
         )
         rt.on_stop.append(source.close)
     return rt

@@ -18,8 +18,12 @@ FINAL = {"succeeded", "failed", "cancelled"}
 
 
 def ebb_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of ebb commands on ``home``.  ``ebb worker`` runs jobs as the
+    agent's user here (``EBBTIDE_RUN_AS=agent``): the tests submit as whoever runs them,
+    root in CI, whose jobs an owner-mode worker refuses (tests/e2e/test_run_as_owner.py
+    runs one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
-    env.update({"EBBTIDE_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    env.update({"EBBTIDE_HOME": str(home), "PYTHONUNBUFFERED": "1", "EBBTIDE_RUN_AS": "agent"})
     env.update(extra)
     return env
 

@@ -33,6 +33,25 @@ def _agent_options(fn: Any) -> Any:
     return fn
 
 
+def _run_as_option(default: str, help: str) -> Any:
+    return click.option(
+        "--run-as",
+        type=click.Choice(["owner", "agent"]),
+        default=default,
+        show_default=True,
+        envvar="EBBTIDE_RUN_AS",
+        show_envvar=True,
+        help=help,
+    )
+
+
+def _whom(executor: str, run_as: str) -> str:
+    """Whom jobs run as, in words, for the start-up line."""
+    if executor != "local":
+        return "their pod spec says"
+    return "their owners" if run_as == "owner" else "the agent's user"
+
+
 def _open_source(devices: str | None, headroom: str, node: str) -> Any:
     from ebbtide.workers.devices import parse_devices
     from ebbtide.workers.headroom.factory import open_source
@@ -44,6 +63,12 @@ def _open_source(devices: str | None, headroom: str, node: str) -> Any:
 @click.command("up")
 @_agent_options
 @click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@_run_as_option(
+    "agent",
+    "Whom jobs run as. agent: the user running `ebb up` (one box, one user: the SQLite "
+    "store is 0600 in a 0700 $EBBTIDE_HOME, so only that user submits); owner: each "
+    "job's owner (needs root; see `ebb worker --help`).",
+)
 @click.option("--log-level", default="info", show_default=True)
 def up(
     node: str | None,
@@ -51,14 +76,16 @@ def up(
     headroom: str,
     mps: bool,
     policy: str | None,
+    run_as: str,
     log_level: str,
 ) -> None:
     """Embedded mode: scheduler and one node agent in one process, until signalled.
 
     SQLite in $EBBTIDE_HOME and dramatiq's in-memory broker: nothing else to install.
     SIGINT/SIGTERM evicts running attempts within their deadline and requeues them.
+    Jobs run as the user running it (--run-as agent).
     """
-    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=True)
+    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=True, run_as=run_as)
 
 
 def _run_node(
@@ -72,6 +99,7 @@ def _run_node(
     with_scheduler: bool,
     executor: str = "local",
     profile: str | None = None,
+    run_as: str = "agent",
 ) -> None:
     """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
     from pathlib import Path
@@ -92,14 +120,16 @@ def _run_node(
         policy_path=Path(policy) if policy else None,
         executor=executor,
         profile=profile,
+        run_as=run_as,
     )
     log.info(
-        "ebbtide %s: node %s, devices %s, headroom %s, home %s",
+        "ebbtide %s: node %s, devices %s, headroom %s, home %s, jobs run as %s",
         "up" if with_scheduler else "worker",
         name,
         describe_devices(source.devices()),
         headroom,
         settings.home,
+        _whom(executor, run_as),
     )
     rt.run_until_signalled()
 
@@ -139,6 +169,14 @@ def scheduler(policy: str | None, log_level: str) -> None:
     help="This node's GPU resource profile, for --executor kubernetes (default: the "
     "policy's kubernetes.profile).",
 )
+@_run_as_option(
+    "owner",
+    "Whom jobs run as. owner: each job's owner (its Unix user on this node: uid, gid and "
+    "groups; the agent runs as root, or runs only its own user's jobs; root's jobs only "
+    "with the policy's allow_root_jobs); agent: every job as the user running the agent "
+    "(a single-user box, a container, CI). Local executor only: pods run as their pod "
+    "spec says.",
+)
 @click.option("--log-level", default="info", show_default=True)
 def worker(
     node: str | None,
@@ -148,6 +186,7 @@ def worker(
     policy: str | None,
     executor: str,
     profile: str | None,
+    run_as: str,
     log_level: str,
 ) -> None:
     """Run a node agent (distributed mode: needs EBBTIDE_REDIS_URL)."""
@@ -161,6 +200,7 @@ def worker(
         with_scheduler=False,
         executor=executor,
         profile=profile,
+        run_as=run_as,
     )
 
 

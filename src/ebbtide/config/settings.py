@@ -11,6 +11,8 @@
   (``https://host:8786``, ``unix:///run/ebbtide/api.sock``); none (direct store access)
 - ``EBBTIDE_TOKEN``: the bearer token for ``EBBTIDE_URL``; else the file
   ``~/.config/ebbtide/token`` (mode 0600)
+- ``EBBTIDE_RUN_AS``: ``ebb worker`` / ``ebb up --run-as``: whom attempts run as, their
+  ``owner`` (``ebb worker``'s default) or the ``agent``'s own user (``ebb up``'s)
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ PRIVATE_VARIABLES = frozenset(
         "EBBTIDE_ADMINS",
         "EBBTIDE_URL",
         "EBBTIDE_TOKEN",
+        "EBBTIDE_RUN_AS",
         "EBBTIDE_HOME",
         "PGPASSWORD",
         "PGPASSFILE",

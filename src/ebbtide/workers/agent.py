@@ -25,7 +25,8 @@ store that is slow, locked or gone never delays a warning or a kill.  Handlers s
 
 (Longer than our modules should be: it is the one loop that owns the attempts' processes,
 and every step above changes them.  What can stand alone already does: the attempt's
-record (``attempt.py``), launching (``launch.py``), process trees (``executor.py``,
+record (``attempt.py``), launching (``launch.py``), whom it runs as and its files
+(``runas.py``, ``attempt_files.py``), process trees (``executor.py``,
 ``shim.py``, ``ownership.py``), status files (``status.py``), device health
 (``health.py``), talking to the store (``sync.py``, ``journal.py``).)
 """
@@ -33,6 +34,7 @@ record (``attempt.py``), launching (``launch.py``), process trees (``executor.py
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import signal
 import threading
@@ -42,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
+from ebbtide.errors import ConfigError
+from ebbtide.identity import user_name
 from ebbtide.messaging.messages import DeviceReport, EvictAttempt, StartAttempt
 from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
 from ebbtide.preemption.relief import (
@@ -59,6 +63,7 @@ from ebbtide.queue.store import Store
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
 from ebbtide.units import signal_name
+from ebbtide.workers import attempt_files
 from ebbtide.workers.attempt import LocalAttempt
 from ebbtide.workers.cgroups import online_pods
 from ebbtide.workers.executor import (
@@ -79,6 +84,7 @@ from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_m
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
+from ebbtide.workers.runas import RUN_AS_AGENT, RUN_AS_OWNER, Identity, RunAsRefused, resolve
 from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, StatusReader
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
@@ -127,6 +133,8 @@ class NodeAgent:
         planning_margin: Margins | None = None,
         pause: PauseRules | None = None,
         cuda_checkpoint: CudaCheckpoint | None = None,
+        run_as: str = RUN_AS_AGENT,
+        allow_root_jobs: bool = False,
     ) -> None:
         self.name = name
         self.store = store
@@ -148,6 +156,11 @@ class NodeAgent:
             else None
         )
         self.mps = mps
+        #: whom attempts run as: ``owner`` or ``agent`` (:mod:`ebbtide.workers.runas`);
+        #: ``agent`` here, as before, for the library and tests; ``ebb worker`` says owner
+        self.run_as = run_as
+        #: the policy's ``allow_root_jobs``: whether root's jobs run as root (owner mode)
+        self.allow_root_jobs = allow_root_jobs
         #: per-queue protections (min-runtime, preemptible) for the fast path
         self.queues: Mapping[str, QueueLimits] = queues or {}
         #: Unix seconds a slice was last taken back on each device (eviction cooldown)
@@ -202,6 +215,7 @@ class NodeAgent:
     def start(self) -> None:
         self._started_at = self.clock.time()
         self.sync.started_at = self._started_at
+        self._prepare_run_as()
         # what a previous incarnation left dies (or has its end delivered) before anything
         # is requeued
         for leftover in self.executor.reap_leftovers():
@@ -214,6 +228,35 @@ class NodeAgent:
         self.sync.start()
         self._thread = threading.Thread(target=self._run, name=f"agent-{self.name}", daemon=True)
         self._thread.start()
+
+    def _prepare_run_as(self) -> None:
+        """In owner mode, say what this node runs; as root, let other users' jobs pass
+        through the home to their own directories (0711: see ``attempt_files``)."""
+        if not self._switches_users():
+            return
+        if os.geteuid() != 0:
+            me = user_name(os.geteuid())
+            log.info("running as %s, not root: only %s's jobs run on node %s", me, me, self.name)
+            return
+        try:
+            warnings = attempt_files.share_home(self.home)
+        except OSError as exc:  # another user's home, a file: jobs could not be kept apart
+            raise ConfigError(f"EBBTIDE_HOME {self.home}: {exc}") from None
+        for warning in warnings:
+            log.warning("%s", warning)
+
+    def _switches_users(self) -> bool:
+        """Whether attempts run as their owners here (pods run as their pod spec says)."""
+        return self.run_as == RUN_AS_OWNER and getattr(self.executor, "runs_as_owner", False)
+
+    def _identity(self, owner: str) -> Identity | None:
+        """Whom ``owner``'s attempt runs as on this node (None: the agent's user)."""
+        return resolve(
+            owner,
+            run_as=self.run_as if self._switches_users() else RUN_AS_AGENT,
+            node=self.name,
+            allow_root_jobs=self.allow_root_jobs,
+        )
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:
         """Queue a command from the scheduler (called from a message handler: stays short).
@@ -628,6 +671,7 @@ class NodeAgent:
             return
         by_index = {d.index: d for d in self.devices}
         try:
+            identity = self._identity(str(job.owner))
             launch = launch_for(
                 spec,
                 job,
@@ -638,6 +682,7 @@ class NodeAgent:
                 lease_s=self.lease_s,
                 mps=self.mps,
                 inherit_env=self.executor.inherit_env,
+                identity=identity,
             )
             handle = self.executor.start(launch)
         except StartDeferred as exc:
@@ -645,7 +690,7 @@ class NodeAgent:
             log.warning("job %s attempt %s %s", job_id, attempt, why)
             self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RunAsRefused) as exc:
             why = f"could not start: {exc}"
             log.warning("job %s attempt %s: %s", job_id, attempt, why)
             self.journal.append(
@@ -684,6 +729,8 @@ class NodeAgent:
             stderr_path=str(launch.stderr_path),
         )
         where = self.executor.describe(handle)
+        if identity is not None and identity.switch:
+            where += f", as {identity.user}"
         log.info("job %s attempt %s started (%s) on %s", job_id, attempt, where, devices)
 
     # -- eviction -----------------------------------------------------------------------

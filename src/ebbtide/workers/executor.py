@@ -16,6 +16,11 @@ away — stays below it: the attempt's processes are exactly the shim's descenda
 agent renews the shim's lease every tick; a shim whose agent is gone or silent kills the
 attempt by itself.  Each shim is also recorded under ``run_dir`` so that a restarted agent
 kills whatever its previous incarnation left (:meth:`LocalExecutor.reap_leftovers`).
+
+An attempt that runs as its owner (``Launch.identity``, :mod:`ebbtide.workers.runas`) has
+a shim that stays the agent's user (root), so that it can always kill the tree and write
+how it ended; the job is that user from its ``exec`` on.  The shim's status file is then
+in ``run_dir``, where no job can write (:mod:`ebbtide.workers.attempt_files`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from typing import Protocol
 import psutil
 
 from ebbtide.workers import shim
+from ebbtide.workers.attempt_files import open_log
 from ebbtide.workers.ownership import Tree
+from ebbtide.workers.runas import Identity
 
 log = logging.getLogger("ebbtide.executor")
 
@@ -88,6 +95,11 @@ class Launch:
     memory_mib: int = 0
     #: the devices' UUIDs (``DeviceInfo.uuid``), in the order of ``CUDA_VISIBLE_DEVICES``
     device_uuids: tuple[str, ...] = ()
+    #: whom the job runs as; None: the agent's user (see :mod:`ebbtide.workers.runas`)
+    identity: Identity | None = None
+    #: directories the job's user makes before the job starts (a checkpoint directory it
+    #: named, where the agent is not that user: never made by the agent)
+    make_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -198,54 +210,72 @@ def start_ticks(pid: int) -> int:
 class LocalExecutor:
     """Runs attempts as local process trees below an attempt shim; logs to per-attempt
     files.  ``run_dir`` (default: none) is where shims are recorded for
-    :meth:`reap_leftovers`."""
+    :meth:`reap_leftovers`, and where their status files are; without one (tests, one
+    user's scripts) a status file is beside the attempt's logs, and no attempt may run as
+    another user."""
 
     inherit_env = True
     can_pause = True
+    #: the agent's ``run_as owner`` applies: attempts can run as their owners
+    runs_as_owner = True
 
     def __init__(self, run_dir: Path | None = None) -> None:
         self.run_dir = run_dir
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
+    def _status_path(self, launch: Launch) -> Path:
+        """Where the shim writes how the attempt ended: in the run directory, where no job
+        can plant a link for it to follow."""
+        if self.run_dir is not None:
+            return self.run_dir / f"{launch.job_id}.{launch.attempt}.status"
+        if launch.identity is not None and launch.identity.switch:
+            raise ValueError("an attempt runs as another user only below an agent's run_dir")
+        return launch.stdout_path.parent / "shim.json"
+
     def start(self, launch: Launch) -> Handle:
-        launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        status_path = launch.stdout_path.parent / "shim.json"
+        identity = launch.identity
+        if identity is None or not identity.switch:  # else made for its user (launch_for)
+            launch.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        status_path = self._status_path(launch)
         with contextlib.suppress(FileNotFoundError):
             status_path.unlink()
-        lease_r, lease_w = os.pipe()
-        os.set_blocking(lease_w, False)
         argv = [
             sys.executable,
             "-I",  # the job's PYTHONPATH and friends are not the shim's business
             shim.__file__,
-            "--lease-fd",
-            str(lease_r),
             "--lease-s",
             f"{launch.lease_s:g}",
             "--status",
             str(status_path),
             *(["--cwd", launch.cwd] if launch.cwd else []),
-            "--",
-            *launch.argv,
+            *(identity.shim_args() if identity is not None else []),
+            *(arg for d in launch.make_dirs for arg in ("--mkdir", d)),
         ]
+        fds = [open_log(launch.stdout_path, identity)]
+        lease_w = None
         try:
-            with open(launch.stdout_path, "ab") as out, open(launch.stderr_path, "ab") as err:
-                popen = subprocess.Popen(
-                    argv,
-                    env=launch.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    pass_fds=(lease_r,),
-                    close_fds=True,
-                )
+            fds.append(open_log(launch.stderr_path, identity))
+            lease_r, lease_w = os.pipe()
+            fds.append(lease_r)
+            os.set_blocking(lease_w, False)
+            popen = subprocess.Popen(
+                [*argv, "--lease-fd", str(lease_r), "--", *launch.argv],
+                env=launch.env,
+                stdin=subprocess.DEVNULL,
+                stdout=fds[0],
+                stderr=fds[1],
+                start_new_session=True,
+                pass_fds=(lease_r,),
+                close_fds=True,
+            )
         except BaseException:
-            os.close(lease_w)
+            if lease_w is not None:
+                os.close(lease_w)
             raise
         finally:
-            os.close(lease_r)
+            for fd in fds:
+                os.close(fd)
         handle = Handle(
             pid=popen.pid,
             pgid=popen.pid,
@@ -381,15 +411,18 @@ class LocalExecutor:
             with contextlib.suppress(OSError):
                 os.close(handle.lease_fd)
             handle.lease_fd = None
-        if handle.record_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                handle.record_path.unlink()
+        for path in (handle.record_path, handle.status_path):
+            # a status file beside the logs is the job user's to keep (or remove)
+            if path is not None and self.run_dir is not None and path.parent == self.run_dir:
+                path.unlink(missing_ok=True)
 
     def reap_leftovers(self) -> list[Leftover]:
         """Kill the attempts a previous agent on this node left running (the store
         requeues them as lost: a shim that outlived its agent has no exit to tell)."""
         if self.run_dir is None:
             return []
+        for status in self.run_dir.glob("*.status"):  # its attempt was requeued as lost
+            status.unlink(missing_ok=True)
         killed = []
         for record in sorted(self.run_dir.glob("*.json")):
             try:

@@ -19,6 +19,16 @@ session.  The shim
    the job's last process, up to the deadline: a shell wrapper the warning killed leaves
    its Python child to checkpoint; the attempt then ends as that last process did.
 
+Told a user (``--uid``, ``--gid``, ``--groups``: the job's owner, see
+:mod:`ebbtide.workers.runas`), the shim stays what it is (root) and its child becomes that
+user before the job's ``exec``: supplementary groups, then the group, then the user, for
+good (real, effective and saved ids).  Only then does the child make the directories the
+job named (``--mkdir``: its checkpoint directory) and enter its working directory (its
+``--cwd``, else the user's ``--home``, else ``/``), so that it makes and enters nothing
+the user could not.  The shim keeps what the agent relies on — killing the whole tree,
+writing the status file (in a directory of the agent's, never through a link) — out of
+the job's reach.
+
 It uses the standard library only and is run by path (``python -I shim.py``), so it
 starts in a few tens of milliseconds and no job environment (``PYTHONPATH``…) reaches it.
 Signals the agent sends to the attempt's process group (the eviction warning) are
@@ -30,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import select
@@ -38,6 +49,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: prctl option: orphaned descendants are re-parented to this process, not to init
 PR_SET_CHILD_SUBREAPER = 36
@@ -192,11 +204,16 @@ def exit_code(status: int) -> int:
 
 
 def _write_status(path: str | None, **fields: object) -> None:
+    """Write the status file through a fresh file renamed into place, never through a
+    link (a rename replaces a link; ``O_NOFOLLOW`` refuses to open one)."""
     if not path:
         return
     tmp = f"{path}.tmp"
     try:
-        with open(tmp, "w") as f:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(tmp, flags, 0o600), "w") as f:
             json.dump({**fields, "time": time.time()}, f)
         os.replace(tmp, path)
     except OSError as exc:
@@ -208,15 +225,66 @@ def _say(text: str) -> None:
         os.write(2, f"ebbtide: {text}\n".encode())
 
 
-def _child_setup() -> None:  # pragma: no cover - runs in the child before exec
-    """In the job's process before exec: die with the shim, and take back the default
-    action of the signals the shim catches before letting them in, so a warning sent
-    between fork and exec ends the job as it would a moment later (the shim's own
-    handlers would swallow it)."""
+@dataclass(frozen=True)
+class User:
+    """The user the job runs as, when the shim is to switch to it."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+class _NotStarted(Exception):
+    """The job's process could not be made ready as its user (said on the report pipe)."""
+
+
+def _child_setup(
+    user: User | None = None,
+    make_dirs: Sequence[str] = (),
+    cwd: str | None = None,
+    report_fd: int | None = None,
+) -> None:  # pragma: no cover - runs in the child before exec
+    """In the job's process before exec (and, with ``user``, after ``subprocess`` made it
+    that user): die with the shim (set now: a change of user clears it); as the user, make
+    ``make_dirs`` and enter ``cwd`` (or the user's home, or ``/``), telling ``report_fd``
+    why not if that fails; then take back the default action of the signals the shim
+    catches before letting them in, so a warning sent between fork and exec ends the job
+    as it would a moment later (the shim's own handlers would swallow it)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if user is not None:
+        try:
+            _enter(user, make_dirs, cwd)
+        except _NotStarted as exc:
+            if report_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.write(report_fd, str(exc).encode())
+            raise
     for signum in FORWARDED:
         signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+
+def _enter(user: User, make_dirs: Sequence[str], cwd: str | None) -> None:  # pragma: no cover
+    """As ``user`` already: make the job's directories and enter its working directory."""
+    if os.getresuid() != (user.uid,) * 3 or os.getresgid() != (user.gid,) * 3:
+        raise _NotStarted(f"could not become {user.name} (uid {user.uid})")  # never run as root
+    for d in make_dirs:
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise _NotStarted(f"could not make {d} as {user.name}: {exc.strerror}") from None
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            raise _NotStarted(f"could not enter {cwd} as {user.name}: {exc.strerror}") from None
+        return
+    for where in (user.home, "/"):  # where a login would start
+        with contextlib.suppress(OSError):
+            os.chdir(where)
+            return
 
 
 def run(
@@ -226,8 +294,11 @@ def run(
     lease_s: float,
     status_path: str | None,
     cwd: str | None = None,
+    user: User | None = None,
+    make_dirs: Sequence[str] = (),
 ) -> int:
-    """Supervise one attempt (see the module doc); return the shim's exit code."""
+    """Supervise one attempt (see the module doc); return the shim's exit code.  With
+    ``user``, the job runs as that user, who makes ``make_dirs`` first."""
     me = os.getpid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
@@ -241,22 +312,40 @@ def run(
     # the job is forked with the caught signals blocked; it lets them in only once their
     # default action is back (see _child_setup)
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    # as another user, the child says on this pipe why it could not get ready (subprocess
+    # itself only says that something failed); it closes on the exec
+    report_r, report_w = os.pipe() if user is not None else (None, None)
     try:
         # a single-threaded process: preexec_fn is safe here
         leader = subprocess.Popen(
             list(argv),
-            cwd=cwd or None,
-            preexec_fn=_child_setup,
+            # as another user the child enters it itself, once it is that user
+            cwd=(cwd or None) if user is None else None,
+            preexec_fn=functools.partial(_child_setup, user, make_dirs, cwd, report_w),
             close_fds=True,
             process_group=0,  # the job's own group: killed in one call, the shim spared
+            # subprocess does setgroups, setregid, setreuid in this order, before preexec_fn
+            user=None if user is None else user.uid,
+            group=None if user is None else user.gid,
+            extra_groups=None if user is None else list(user.groups),
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         where = f" in {cwd}" if cwd else ""
         error = f"could not start {list(argv)!r}{where}: {exc}"
+        if report_r is not None and report_w is not None:
+            os.close(report_w)
+            report_w = None
+            said = os.read(report_r, 4096).decode(errors="replace")
+            if said:
+                error = f"could not start {list(argv)!r}: {said}"
         _say(error)
         _write_status(status_path, cause=CAUSE_START, exit_code=START_FAILED_EXIT, error=error)
         return START_FAILED_EXIT
+    finally:
+        for fd in (report_r, report_w):
+            if fd is not None:
+                os.close(fd)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
     expires = time.monotonic() + lease_s
@@ -404,14 +493,38 @@ def main(args: Sequence[str] | None = None) -> int:
     parser.add_argument("--lease-s", type=float, default=5.0, help="lease length, in seconds")
     parser.add_argument("--status", help="where to write how the attempt ended (JSON)")
     parser.add_argument("--cwd", help="the job's working directory")
+    parser.add_argument("--user", help="run the job as this user (its name, for messages)")
+    parser.add_argument("--uid", type=int, help="... whose uid this is")
+    parser.add_argument("--gid", type=int, help="... with this group")
+    parser.add_argument("--groups", default="", help="... and these groups (comma-separated)")
+    parser.add_argument("--home", default="/", help="... starting here when no --cwd")
+    parser.add_argument(
+        "--mkdir", action="append", default=[], help="a directory the job's user makes first"
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
     ns = parser.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
     if not argv:
         parser.error("no command to run")
+    if (ns.uid is None) != (ns.gid is None):
+        parser.error("--uid and --gid go together")
+    user = None
+    if ns.uid is not None:
+        groups = tuple(int(g) for g in ns.groups.split(",") if g)
+        user = User(ns.user or f"uid {ns.uid}", ns.uid, ns.gid, groups or (ns.gid,), ns.home)
+    elif ns.mkdir:
+        parser.error("--mkdir is for a job that runs as another user (--uid)")
     if ns.lease_fd is not None:
         os.set_blocking(ns.lease_fd, False)
-    return run(argv, lease_fd=ns.lease_fd, lease_s=ns.lease_s, status_path=ns.status, cwd=ns.cwd)
+    return run(
+        argv,
+        lease_fd=ns.lease_fd,
+        lease_s=ns.lease_s,
+        status_path=ns.status,
+        cwd=ns.cwd,
+        user=user,
+        make_dirs=ns.mkdir,
+    )
 
 
 if __name__ == "__main__":

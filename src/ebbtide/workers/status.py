@@ -5,12 +5,17 @@
 is read defensively: at most ``MAX_READ_BYTES`` a tick, lines longer than
 ``MAX_LINE_BYTES`` skipped, and anything that is not one of the records above counted
 as garbage and ignored.  A job that writes nonsense harms nobody but its own record.
+The file is in a directory its job's user owns, so the agent (root, perhaps) opens it
+only as what it must be: a regular file, not a link (which could lead it to a file the
+user may not read), nor a FIFO (which could stall its loop).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,11 +55,18 @@ class StatusReader:
 
     def read(self) -> list[Record]:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read(MAX_READ_BYTES)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:  # not there (yet), a link, ...
             return []
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return []
+            chunk = os.pread(fd, MAX_READ_BYTES, self.offset)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
         if not chunk:
             return []
         end = chunk.rfind(b"\n")

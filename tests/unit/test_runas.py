@@ -1,0 +1,216 @@
+"""Whom an attempt runs as: the decision, table-driven on a fake password database, and
+the environment an owner-mode attempt gets."""
+
+from __future__ import annotations
+
+import pwd
+from pathlib import Path
+
+import pytest
+
+from ebbtide.queue.spec import JobSpec
+from ebbtide.workers.launch import env_for
+from ebbtide.workers.runas import (
+    DEFAULT_PATH,
+    Identity,
+    RunAsRefused,
+    base_env,
+    job_path,
+    resolve,
+)
+
+USERS = {
+    "alice": (1001, 1001, "/home/alice", "/bin/bash"),
+    "bob": (1002, 1002, "/home/bob", "/bin/sh"),
+    "root": (0, 0, "/root", "/bin/bash"),
+}
+GROUPS = {"alice": [1001, 27, 44], "bob": [1002], "root": [0]}
+
+
+def getpwnam(name: str) -> pwd.struct_passwd:
+    if "\0" in name:
+        raise ValueError("embedded null byte")
+    uid, gid, home, shell = USERS[name]  # KeyError: no such user
+    return pwd.struct_passwd((name, "x", uid, gid, "", home, shell))
+
+
+def getgrouplist(name: str, gid: int) -> list[int]:
+    return GROUPS[name]
+
+
+def decide(owner: str, *, run_as: str = "owner", agent_uid: int = 0, allow_root: bool = False):  # type: ignore[no-untyped-def]
+    return resolve(
+        owner,
+        run_as=run_as,
+        node="gpu-7",
+        allow_root_jobs=allow_root,
+        agent_uid=agent_uid,
+        getpwnam=getpwnam,
+        getgrouplist=getgrouplist,
+    )
+
+
+ALICE = Identity("alice", 1001, 1001, (1001, 27, 44), "/home/alice", "/bin/bash", switch=True)
+
+
+@pytest.mark.parametrize(
+    ("owner", "run_as", "agent_uid", "allow_root", "expected"),
+    [
+        # agent mode: whoever owns it, the agent's user runs it, as before
+        ("alice", "agent", 0, False, None),
+        ("root", "agent", 0, False, None),
+        ("nobody-here", "agent", 1001, False, None),
+        # owner mode, a root agent: the owner's uid, gid and groups
+        ("alice", "owner", 0, False, ALICE),
+        (
+            "bob",
+            "owner",
+            0,
+            False,
+            Identity("bob", 1002, 1002, (1002,), "/home/bob", "/bin/sh", switch=True),
+        ),
+        # root's jobs only with allow_root_jobs
+        ("root", "owner", 0, True, Identity("root", 0, 0, (0,), "/root", "/bin/bash", True)),
+        # an agent that is not root runs its own user's jobs, without switching
+        (
+            "alice",
+            "owner",
+            1001,
+            False,
+            Identity("alice", 1001, 1001, (1001, 27, 44), "/home/alice", "/bin/bash", False),
+        ),
+    ],
+)
+def test_whom_an_attempt_runs_as(owner, run_as, agent_uid, allow_root, expected):  # type: ignore[no-untyped-def]
+    assert decide(owner, run_as=run_as, agent_uid=agent_uid, allow_root=allow_root) == expected
+
+
+@pytest.mark.parametrize(
+    ("owner", "agent_uid", "allow_root", "says"),
+    [
+        ("carol", 0, False, "owner carol is not a user on node gpu-7"),
+        ("bad\0name", 0, False, "is not a user on node gpu-7"),
+        ("root", 0, False, "owner root is root, and node gpu-7 does not run root's jobs"),
+        ("root", 0, False, "allow_root_jobs is false"),
+        # a non-root agent: someone else's job, root's included even when allowed
+        ("bob", 1001, False, "runs only alice's jobs, not bob's"),
+        ("root", 1001, True, "runs only alice's jobs, not root's"),
+        ("carol", 1001, False, "owner carol is not a user on node gpu-7"),
+    ],
+)
+def test_jobs_that_cannot_run_as_their_owner_are_refused_with_the_reason(  # type: ignore[no-untyped-def]
+    owner, agent_uid, allow_root, says, monkeypatch
+):
+    monkeypatch.setattr("ebbtide.workers.runas.user_name", lambda uid: "alice")
+    with pytest.raises(RunAsRefused) as caught:
+        decide(owner, agent_uid=agent_uid, allow_root=allow_root)
+    assert says in str(caught.value)
+
+
+def test_an_unknown_run_as_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not one of owner, agent"):
+        decide("alice", run_as="nobody")
+
+
+def test_the_shim_is_told_to_switch_only_when_the_agent_must() -> None:
+    assert ALICE.shim_args() == [
+        "--user",
+        "alice",
+        "--uid",
+        "1001",
+        "--gid",
+        "1001",
+        "--groups",
+        "1001,27,44",
+        "--home",
+        "/home/alice",
+    ]
+    own = Identity("alice", 1001, 1001, (1001,), "/home/alice", "/bin/bash", switch=False)
+    assert own.shim_args() == []
+
+
+AGENT_ENV = {
+    "PATH": "/opt/agent/bin:/usr/bin",
+    "LANG": "C.UTF-8",
+    "LC_TIME": "en_GB.UTF-8",
+    "TZ": "Europe/Paris",
+    "HOME": "/root",
+    "USER": "root",
+    "EBBTIDE_DB_URL": "postgresql://ebb:s3cret@db/ebbtide",
+    "EBBTIDE_REDIS_URL": "redis://:s3cret@redis:6379/0",
+    "PGPASSWORD": "s3cret",
+    "AWS_SECRET_ACCESS_KEY": "s3cret",
+    "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+    "PYTHONPATH": "/opt/agent/lib",
+}
+
+
+def test_an_owner_mode_environment_holds_nothing_of_the_agents_but_path_and_locale() -> None:
+    env = base_env(ALICE, {"MINE": "1"}, AGENT_ENV)
+    assert env == {
+        "PATH": "/opt/agent/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "Europe/Paris",
+        "MINE": "1",
+        "HOME": "/home/alice",
+        "USER": "alice",
+        "LOGNAME": "alice",
+        "SHELL": "/bin/bash",
+    }
+
+
+def test_the_jobs_path_wins_and_its_login_variables_do_not() -> None:
+    job = {"PATH": "/home/alice/bin:/usr/bin", "HOME": "/root", "USER": "root"}
+    env = base_env(ALICE, job, AGENT_ENV)
+    assert env["PATH"] == "/home/alice/bin:/usr/bin"
+    assert (env["HOME"], env["USER"]) == ("/home/alice", "alice")
+    assert base_env(ALICE, {}, {})["PATH"] == DEFAULT_PATH
+
+
+class _Job:
+    id = 7
+    checkpoint_path = None
+    signal = 15
+    deadline_s = 30.0
+    array_index = None
+    compute_pct = 10.0
+    memory_mib = 1024
+
+
+def test_the_attempts_environment_as_its_owner(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("os.environ", dict(AGENT_ENV))
+    env = env_for(
+        JobSpec(command=["true"], env={"MINE": "1"}),
+        _Job(),
+        1,
+        node="n1",
+        devices=[],
+        ckpt_dir=tmp_path,
+        status_path=tmp_path / "status.jsonl",
+        identity=ALICE,
+    )
+    assert not any("s3cret" in v for v in env.values())
+    assert not {"EBBTIDE_DB_URL", "EBBTIDE_REDIS_URL", "SSH_AUTH_SOCK", "PYTHONPATH"} & set(env)
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == ("/home/alice", "alice", "alice")
+    assert env["MINE"] == "1" and env["EBBTIDE_JOB_ID"] == "7"
+    assert env["EBBTIDE_CHECKPOINT_DIR"] == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("/data/ckpt", "/data/ckpt"),
+        ("~", "/home/alice"),
+        ("~/ckpt", "/home/alice/ckpt"),
+        ("runs/a", "/home/alice/runs/a"),
+    ],
+)
+def test_a_path_the_job_names_is_its_owners(given: str, expected: str) -> None:
+    assert job_path(given, ALICE) == Path(expected)
+
+
+def test_a_path_the_job_names_is_the_agents_in_agent_mode(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("HOME", "/srv/agent")
+    assert job_path("~/ckpt", None) == Path("/srv/agent/ckpt")
+    assert job_path("runs/a", None) == Path("runs/a")
