@@ -9,51 +9,41 @@
 
 Jobs come back as :class:`ebbtide.queue.models.Job` rows; ``client.as_dict(job)`` gives
 the JSON shape that ``ebb qstat --json`` prints.
+
+With ``EBBTIDE_URL`` set, ``Client()`` talks to that ``ebb server`` instead of opening the
+store (see :class:`Client`); the methods, their results and their errors are the same.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import math
-import operator
 import signal
 import time
 from collections.abc import Iterable
 from typing import Any
 
+from ebbtide.args import filter_name, flag, text, whole
+from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES, LogTail, read_tail
+from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.errors import PermissionDenied, SpecError, UserError
 from ebbtide.identity import Caller, local_caller
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
-from ebbtide.queue.states import FINAL_STATES, JobState
+from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
-from ebbtide.units import MAX_INT64, shown, signal_name
+from ebbtide.units import shown, signal_name
+from ebbtide.workdir import with_workdir
 
-#: How often ``wait`` looks at the job, in seconds.
-WAIT_POLL_S = 0.2
-
-
-class WaitTimeout(EbbtideError):
-    """``Client.wait`` ran out of time; the job goes on."""
+#: Longest reason for a drain, in characters.
+MAX_REASON_CHARS = 1000
 
 
-def _whole(value: Any, name: str, low: int = 1, high: int = MAX_INT64) -> int:
-    """An int argument from ``low`` to ``high`` (ids: what the store holds), else a
-    :class:`SpecError` naming the argument and the bounds."""
-    try:
-        number = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        number = None
-    if number is None:
-        raise SpecError(name, f"expected a whole number (an int), got {shown(value)}")
-    if not low <= number <= high:
-        raise SpecError(name, f"must be from {low} to {high}, got {number}")
-    return number
+__all__ = ["Client", "ClientBase", "WaitTimeout", "kubernetes_grant"]
 
 
 def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
@@ -80,14 +70,42 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
     return grant_for(spec, settings)
 
 
-class Client:
+class Client(ClientBase):
     """Jobs and nodes as one caller sees them, straight from the store.
 
     The caller is the OS user running this process (an admin may act for another user
     with ``EBBTIDE_USER``); ``ebb server`` hands each request's authenticated ``caller``
     in.  Owners act on their own jobs, admins on all; what a job was submitted with
-    (its environment) is shown only to them.
+    (its environment) and its logs are shown only to them.
+
+    With ``settings.url`` set (``EBBTIDE_URL``) and no ``store`` handed in,
+    ``Client(...)`` returns a :class:`ebbtide.api.remote.RemoteClient` instead: the same
+    methods, results and errors, through that ``ebb server`` (which then decides who the
+    caller is; ``policy`` and ``caller`` are not used).
+
+    ``workdir`` is the directory jobs are submitted from (see :func:`ebbtide.workdir.with_workdir`):
+    ``"."``, this process's current directory when it submits; ``ebb server`` hands in
+    the one its caller sent, or None.
     """
+
+    def __new__(
+        cls,
+        settings: Settings | None = None,
+        *,
+        store: Store | None = None,
+        policy: Policy | None = None,
+        caller: Caller | None = None,
+        workdir: str | None = ".",
+    ) -> Client:
+        if store is None and cls is Client:
+            settings = settings or Settings.from_env()
+            if settings.url:
+                from ebbtide.api.remote import RemoteClient
+
+                # not a Client, so Python does not call Client.__init__ on it
+                remote: Any = RemoteClient(settings, workdir=workdir)
+                return remote
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -96,47 +114,31 @@ class Client:
         store: Store | None = None,
         policy: Policy | None = None,
         caller: Caller | None = None,
+        workdir: str | None = ".",
     ) -> None:
         self.settings = settings or Settings.from_env()
         self.policy = policy or load_policy(self.settings.policy_path)
-        self.caller = caller or local_caller(self.policy.admins, self.settings.act_as)
+        self._caller = caller or local_caller(self.policy.admins, self.settings.act_as)
+        self.workdir = workdir
         self._owns_store = store is None
         self.store = store or Store(self.settings.db_url)
 
     @property
-    def user(self) -> str:
-        return self.caller.user
-
-    @property
-    def is_admin(self) -> bool:
-        return self.caller.admin
+    def caller(self) -> Caller:
+        return self._caller
 
     def close(self) -> None:
         """Close the store, unless it was handed in by the caller."""
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- submitting ---------------------------------------------------------------------
-
-    def submit(self, spec: JobSpec | None = None, **fields: Any) -> int:
-        """Submit a job; return its id (for an array, the array id = its first task's id).
-
-        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``).
-        """
-        return self.submit_many(spec, **fields)[0]
 
     def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
         """Like :meth:`submit` but returns every task id of an array."""
-        if spec is None:
-            spec = JobSpec(**fields)
-        elif fields:  # re-validate, keeping what the spec left unset unset
-            spec = JobSpec(**{**spec.model_dump(exclude_unset=True), **fields})
+        spec = spec_from(spec, fields)
+        # under Kubernetes, a job with no cwd runs in its image's working directory
+        spec = with_workdir(spec, self.workdir, default_cwd=self.policy.kubernetes is None)
         self.policy.check_queue(spec.queue)
         queue = self.policy.queues[spec.queue]
         if queue.users is not None and not self.is_admin and self.user not in queue.users:
@@ -165,7 +167,7 @@ class Client:
     # -- reading ------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
-        return self._shown(self.store.get(_whole(job_id, "job_id")))
+        return self._shown(self.store.get(whole(job_id, "job_id")))
 
     def _shown(self, job: Job) -> Job:
         """The job as the caller may see it: the values of its submitted environment only
@@ -198,16 +200,46 @@ class Client:
                     "state", f"expected one of {known}, got {shown(state, 60)}"
                 ) from None
         if array_id is not None:
-            array_id = _whole(array_id, "array_id")
+            array_id = whole(array_id, "array_id")
         if limit is not None:
-            limit = _whole(limit, "limit", 0)
+            limit = whole(limit, "limit", 0)
         jobs = self.store.list_jobs(
-            states=states, owner=owner, queue=queue, array_id=array_id, limit=limit
+            states=states,
+            owner=filter_name(owner, "owner"),
+            queue=filter_name(queue, "queue"),
+            array_id=array_id,
+            limit=limit,
         )
         return [self._shown(job) for job in jobs]
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
-        return self.store.events(_whole(job_id, "job_id"))
+        return self.store.events(whole(job_id, "job_id"))
+
+    def queue_stats(self) -> dict[str, dict[str, int]]:
+        """Jobs per queue and state (``ebb qstat -Q``)."""
+        return self.store.queue_stats()
+
+    def log_tail(
+        self,
+        job_id: int,
+        *,
+        attempt: int | None = None,
+        stderr: bool = False,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> LogTail:
+        """Like :meth:`logs`, with which attempt was read, the file's size and whether
+        more of it was left unread."""
+        job = self.store.get(whole(job_id, "job_id"))
+        if not self.caller.may_act_on(job.owner):
+            raise PermissionDenied(
+                f"job {job.id} belongs to {job.owner}; only its owner or an admin may read its logs"
+            )
+        if job.attempts == 0:
+            raise UserError(f"job {job.id} has not started yet, so it has no logs")
+        number = job.attempts if attempt is None else whole(attempt, "attempt", 1, job.attempts)
+        size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
+        stream = "stderr" if flag(stderr, "stderr") else "stdout"
+        return read_tail(self.settings.home, job.id or 0, number, stream, size)
 
     def describe(self, job_id: int) -> dict[str, Any]:
         """One job in full, as ``ebb qstat -f --json`` shows it: :meth:`as_dict` with the
@@ -248,19 +280,19 @@ class Client:
     # -- acting -------------------------------------------------------------------------
 
     def cancel(self, job_id: int) -> Job:
-        job_id = _whole(job_id, "job_id")
+        job_id = whole(job_id, "job_id")
         return self.store.cancel(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
 
     def hold(self, job_id: int) -> Job:
-        job_id = _whole(job_id, "job_id")
+        job_id = whole(job_id, "job_id")
         return self.store.hold(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
 
     def release(self, job_id: int) -> Job:
-        job_id = _whole(job_id, "job_id")
+        job_id = whole(job_id, "job_id")
         return self.store.release(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
@@ -308,6 +340,7 @@ class Client:
         """Keep new work off ``node`` (or one device of it); what runs there goes on.
         Admins only."""
         self._device_admin("drain", node, device)
+        reason = text(reason, "reason", max_chars=MAX_REASON_CHARS, empty=True)
         self.store.drains.drain(
             node, WHOLE_NODE if device is None else device, by=self.caller.actor, reason=reason
         )
@@ -334,21 +367,3 @@ class Client:
                     f"node {node!r} has no device {device} (devices: "
                     f"{', '.join(map(str, indices)) or 'none'})"
                 )
-
-    def wait(self, job_id: int, timeout: float | None = None) -> Job:
-        """Block until the job is succeeded, failed or cancelled; return it."""
-        job_id = _whole(job_id, "job_id")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not (math.isfinite(timeout) and timeout >= 0)
-        ):
-            raise SpecError("timeout", f"expected seconds (a finite number >= 0), got {timeout!r}")
-        give_up = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.store.get(job_id)
-            if job.state in {s.value for s in FINAL_STATES}:
-                return job
-            if give_up is not None and time.monotonic() >= give_up:
-                raise WaitTimeout(f"job {job_id} still {job.state} after {timeout:g}s")
-            time.sleep(WAIT_POLL_S)

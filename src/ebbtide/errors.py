@@ -45,6 +45,11 @@ class PermissionDenied(UserError):
     """The caller may not act on that job (it belongs to someone else)."""
 
 
+class Unauthenticated(PermissionDenied):
+    """``ebb server`` could not tell who the caller is: no credentials, or a bearer token
+    that is unknown, revoked or expired (HTTP 401)."""
+
+
 class InvalidTransition(EbbtideError):
     """A state change the transition table does not allow."""
 
@@ -70,6 +75,10 @@ class StoreUnavailable(EbbtideError):
 
 class BrokerUnavailable(EbbtideError):
     """The message broker cannot be reached."""
+
+
+class ServerUnavailable(EbbtideError):
+    """The ``ebb server`` at ``EBBTIDE_URL`` cannot be reached."""
 
 
 class PlatformUnavailable(EbbtideError):

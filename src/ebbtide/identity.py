@@ -21,7 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from ebbtide.errors import PermissionDenied
+from ebbtide.errors import PermissionDenied, UserError
+from ebbtide.units import shown
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,22 @@ class Caller:
         return self.admin or owner == self.user
 
 
+#: Longest user name accepted where one is typed in (a token's user, an act-for header),
+#: in characters.
+MAX_USER_CHARS = 256
+
+
+def check_user_name(name: str, what: str) -> str:
+    """``name`` if it can be a user's name (printable, no whitespace, at most
+    :data:`MAX_USER_CHARS`), else a :class:`UserError` naming ``what`` gave it."""
+    if not name or len(name) > MAX_USER_CHARS or not name.isprintable() or " " in name:
+        raise UserError(
+            f"{what}: {shown(name)} is not a user name (1-{MAX_USER_CHARS} printable "
+            "characters, no spaces)"
+        )
+    return name
+
+
 def user_name(uid: int) -> str:
     """The login name of ``uid`` (``uid1234`` where the password database has none)."""
     try:
@@ -78,13 +95,21 @@ def local_caller(admins: Collection[str], act_as: str | None = None) -> Caller:
     honoured only for an admin, and recorded as acting for that user."""
     uid = os.geteuid()
     real = user_name(uid)
-    admin = is_admin(real, admins, uid=uid)
-    via = f"uid {uid} on {socket.gethostname()}"
-    if act_as and act_as != real:
-        if not admin:
-            raise PermissionDenied(
-                f"EBBTIDE_USER={act_as}: only admins may act for another user, and "
-                f"{real} is not one (admins are the policy's `admins`); unset EBBTIDE_USER"
-            )
-        return Caller(user=act_as, admin=True, by=real, via=via)
-    return Caller(user=real, admin=admin, via=via)
+    caller = Caller(
+        real, admin=is_admin(real, admins, uid=uid), via=f"uid {uid} on {socket.gethostname()}"
+    )
+    return acting_for(caller, act_as, f"EBBTIDE_USER={act_as}", "unset EBBTIDE_USER")
+
+
+def acting_for(caller: Caller, act_as: str | None, given: str, undo: str) -> Caller:
+    """``caller`` acting for ``act_as``: allowed to admins only, and recorded as theirs
+    (``by``).  ``given`` says where ``act_as`` came from and ``undo`` how to drop it, for
+    the refusal."""
+    if not act_as or act_as == caller.user:
+        return caller
+    if not caller.admin:
+        raise PermissionDenied(
+            f"{given}: only admins may act for another user, and {caller.user} is not one "
+            f"(admins are the policy's `admins`); {undo}"
+        )
+    return Caller(user=act_as, admin=True, by=caller.user, via=caller.via)

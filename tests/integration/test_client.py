@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ebbtide import client as client_module
+from ebbtide import client_base
 from ebbtide.client import Client, WaitTimeout
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import ConfigError, EbbtideError, PermissionDenied, SpecError
+from ebbtide.errors import ConfigError, EbbtideError, PermissionDenied, SpecError, UserError
 from ebbtide.identity import Caller, is_admin
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import EventType, JobState
@@ -43,7 +44,7 @@ def _as(user: str, policy_text: str = POLICY) -> Caller:
 
 @pytest.fixture
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
-    monkeypatch.setattr(client_module, "WAIT_POLL_S", 0.02)
+    monkeypatch.setattr(client_base, "WAIT_POLL_S", 0.02)
     policy_path = tmp_path / "ebbtide.yaml"
     policy_path.write_text(POLICY)
     with Client(_settings(tmp_path, EBBTIDE_POLICY=str(policy_path)), caller=ALICE) as c:
@@ -88,7 +89,8 @@ def test_submit_a_jobspec(client: Client) -> None:
     spec = JobSpec(command=["python", "infer.py"], kind="inference", gpu=1, deadline="20s")
     job = client.get(client.submit(spec))
     assert (job.kind, job.gpus, job.compute_pct, job.deadline_s) == ("inference", 1, 100.0, 20.0)
-    assert client.store.spec(job.id or 0) == spec
+    # submitted from here, it runs here (as PBS_O_WORKDIR)
+    assert client.store.spec(job.id or 0) == spec.model_copy(update={"cwd": os.getcwd()})
 
 
 def test_queue_priority_and_deadline_apply(client: Client) -> None:
@@ -284,3 +286,33 @@ def test_qstat_shape_shows_the_backoff_of_a_repeatedly_evicted_job(tmp_path) -> 
         data = client.as_dict(job)
         assert data["evictions"] == 3
         assert data["backoff_until"] == pytest.approx(job.requeued_at + 60.0)
+
+
+def test_queue_stats(client: Client) -> None:
+    client.submit(command=["x"])
+    client.submit(command=["x"], queue="fast", hold=True)
+    assert client.queue_stats() == {"default": {"queued": 1}, "fast": {"held": 1}}
+
+
+def test_logs_are_the_owners_and_admins(client: Client, tmp_path: Path) -> None:
+    job_id = client.submit(command=["x"])
+    with pytest.raises(UserError, match="has not started"):
+        client.logs(job_id)
+    _run_to_end(client, job_id, 0)
+    attempt_dir = tmp_path / "logs" / str(job_id) / "1"
+    attempt_dir.mkdir(parents=True)
+    (attempt_dir / "stdout.log").write_bytes(b"out \xff\n")
+    (attempt_dir / "stderr.log").write_text("0123456789")
+    assert client.logs(job_id) == "out \ufffd\n"  # bytes that are not UTF-8, replaced
+    tail = client.log_tail(job_id, stderr=True, tail_bytes=4, attempt=1)
+    assert (tail.text, tail.size, tail.truncated, tail.attempt) == ("6789", 10, True, 1)
+    with pytest.raises(SpecError, match="attempt: must be from 1 to 1"):
+        client.logs(job_id, attempt=2)
+    with pytest.raises(SpecError, match="tail_bytes"):
+        client.logs(job_id, tail_bytes=0)
+    policy = client.policy
+    bob = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("bob"))
+    with pytest.raises(PermissionDenied, match="only its owner or an admin may read its logs"):
+        bob.logs(job_id)
+    carol = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("carol"))
+    assert carol.logs(job_id, stderr=True) == "0123456789"

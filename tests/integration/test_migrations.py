@@ -274,3 +274,31 @@ def test_upgrade_from_version_1_keeps_queued_jobs(db_url: str) -> None:
         assert tuple(row) == ("old", "queued", None)
     finally:
         engine.dispose()
+
+
+def test_upgrade_from_version_5_adds_the_tokens_table(db_url: str) -> None:
+    """Version 6 adds ``ebb server``'s tokens to a database that has jobs already."""
+    import time
+
+    from ebbtide.queue import migrations as m
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            m._version_table().create(conn)
+            for version in range(1, 6):
+                m.MIGRATIONS[version - 1](conn)
+                conn.execute(
+                    m._version_table().insert().values(version=version, applied_at=time.time())
+                )
+        assert "tokens" not in sa.inspect(engine).get_table_names()
+        assert m.migrate(engine) == 5
+        assert "tokens" in sa.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+    store = Store(db_url, clock=FakeClock())
+    try:
+        token_id, token = store.tokens.create("alice", by="root")
+        assert store.tokens.check(token).id == token_id
+    finally:
+        store.close()

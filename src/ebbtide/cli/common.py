@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -30,3 +31,10 @@ def _setup_logging(level: str) -> None:
     )
     for noisy in ("dramatiq", "pika", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # whatever library writes a line, no URL password, token or credential of ours in it
+    from ebbtide.redaction import install, passwords_of
+
+    install(
+        passwords_of([os.environ.get("EBBTIDE_DB_URL"), os.environ.get("EBBTIDE_REDIS_URL")])
+        + [t for t in (os.environ.get("EBBTIDE_TOKEN"), os.environ.get("PGPASSWORD")) if t]
+    )

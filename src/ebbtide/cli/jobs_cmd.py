@@ -1,4 +1,4 @@
-"""``ebb qsub | qstat | qdel | qhold | qrls | events``: submit and watch jobs."""
+"""``ebb qsub | qstat | qdel | qhold | qrls | events | logs``: submit and watch jobs."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def qstat(
 
     client = _client()
     if queues:
-        stats = client.store.queue_stats()
+        stats = client.queue_stats()
         if as_json:
             _echo_json(stats)
             return
@@ -282,7 +282,7 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
     for job_id in _expand_ids(client, ids):
         try:
             job = getattr(client, action)(job_id)
-            results.append({"id": job_id, "ok": True, "state": job.state})
+            results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})
         except UserError as exc:
             failed = True
             results.append({"id": job_id, "ok": False, "error": str(exc)})
@@ -334,3 +334,38 @@ def events(job_id: str, as_json: bool) -> None:
         att = f"#{e['attempt']}" if e["attempt"] else "  "
         detail = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
         click.echo(f"{_fmt_time(e['time'])} {att:>3} {e['type']:<16} {detail}")
+
+
+@click.command("logs")
+@click.argument("job_id", metavar="ID")
+@click.option("-e", "--stderr", is_flag=True, help="Show stderr instead of stdout.")
+@click.option("--attempt", metavar="N", help="Which attempt (default: the latest).")
+@click.option("--tail", metavar="BYTES", help="How much of the end to show (default 1048576).")
+@click.option("--json", "as_json", is_flag=True, help="Print the text with its attempt and size.")
+def logs(job_id: str, stderr: bool, attempt: str | None, tail: str | None, as_json: bool) -> None:
+    """Show what a job wrote: the end of its latest attempt's stdout (or -e stderr).
+    Its owner and admins only."""
+    from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES
+    from ebbtide.units import parse_int
+
+    options: dict[str, Any] = {"stderr": stderr, "tail_bytes": DEFAULT_TAIL_BYTES}
+    for flag, key, value, high in (
+        ("--attempt", "attempt", attempt, MAX_INT64),
+        ("--tail", "tail_bytes", tail, MAX_TAIL_BYTES),
+    ):
+        if value is not None:
+            try:
+                options[key] = parse_int(value, 1, high)
+            except ValueError as exc:
+                raise UserError(f"{flag}: {exc}") from None
+    log_tail = _client().log_tail(parse_job_id(job_id, "ID"), **options)
+    if as_json:
+        _echo_json(log_tail.to_dict())
+        return
+    click.echo(log_tail.text, nl=False)
+    if log_tail.truncated:
+        click.echo(
+            f"ebb: only the end of the log is shown ({log_tail.size} bytes in all); "
+            "--tail BYTES for more",
+            err=True,
+        )

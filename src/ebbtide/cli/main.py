@@ -15,6 +15,8 @@ from ebbtide.cli import jobs_cmd, nodes_cmd, run_cmd
 from ebbtide.cli.common import _client, _echo_json, _setup_logging, log
 from ebbtide.cli.k8s_cmd import k8s_group
 from ebbtide.cli.policy_cmd import policy_group
+from ebbtide.cli.server_cmd import server
+from ebbtide.cli.token_cmd import token_group
 from ebbtide.errors import EbbtideError, UserError
 
 __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
@@ -48,6 +50,7 @@ def cli() -> None:
       ebb qstat                                    list jobs
       ebb qstat -f 12                              one job in full
       ebb events 12                                what happened to a job
+      ebb logs 12 / ebb logs -e 12                 what it wrote (stdout / stderr)
       ebb qdel 12 / ebb qhold 12 / ebb qrls 12     cancel, hold, release
       ebb nodes                                    node agents, device load and health
       ebb node drain gpu-a/3                       take a device out of service (admins)
@@ -58,6 +61,12 @@ def cli() -> None:
       ebb up --devices 2x80GiB                     everything in one process
       ebb scheduler / ebb worker --node NAME       distributed (Redis + PostgreSQL)
       ebb k8s render --profile hami -- CMD         the Pod an attempt would run in
+
+    \b
+    Serve a fleet's users (they set EBBTIDE_URL; no database URL needed):
+      ebb server --listen 0.0.0.0:8786 --tls-cert C --tls-key K
+      ebb server --socket /run/ebbtide/api.sock    local users, known by the kernel
+      ebb token create alice                       a bearer token for alice (admins)
 
     State lives in $EBBTIDE_HOME (default ~/.ebbtide); see the README for all settings.
     """
@@ -71,6 +80,7 @@ cli.add_command(jobs_cmd.qdel)
 cli.add_command(jobs_cmd.qhold)
 cli.add_command(jobs_cmd.qrls)
 cli.add_command(jobs_cmd.events)
+cli.add_command(jobs_cmd.logs)
 cli.add_command(nodes_cmd.nodes)
 cli.add_command(nodes_cmd.node_group)
 cli.add_command(run_cmd.up)
@@ -80,6 +90,8 @@ cli.add_command(run_cmd.demo)
 cli.add_command(run_cmd.sim)
 cli.add_command(policy_group)
 cli.add_command(k8s_group)
+cli.add_command(server)
+cli.add_command(token_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -150,6 +150,26 @@ def _v5_pause(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN paused_at FLOAT"))
 
 
+def _v6_tokens(conn: Connection) -> None:
+    """``ebb server``'s bearer tokens, which admins issue and revoke (``ebb token``);
+    only their SHA-256 is kept."""
+    f, s = sa.Float, sa.String
+    sa.Table(
+        "tokens",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("user", s, nullable=False),
+        sa.Column("digest", s, nullable=False),
+        sa.Column("note", s, nullable=False),
+        sa.Column("created_by", s, nullable=False),
+        sa.Column("created_at", f, nullable=False),
+        sa.Column("expires_at", f),
+        sa.Column("revoked_at", f),
+        sa.Column("revoked_by", s),
+        sa.UniqueConstraint("digest"),
+    ).create(conn)
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -157,6 +177,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v3_device_drains,
     _v4_leadership,
     _v5_pause,
+    _v6_tokens,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -1,6 +1,6 @@
-"""The tables: jobs, attempts, events, nodes, device drains.
+"""The tables: jobs, attempts, events, nodes, device drains, API tokens.
 
-All database I/O lives in ``store.py`` (and ``drains.py``)."""
+All database I/O lives in ``store.py`` (and ``drains.py``, ``tokens.py``)."""
 
 from __future__ import annotations
 
@@ -131,6 +131,31 @@ class Leadership(SQLModel, table=True):
     epoch: int
     holder: str = ""
     acquired_at: float = 0.0
+
+
+class Token(SQLModel, table=True):
+    """A bearer token of ``ebb server``, issued by an admin to one user (schema v6).
+
+    Only the token's SHA-256 is kept: the token itself is shown once, when it is made."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (UniqueConstraint("digest"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    #: whose name requests with the token act in
+    user: str
+    #: hex SHA-256 of the token
+    digest: str
+    #: what the token is for, in the issuing admin's words
+    note: str = ""
+    created_by: str
+    #: Unix seconds
+    created_at: float
+    #: Unix seconds after which the token is refused; None: never
+    expires_at: float | None = None
+    #: Unix seconds of its revocation; None: in force
+    revoked_at: float | None = None
+    revoked_by: str | None = None
 
 
 class SchemaVersion(SQLModel, table=True):

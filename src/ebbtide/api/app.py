@@ -1,0 +1,143 @@
+"""``ebb server``'s application: the SDK over HTTP, for fleets whose users must not hold
+the database's URL.
+
+Every request is authenticated (:mod:`ebbtide.api.auth`) and served by a
+:class:`~ebbtide.client.Client` made for it — the shared store, the policy in force, the
+caller — so what a caller may do is decided in one place, the same as with direct store
+access.  Errors are JSON ``{"detail": message, ...}`` (see :mod:`ebbtide.api.wire`):
+400/422 for what the caller wrote, 401 without valid credentials, 403 where the caller
+may not, 404 for a job that does not exist; never a 500 for what a client sends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy.exc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+
+from ebbtide import __version__
+from ebbtide.api.auth import PolicyWatch, authenticate
+from ebbtide.api.wire import PREFIX, error_out
+from ebbtide.client import Client
+from ebbtide.config.settings import Settings
+from ebbtide.errors import EbbtideError, Unauthenticated
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+
+log = logging.getLogger("ebbtide.api")
+
+
+@dataclass
+class ServerContext:
+    """What every request shares: the settings, the store, the policy file."""
+
+    settings: Settings
+    store: Store
+    policies: PolicyWatch
+
+
+def create_app(settings: Settings, *, store: Store | None = None) -> FastAPI:
+    """The API in front of ``store`` (default: the one ``settings`` name; the caller
+    closes a store it hands in, :func:`close_app` the one made here)."""
+    from ebbtide.api import routes
+
+    app = FastAPI(
+        title="ebbtide",
+        version=__version__,
+        summary="Submit, watch and control offline GPU jobs, and the fleet's nodes.",
+        description=__doc__,
+        docs_url=None,
+        redoc_url=None,
+    )
+    policies = PolicyWatch(settings.policy_path)
+    app.state.ebbtide = ServerContext(settings, store or Store(settings.db_url), policies)
+    app.state.ebbtide_owns_store = store is None
+    app.include_router(routes.router)
+    app.add_exception_handler(EbbtideError, _ebbtide_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(sqlalchemy.exc.OperationalError, _store_unavailable)
+    app.openapi = _openapi_with_jobspec(app)  # type: ignore[method-assign]
+    return app
+
+
+def close_app(app: FastAPI) -> None:
+    """Close the store :func:`create_app` opened."""
+    if app.state.ebbtide_owns_store:
+        app.state.ebbtide.store.close()
+
+
+def request_client(request: Request) -> Iterator[Client]:
+    """The :class:`Client` that serves one request, as its caller (a FastAPI dependency)."""
+    ctx: ServerContext = request.app.state.ebbtide
+    policy = ctx.policies.current()
+    caller = authenticate(request, ctx.store, policy)
+    yield Client(ctx.settings, store=ctx.store, policy=policy, caller=caller, workdir=None)
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def _ebbtide_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, EbbtideError)
+    status, body = error_out(exc)
+    headers = (
+        {"WWW-Authenticate": 'Bearer realm="ebbtide"'} if isinstance(exc, Unauthenticated) else None
+    )
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's checks of parameters and bodies, as one :class:`SpecError`-shaped line
+    naming the first bad parameter (``limit: ...``)."""
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors()) or [{"loc": ("request",), "msg": "invalid request"}]
+    messages = []
+    for err in errors[:3]:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path")]
+        messages.append((".".join(loc) or "body", str(err.get("msg", "invalid"))))
+    field = messages[0][0]
+    detail = "; ".join(f"{where}: {msg}" for where, msg in messages)
+    return JSONResponse({"detail": detail, "error": "SpecError", "field": field}, status_code=422)
+
+
+def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.error("the store failed: %s", str(exc).splitlines()[0])
+    return JSONResponse({"detail": "the job store is unavailable; try again"}, status_code=503)
+
+
+# -- the schema -------------------------------------------------------------------------
+
+
+def _openapi_with_jobspec(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The schema, with :class:`JobSpec` as the body of ``POST /v1/jobs`` (which takes it
+    as a plain object, to check it the way the SDK does)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                description=app.description,
+                routes=app.routes,
+            )
+            spec = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.update(spec.pop("$defs", {}))
+            components["JobSpec"] = spec
+            body = schema["paths"][f"{PREFIX}/jobs"]["post"]["requestBody"]
+            body["content"]["application/json"]["schema"] = {
+                "$ref": "#/components/schemas/JobSpec",
+                "description": "A JobSpec.",
+            }
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi

@@ -1,0 +1,244 @@
+"""The SDK through ``ebb server``: what ``Client()`` is when ``EBBTIDE_URL`` is set.
+
+Same methods, results and exceptions as :class:`ebbtide.client.Client`; the server
+decides who the caller is: the token's user (``EBBTIDE_TOKEN``, else the file
+``~/.config/ebbtide/token``, which must be readable by its owner alone), or on a Unix
+socket (``unix:///run/ebbtide/api.sock``) the connecting user as the kernel says.
+``EBBTIDE_USER`` asks, as an admin, to act for another user.
+
+Messages name the server's URL, never the token.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from ebbtide.api.wire import ACT_AS_HEADER, PREFIX, error_in, job_in
+from ebbtide.args import flag, whole
+from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
+from ebbtide.client_base import ClientBase, spec_from
+from ebbtide.config.settings import Settings, redacted
+from ebbtide.errors import ConfigError, ServerUnavailable
+from ebbtide.identity import Caller
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import job_to_dict
+from ebbtide.workdir import base_directory
+
+#: How long one request may take, in seconds (a large array's submission is the longest).
+REQUEST_TIMEOUT_S = 60.0
+#: How long connecting may take, in seconds.
+CONNECT_TIMEOUT_S = 10.0
+#: Jobs whose server-side shape :meth:`RemoteClient.as_dict` remembers.
+MAX_REMEMBERED_JOBS = 100_000
+
+
+def token_path() -> Path:
+    return Path.home() / ".config" / "ebbtide" / "token"
+
+
+def read_token(settings: Settings) -> str | None:
+    """``EBBTIDE_TOKEN``, else the token file (refused if others may read it)."""
+    token = settings.token
+    if token is None:
+        path = token_path()
+        try:
+            info = path.stat()
+        except OSError:
+            return None
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                f"{path} may be read by others (mode {stat.S_IMODE(info.st_mode):04o}); a "
+                f"token is a password: chmod 600 {path}"
+            )
+        try:
+            token = path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read the token in {path}: {exc}") from None
+    if not token.isascii() or not token.isprintable() or " " in token:
+        raise ConfigError(
+            "the token (EBBTIDE_TOKEN or the token file) is not one: it holds "
+            "characters no ebbtide token has"
+        )
+    return token or None
+
+
+class RemoteClient(ClientBase):
+    """Jobs and nodes through ``ebb server`` (see the module doc)."""
+
+    def __init__(self, settings: Settings, *, workdir: str | None = ".") -> None:
+        if not settings.url:
+            raise ConfigError("EBBTIDE_URL is not set: there is no server to talk to")
+        self.settings = settings
+        self.workdir = workdir
+        self.url = settings.url
+        self._where = redacted(self.url)
+        headers = {}
+        token = read_token(settings)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if settings.act_as:
+            if not settings.act_as.isascii():
+                raise ConfigError(
+                    f"EBBTIDE_USER={settings.act_as!r}: only ASCII names go to a server"
+                )
+            headers[ACT_AS_HEADER] = settings.act_as
+        base, transport = _endpoint(self.url)
+        self._http = httpx.Client(
+            base_url=base + PREFIX,
+            transport=transport,
+            headers=headers,
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        )
+        self._caller: Caller | None = None
+        self._shapes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    # -- the wire -----------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(
+                f"cannot reach the ebb server at {self._where}: {_reason(exc)}"
+            ) from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.is_success:
+            return body
+        raise error_in(response.status_code, body, f"the ebb server at {self._where}")
+
+    def _job(self, data: dict[str, Any]) -> Job:
+        """The row of a job's JSON; its ``qstat --json`` shape is kept for :meth:`as_dict`."""
+        job = job_in(data)
+        if len(self._shapes) >= MAX_REMEMBERED_JOBS:
+            self._shapes.clear()
+        # the qstat --json keys only (GET /jobs/{id} sends the qstat -f ones too)
+        keys = [*job_to_dict(job), "backoff_until"]
+        self._shapes[job.id or 0] = (job.model_dump(), {k: data.get(k) for k in keys})
+        return job
+
+    # -- the SDK ------------------------------------------------------------------------
+
+    @property
+    def caller(self) -> Caller:
+        """Who the server takes this client for (asked once)."""
+        if self._caller is None:
+            me = self._call("GET", "/whoami")
+            self._caller = Caller(me["user"], admin=me["admin"], by=me["by"], via=me["via"])
+        return self._caller
+
+    def close(self) -> None:
+        self._http.close()
+
+    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+        spec = spec_from(spec, fields)
+        params = {} if self.workdir is None else {"workdir": base_directory(self.workdir)}
+        body = spec.model_dump(mode="json", exclude_unset=True)
+        return list(self._call("POST", "/jobs", json=body, params=params)["ids"])
+
+    def get(self, job_id: int) -> Job:
+        return self._job(self._call("GET", f"/jobs/{whole(job_id, 'job_id')}"))
+
+    def list(
+        self,
+        *,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+        array_id: int | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Job]:
+        params: dict[str, Any] = {"owner": owner, "queue": queue, "array_id": array_id}
+        params["limit"] = limit
+        if state is not None:
+            items = [state] if isinstance(state, str | JobState) else builtins.list(state)
+            params["state"] = [JobState(s).value if isinstance(s, JobState) else s for s in items]
+        sent = {k: v for k, v in params.items() if v is not None}
+        return [self._job(data) for data in self._call("GET", "/jobs", params=sent)]
+
+    def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
+        return list(self._call("GET", f"/jobs/{whole(job_id, 'job_id')}/events"))
+
+    def describe(self, job_id: int) -> dict[str, Any]:
+        data = self._call("GET", f"/jobs/{whole(job_id, 'job_id')}")
+        data.pop("spec", None)
+        return dict(data)
+
+    def as_dict(self, job: Job) -> dict[str, Any]:
+        """The ``qstat --json`` shape of a job this client fetched, as the server made it
+        (for any other Job, its fields with ``backoff_until`` None: that is the server
+        policy's to say)."""
+        seen = self._shapes.get(job.id or 0)
+        if seen is not None and seen[0] == job.model_dump():
+            return copy.deepcopy(seen[1])
+        return {**job_to_dict(job), "backoff_until": None}
+
+    def queue_stats(self) -> dict[str, dict[str, int]]:
+        return dict(self._call("GET", "/queues"))
+
+    def log_tail(
+        self,
+        job_id: int,
+        *,
+        attempt: int | None = None,
+        stderr: bool = False,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> LogTail:
+        params: dict[str, Any] = {"stream": "stderr" if flag(stderr, "stderr") else "stdout"}
+        params["tail_bytes"] = whole(tail_bytes, "tail_bytes")
+        if attempt is not None:
+            params["attempt"] = whole(attempt, "attempt")
+        data = self._call("GET", f"/jobs/{whole(job_id, 'job_id')}/logs", params=params)
+        return LogTail(**data)
+
+    def cancel(self, job_id: int) -> Job:
+        return self._act(job_id, "cancel")
+
+    def hold(self, job_id: int) -> Job:
+        return self._act(job_id, "hold")
+
+    def release(self, job_id: int) -> Job:
+        return self._act(job_id, "release")
+
+    def _act(self, job_id: int, action: str) -> Job:
+        return self._job(self._call("POST", f"/jobs/{whole(job_id, 'job_id')}/{action}"))
+
+    def nodes(self) -> builtins.list[dict[str, Any]]:
+        return list(self._call("GET", "/nodes"))
+
+    def drain(self, node: str, device: int | None = None, *, reason: str = "") -> None:
+        body = {"device": device, "reason": reason}
+        self._call("POST", f"/nodes/{quote(node, safe='')}/drain", json=body)
+
+    def undrain(self, node: str, device: int | None = None) -> None:
+        self._call("POST", f"/nodes/{quote(node, safe='')}/undrain", json={"device": device})
+
+
+def _endpoint(url: str) -> tuple[str, httpx.HTTPTransport | None]:
+    """The base URL and transport of ``EBBTIDE_URL``."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix" and parts.path and not parts.netloc:
+        return "http://ebbtide", httpx.HTTPTransport(uds=parts.path)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return url.rstrip("/"), None
+    raise ConfigError(
+        f"EBBTIDE_URL={redacted(url)!r}: expected http://HOST:PORT, https://HOST:PORT or "
+        "unix:///PATH/TO.sock"
+    )
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc).strip() or str(exc.__cause__ or "").strip()
+    return text.splitlines()[0] if text else type(exc).__name__

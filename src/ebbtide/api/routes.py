@@ -1,0 +1,195 @@
+"""The API's paths: one per SDK method, under ``/v1``.
+
+Each handler does what the :class:`~ebbtide.client.Client` made for its caller does, and
+nothing else: the client checks the arguments and decides what the caller may do.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from ebbtide.api.app import request_client
+from ebbtide.api.wire import PREFIX, job_out
+from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES
+from ebbtide.client import Client
+from ebbtide.errors import SpecError
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec
+from ebbtide.units import shown
+
+router = APIRouter(prefix=PREFIX)
+Caller = Annotated[Client, Depends(request_client)]
+JobObject = dict[str, Any]
+
+
+def _job(client: Client, job: Job) -> JobObject:
+    return job_out(client.as_dict(job), job)
+
+
+# -- who ----------------------------------------------------------------------------------
+
+
+class WhoAmI(BaseModel):
+    user: str = Field(description="Whose name requests act in (the owner of what they submit).")
+    admin: bool = Field(description="Whether the caller may act on every job and node.")
+    by: str | None = Field(description="The admin acting for `user`, if one does.")
+    via: str = Field(description="How the caller was identified, and from where.")
+
+
+@router.get("/whoami", summary="Who the server takes the caller for", tags=["caller"])
+def whoami(client: Caller) -> WhoAmI:
+    c = client.caller
+    return WhoAmI(user=c.user, admin=c.admin, by=c.by, via=c.via)
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+class Submitted(BaseModel):
+    id: int = Field(description="The job's id; for an array, the array's (its first task's).")
+    ids: list[int] = Field(description="Every task's id, in task order (one for a plain job).")
+    array: bool = Field(description="Whether the spec asked for an array of tasks.")
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    summary="Submit a job, or an array of tasks",
+    tags=["jobs"],
+)
+def submit(
+    client: Caller,
+    spec: Annotated[dict[str, Any], Body(description="A JobSpec.")],
+    workdir: Annotated[
+        str | None,
+        Query(
+            description="The absolute directory the job is submitted from: a relative cwd "
+            "or checkpoint_dir is resolved against it, and a spec with no cwd runs there."
+        ),
+    ] = None,
+) -> Submitted:
+    """Check the spec as the SDK does (queue, deadline, who may submit there) and queue
+    it in the caller's name."""
+    job_spec = JobSpec(**spec)
+    if workdir is not None and not workdir.startswith("/"):
+        raise SpecError("workdir", f"must be an absolute path, got {shown(workdir, 60)}")
+    client.workdir = workdir  # checked as the job's cwd when it becomes that
+    ids = client.submit_many(job_spec)
+    return Submitted(id=ids[0], ids=ids, array=job_spec.array is not None)
+
+
+@router.get("/jobs", summary="List jobs, oldest first (qstat)", tags=["jobs"])
+def list_jobs(
+    client: Caller,
+    state: Annotated[list[str] | None, Query(description="Only jobs in these states.")] = None,
+    owner: Annotated[str | None, Query(description="Only this user's jobs.")] = None,
+    queue: Annotated[str | None, Query(description="Only this queue's jobs.")] = None,
+    array_id: Annotated[int | None, Query(description="Only the tasks of this array.")] = None,
+    limit: Annotated[int | None, Query(description="At most this many jobs.")] = None,
+) -> list[JobObject]:
+    """Each job as ``ebb qstat --json`` shows it, with the spec it was submitted with
+    (the values of its environment as ``***`` unless the caller owns it or is an admin)."""
+    jobs = client.list(state=state, owner=owner, queue=queue, array_id=array_id, limit=limit)
+    return [_job(client, job) for job in jobs]
+
+
+@router.get("/jobs/{job_id}", summary="One job in full (qstat -f)", tags=["jobs"])
+def describe(client: Caller, job_id: int) -> JobObject:
+    """As ``ebb qstat -f --json`` shows it (the slice asked for and granted, the image),
+    with its spec."""
+    data = client.describe(job_id)
+    return job_out(data, client.get(job_id))
+
+
+@router.get("/jobs/{job_id}/events", summary="What happened to a job, oldest first", tags=["jobs"])
+def events(client: Caller, job_id: int) -> list[dict[str, Any]]:
+    """Each event with its ``type``, ``time`` (Unix seconds), ``attempt``, and who did it
+    and from where (``by``, ``for``, ``via``)."""
+    return client.events(job_id)
+
+
+@router.post("/jobs/{job_id}/cancel", summary="Cancel a job (qdel)", tags=["jobs"])
+def cancel(client: Caller, job_id: int) -> JobObject:
+    """A running job is evicted (warned, killed at its deadline); its owner or admins."""
+    return _job(client, client.cancel(job_id))
+
+
+@router.post("/jobs/{job_id}/hold", summary="Hold a queued or waiting job (qhold)", tags=["jobs"])
+def hold(client: Caller, job_id: int) -> JobObject:
+    return _job(client, client.hold(job_id))
+
+
+@router.post("/jobs/{job_id}/release", summary="Release a held job (qrls)", tags=["jobs"])
+def release(client: Caller, job_id: int) -> JobObject:
+    return _job(client, client.release(job_id))
+
+
+@router.get("/jobs/{job_id}/logs", summary="The end of an attempt's output", tags=["jobs"])
+def logs(
+    client: Caller,
+    job_id: int,
+    attempt: Annotated[int | None, Query(description="The attempt; default the latest.")] = None,
+    stream: Annotated[Literal["stdout", "stderr"], Query(description="Which output.")] = "stdout",
+    tail_bytes: Annotated[int, Query(description="How much of its end, in bytes.")] = (
+        DEFAULT_TAIL_BYTES
+    ),
+) -> dict[str, Any]:
+    """The job's owner and admins only.  ``text`` is the end of the file as UTF-8;
+    ``truncated`` says whether more of it (``size`` bytes in all) was left unread."""
+    tail = client.log_tail(
+        job_id, attempt=attempt, stderr=stream == "stderr", tail_bytes=tail_bytes
+    )
+    return tail.to_dict()
+
+
+@router.get("/queues", summary="Jobs per queue and state (qstat -Q)", tags=["jobs"])
+def queue_stats(client: Caller) -> dict[str, dict[str, int]]:
+    return client.queue_stats()
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+class DrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: int | None = Field(
+        default=None, description="One device's index; none: the whole node."
+    )
+    reason: str = Field(default="", description="Why, for `ebb nodes` and qstat.")
+
+
+class UndrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: int | None = Field(
+        default=None, description="One device's index; none: the whole node."
+    )
+
+
+@router.get("/nodes", summary="Node agents, device load and health (ebb nodes)", tags=["nodes"])
+def nodes(client: Caller) -> list[dict[str, Any]]:
+    return client.nodes()
+
+
+@router.post("/nodes/{node}/drain", summary="Keep new work off a node or device", tags=["nodes"])
+def drain(
+    client: Caller, node: str, body: Annotated[DrainRequest, Body()] | None = None
+) -> dict[str, Any]:
+    """Admins only; what runs there goes on."""
+    body = body or DrainRequest()
+    client.drain(node, body.device, reason=body.reason)
+    return {"node": node, "device": body.device, "drained": True}
+
+
+@router.post("/nodes/{node}/undrain", summary="Return a node or device to service", tags=["nodes"])
+def undrain(
+    client: Caller, node: str, body: Annotated[UndrainRequest, Body()] | None = None
+) -> dict[str, Any]:
+    """Admins only; lifts drains and clears a fault the node agent holds against it."""
+    body = body or UndrainRequest()
+    client.undrain(node, body.device)
+    return {"node": node, "device": body.device, "drained": False}

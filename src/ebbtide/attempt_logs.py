@@ -1,0 +1,104 @@
+"""An attempt's output as its owner reads it (``ebb logs``, ``Client.logs``).
+
+The node agent writes each attempt's output to
+``$EBBTIDE_HOME/logs/<job id>/<attempt>/stdout.log`` and ``stderr.log``; a fleet's API
+server reads them where that home is shared with the agents.
+
+The reader may run as root (``ebb server``) for a job's owner, who may own the attempt's
+directory: so the path below ``logs/`` is walked without following symbolic links, and
+only a plain file with one name is read — never what a job pointed its log at.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ebbtide.errors import UserError
+
+#: How much of a log's end is read when the caller does not say, in bytes (1 MiB).
+DEFAULT_TAIL_BYTES = 1024 * 1024
+#: The most of a log's end one read returns, in bytes (64 MiB).
+MAX_TAIL_BYTES = 64 * 1024 * 1024
+
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The end of one attempt's stdout or stderr."""
+
+    job_id: int
+    attempt: int
+    #: ``stdout`` or ``stderr``
+    stream: str
+    #: the bytes read, as UTF-8 (a character cut at the start, or bytes that are not
+    #: UTF-8, read as U+FFFD)
+    text: str
+    #: the file's size, in bytes
+    size: int
+    #: the file holds more than was read
+    truncated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def attempt_dir(home: Path, job_id: int, attempt: int) -> Path:
+    """Where the node agent keeps an attempt's logs."""
+    return home / "logs" / str(job_id) / str(attempt)
+
+
+def read_tail(home: Path, job_id: int, attempt: int, stream: str, tail_bytes: int) -> LogTail:
+    """The last ``tail_bytes`` of the attempt's ``stream``, or a :class:`UserError`
+    saying why there is none to read."""
+    path = attempt_dir(home, job_id, attempt) / f"{stream}.log"
+    fds: list[int] = []
+    try:
+        fds.append(os.open(home / "logs", os.O_RDONLY | os.O_DIRECTORY))
+        for part in (str(job_id), str(attempt)):
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+            fds.append(os.open(part, flags, dir_fd=fds[-1]))
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+        fds.append(os.open(f"{stream}.log", flags, dir_fd=fds[-1]))
+        info = os.fstat(fds[-1])
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise UserError(f"{path} is not a plain file; its log cannot be shown")
+        start = max(0, info.st_size - tail_bytes)
+        data = _read_from(fds[-1], start, info.st_size - start)
+    except FileNotFoundError:
+        raise UserError(
+            f"job {job_id} attempt {attempt} has no {stream} log at {path} (no output yet, "
+            "or the node agent's home is not shared with this host)"
+        ) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UserError(f"{path} is not a plain file; its log cannot be shown") from None
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+    return LogTail(
+        job_id=job_id,
+        attempt=attempt,
+        stream=stream,
+        text=data.decode("utf-8", errors="replace"),
+        size=info.st_size,
+        truncated=start > 0,
+    )
+
+
+def _read_from(fd: int, offset: int, count: int) -> bytes:
+    chunks = []
+    while count > 0:
+        chunk = os.pread(fd, count, offset)
+        if not chunk:  # the file shrank meanwhile
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,120 @@
+"""``ebb token create | list | revoke``: the bearer tokens ``ebb server`` takes (admins).
+
+These open the store themselves (``EBBTIDE_DB_URL``), even where ``EBBTIDE_URL`` names a
+server: a token is what a user needs before they can call one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from ebbtide.cli.common import _echo_json
+from ebbtide.errors import PermissionDenied, UserError
+
+
+def _admin_client() -> Any:
+    """A client on the store itself, for an admin (anyone else is refused before the
+    store is opened)."""
+    from ebbtide.client import Client
+    from ebbtide.config.policy import load_policy
+    from ebbtide.config.settings import Settings
+    from ebbtide.identity import local_caller
+
+    settings = Settings.from_env().model_copy(update={"url": None})
+    policy = load_policy(settings.policy_path)
+    caller = local_caller(policy.admins, settings.act_as)
+    if not caller.admin:
+        raise PermissionDenied(
+            f"only admins may manage tokens; {caller.user} is not one (admins are the "
+            "policy's `admins`)"
+        )
+    return Client(settings, policy=policy, caller=caller)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+@click.group("token")
+def token_group() -> None:
+    """Issue and revoke the bearer tokens of `ebb server` (admins only).
+
+    \b
+      ebb token create alice --note laptop --expires 90d   prints the token, once
+      ebb token list                                       who holds which, and their state
+      ebb token revoke 3                                   refused from now on
+
+    A user keeps theirs in EBBTIDE_TOKEN or ~/.config/ebbtide/token (chmod 600).
+    """
+
+
+@token_group.command("create")
+@click.argument("user")
+@click.option("--note", default="", help="What the token is for (shown by ebb token list).")
+@click.option("--expires", metavar="DURATION", help="Refused after this long: 90d, 12h, 30m.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"id": ..., "token": ...}.')
+def create(user: str, note: str, expires: str | None, as_json: bool) -> None:
+    """Issue a token to USER: requests with it act in USER's name.  It is shown once;
+    only its hash is kept."""
+    from ebbtide.identity import check_user_name
+    from ebbtide.units import parse_duration_s
+
+    check_user_name(user, "USER")
+    expires_s = None
+    if expires is not None:
+        try:
+            expires_s = parse_duration_s(expires)
+        except ValueError as exc:
+            raise UserError(f"--expires: {exc}") from None
+        if expires_s <= 0:
+            raise UserError("--expires: must be longer than 0s")
+    with _admin_client() as client:
+        token_id, token = client.store.tokens.create(
+            user, by=client.caller.actor, note=note, expires_s=expires_s
+        )
+    if as_json:
+        _echo_json({"id": token_id, "user": user, "token": token})
+        return
+    click.echo(token)
+    click.echo(
+        f"token {token_id} for {user}: shown this once. The user sets EBBTIDE_TOKEN to it, "
+        "or writes it to ~/.config/ebbtide/token (chmod 600).",
+        err=True,
+    )
+
+
+@token_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_tokens(as_json: bool) -> None:
+    """Every token issued: whose, by whom, when, and whether it is active, expired or
+    revoked (never the token itself)."""
+    with _admin_client() as client:
+        tokens = client.store.tokens.all()
+    if as_json:
+        _echo_json([t.to_dict() for t in tokens])
+        return
+    click.echo(
+        f"{'ID':>4} {'USER':<16} {'STATE':<8} {'CREATED':<16} {'BY':<12} {'EXPIRES':<16} NOTE"
+    )
+    for t in tokens:
+        click.echo(
+            f"{t.id:>4} {t.user[:16]:<16} {t.state:<8} {_when(t.created_at):<16} "
+            f"{t.created_by[:12]:<12} {_when(t.expires_at):<16} {t.note}"
+        )
+
+
+@token_group.command("revoke")
+@click.argument("token_id", metavar="ID")
+def revoke(token_id: str) -> None:
+    """Refuse the token ID from now on (see ebb token list)."""
+    if not token_id.isdigit() or len(token_id) > 18:
+        raise UserError(f"ID: expected a token's number (see ebb token list), got {token_id!r}")
+    number = int(token_id)
+    with _admin_client() as client:
+        info = client.store.tokens.revoke(number, by=client.caller.actor)
+    click.echo(f"token {info.id} ({info.user}) revoked")

@@ -1,0 +1,120 @@
+"""What both SDK clients share: :class:`~ebbtide.client.Client` (the store itself) and
+:class:`~ebbtide.api.remote.RemoteClient` (through ``ebb server``) implement a few
+methods each; submitting one job, reading a log's text, waiting and closing are built on
+them once, here."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Self
+
+from ebbtide.args import whole
+from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
+from ebbtide.errors import EbbtideError, SpecError
+from ebbtide.identity import Caller
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import FINAL_STATES
+
+#: How often ``wait`` looks at the job, in seconds.
+WAIT_POLL_S = 0.2
+
+
+class WaitTimeout(EbbtideError):
+    """``Client.wait`` ran out of time; the job goes on."""
+
+
+def spec_from(spec: JobSpec | None, fields: dict[str, Any]) -> JobSpec:
+    """What ``submit(spec, **fields)`` submits: the spec, or one made of the fields, or
+    the spec with the fields on top (re-validated, what the spec left unset kept unset)."""
+    if spec is None:
+        return JobSpec(**fields)
+    if fields:
+        return JobSpec(**{**spec.model_dump(exclude_unset=True), **fields})
+    return spec
+
+
+class ClientBase(ABC):
+    """What :class:`Client` and :class:`~ebbtide.api.remote.RemoteClient` share, made of
+    the methods each implements (the store's way, or through ``ebb server``)."""
+
+    @property
+    @abstractmethod
+    def caller(self) -> Caller:
+        """Who acts: whose name jobs are submitted in, and whether an admin."""
+
+    @property
+    def user(self) -> str:
+        return self.caller.user
+
+    @property
+    def is_admin(self) -> bool:
+        return self.caller.admin
+
+    @abstractmethod
+    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+        """Like :meth:`submit` but returns every task id of an array."""
+
+    @abstractmethod
+    def get(self, job_id: int) -> Job: ...
+
+    @abstractmethod
+    def log_tail(
+        self,
+        job_id: int,
+        *,
+        attempt: int | None = None,
+        stderr: bool = False,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> LogTail:
+        """Like :meth:`logs`, with which attempt was read, the file's size and whether
+        more of it was left unread."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, spec: JobSpec | None = None, **fields: Any) -> int:
+        """Submit a job; return its id (for an array, the array id = its first task's id).
+
+        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``).
+        """
+        return self.submit_many(spec, **fields)[0]
+
+    def logs(
+        self,
+        job_id: int,
+        *,
+        attempt: int | None = None,
+        stderr: bool = False,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+    ) -> str:
+        """The end (``tail_bytes``, 1 MiB by default) of an attempt's stdout (or
+        ``stderr``); the latest attempt by default.  Its owner and admins only."""
+        return self.log_tail(job_id, attempt=attempt, stderr=stderr, tail_bytes=tail_bytes).text
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job is succeeded, failed or cancelled; return it."""
+        job_id = whole(job_id, "job_id")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (math.isfinite(timeout) and timeout >= 0)
+        ):
+            raise SpecError("timeout", f"expected seconds (a finite number >= 0), got {timeout!r}")
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job.state in {s.value for s in FINAL_STATES}:
+                return job
+            if give_up is not None and time.monotonic() >= give_up:
+                raise WaitTimeout(f"job {job_id} still {job.state} after {timeout:g}s")
+            time.sleep(WAIT_POLL_S)

@@ -1,0 +1,450 @@
+"""``ebb server``'s API, served in process (:mod:`tests.serving`): who may do what, what
+the job's events record about it, and the same through the Unix socket and the SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ebbtide.api.app import create_app
+from ebbtide.clock import FakeClock
+from ebbtide.config.settings import Settings
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from tests.serving import Served, serving
+
+POLICY = """
+queues:
+  default: {}
+  team:
+    users: [alice]
+admins: [carol]
+"""
+USERS = ("alice", "bob", "carol")
+
+
+@dataclass
+class Api:
+    http: httpx.Client
+    served: Served
+    settings: Settings
+    store: Store
+    clock: FakeClock
+    tokens: dict[str, str]
+    policy: Path
+    home: Path
+
+    def call(
+        self, method: str, path: str, user: str | None = "alice", **kwargs: Any
+    ) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}))
+        if user is not None:
+            headers["Authorization"] = f"Bearer {self.tokens[user]}"
+        return self.http.request(method, "/v1" + path, headers=headers, **kwargs)
+
+    def submit(self, user: str = "alice", **spec: Any) -> int:
+        body = {"command": ["train"], "env": {"SECRET": "hunter2"}, **spec}
+        response = self.call("POST", "/jobs", user, json=body, params={"workdir": "/work"})
+        assert response.status_code == 201, response.text
+        return int(response.json()["id"])
+
+    def start(self, job_id: int) -> int:
+        """Play the scheduler and the agent: the job's first attempt runs, with output."""
+        attempt = self.store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1
+        )
+        self.store.mark_started(job_id, attempt, pid=42, stdout_path="o", stderr_path="e")
+        logs = self.home / "logs" / str(job_id) / str(attempt)
+        logs.mkdir(parents=True)
+        (logs / "stdout.log").write_text("step 1\nstep 2\n")
+        (logs / "stderr.log").write_text("warning\n")
+        return attempt
+
+
+@pytest.fixture
+def api(tmp_path: Path, sqlite_url: str) -> Iterator[Api]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    home = tmp_path / "home"
+    settings = Settings.from_env(
+        {"EBBTIDE_HOME": str(home), "EBBTIDE_DB_URL": sqlite_url, "EBBTIDE_POLICY": str(policy)}
+    )
+    clock = FakeClock()
+    store = Store(sqlite_url, clock=clock)
+    tokens = {user: store.tokens.create(user, by="root")[1] for user in USERS}
+    try:
+        with (
+            serving(create_app(settings, store=store), tmp_path) as served,
+            httpx.Client(base_url=served.url) as http,
+        ):
+            yield Api(http, served, settings, store, clock, tokens, policy, home)
+    finally:
+        store.close()
+
+
+# -- credentials ------------------------------------------------------------------------
+
+
+def _refused(response: httpx.Response, says: str) -> None:
+    assert response.status_code == 401, response.text
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert says in response.json()["detail"]
+
+
+def test_no_token_is_401_with_a_bearer_challenge(api: Api) -> None:
+    _refused(api.call("GET", "/jobs", user=None), "no credentials")
+    _refused(api.call("POST", "/jobs", user=None, json={"command": ["x"]}), "no credentials")
+    assert api.store.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["Bearer ebt_not-a-token-we-made", "Bearer nonsense", "Basic YWxpY2U6cHc=", "Bearer"],
+)
+def test_bad_credentials_are_401(api: Api, header: str) -> None:
+    response = api.call("GET", "/whoami", user=None, headers={"Authorization": header})
+    assert response.status_code == 401
+    assert "ebt_not-a-token" not in response.text  # the token is never repeated
+
+
+def test_revoked_token_is_401(api: Api) -> None:
+    assert api.call("GET", "/whoami", "bob").json()["user"] == "bob"
+    [bob] = [t for t in api.store.tokens.all() if t.user == "bob"]
+    api.store.tokens.revoke(bob.id, by="carol")
+    _refused(api.call("GET", "/whoami", "bob"), "revoked")
+
+
+def test_expired_token_is_401(api: Api) -> None:
+    _, token = api.store.tokens.create("bob", by="root", expires_s=60)
+    api.tokens["bob"] = token
+    assert api.call("GET", "/whoami", "bob").status_code == 200
+    api.clock.advance(61)
+    _refused(api.call("GET", "/whoami", "bob"), "expired")
+
+
+def test_whoami_says_user_admin_and_where_from(api: Api) -> None:
+    me = api.call("GET", "/whoami", "carol").json()
+    assert me["user"] == "carol" and me["admin"] is True and me["by"] is None
+    assert me["via"].startswith("token 3 from ")
+    assert api.call("GET", "/whoami", "alice").json()["admin"] is False
+
+
+# -- owners, others, admins -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["cancel", "hold", "release"])
+def test_other_users_may_not_act_on_a_job(api: Api, action: str) -> None:
+    job_id = api.submit("alice", hold=action == "release")
+    response = api.call("POST", f"/jobs/{job_id}/{action}", "bob")
+    assert response.status_code == 403
+    assert "belongs to alice" in response.json()["detail"]
+    assert api.store.get(job_id).state == ("held" if action == "release" else "queued")
+
+
+@pytest.mark.parametrize("user", ["alice", "carol"])
+def test_owner_and_admin_may_hold_release_cancel(api: Api, user: str) -> None:
+    job_id = api.submit("alice")
+    for action, state in [("hold", "held"), ("release", "queued"), ("cancel", "cancelled")]:
+        response = api.call("POST", f"/jobs/{job_id}/{action}", user)
+        assert response.status_code == 200, response.text
+        assert response.json()["state"] == state
+
+
+def test_others_see_the_environment_as_stars(api: Api) -> None:
+    job_id = api.submit("alice")
+    for user, shown in [("alice", "hunter2"), ("carol", "hunter2"), ("bob", "***")]:
+        one = api.call("GET", f"/jobs/{job_id}", user).json()
+        assert one["spec"]["env"] == {"SECRET": shown}
+        [listed] = api.call("GET", "/jobs", user).json()
+        assert listed["spec"]["env"] == {"SECRET": shown}
+        assert "hunter2" not in api.call("GET", "/jobs", "bob").text
+
+
+def test_logs_are_for_the_owner_and_admins(api: Api) -> None:
+    job_id = api.submit("alice")
+    refused = api.call("GET", f"/jobs/{job_id}/logs", "alice")
+    assert refused.status_code == 400 and "not started" in refused.json()["detail"]
+    api.start(job_id)
+    for user in ("alice", "carol"):
+        out = api.call("GET", f"/jobs/{job_id}/logs", user).json()
+        assert out == {
+            "job_id": job_id,
+            "attempt": 1,
+            "stream": "stdout",
+            "text": "step 1\nstep 2\n",
+            "size": 14,
+            "truncated": False,
+        }
+    err = api.call("GET", f"/jobs/{job_id}/logs", params={"stream": "stderr", "tail_bytes": 3})
+    assert err.json()["text"] == "ng\n" and err.json()["truncated"] is True
+    response = api.call("GET", f"/jobs/{job_id}/logs", "bob")
+    assert response.status_code == 403 and "read its logs" in response.json()["detail"]
+    assert "step" not in response.text
+    assert api.call("GET", f"/jobs/{job_id}/logs", params={"attempt": 2}).status_code == 422
+
+
+def test_a_log_that_is_a_link_is_not_followed(api: Api, tmp_path: Path) -> None:
+    job_id = api.submit("alice")
+    api.start(job_id)
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret\n")
+    log = api.home / "logs" / str(job_id) / "1" / "stdout.log"
+    log.unlink()
+    log.symlink_to(secret)
+    response = api.call("GET", f"/jobs/{job_id}/logs")
+    assert response.status_code == 400 and "not a plain file" in response.json()["detail"]
+    attempt_dir = log.parent
+    for f in attempt_dir.iterdir():
+        f.unlink()
+    attempt_dir.rmdir()
+    attempt_dir.symlink_to(tmp_path)  # the directory itself, pointed elsewhere
+    (tmp_path / "stdout.log").write_text("elsewhere\n")
+    response = api.call("GET", f"/jobs/{job_id}/logs")
+    assert response.status_code == 400 and "elsewhere" not in response.text
+
+
+def test_unknown_job_is_404(api: Api) -> None:
+    for method, path in [
+        ("GET", "/jobs/99"),
+        ("POST", "/jobs/99/cancel"),
+        ("GET", "/jobs/99/logs"),
+    ]:
+        response = api.call(method, path)
+        assert response.status_code == 404
+        assert response.json() == {
+            "detail": "no job with id 99",
+            "error": "JobNotFound",
+            "job_id": 99,
+        }
+
+
+# -- acting for others, queues, attribution ---------------------------------------------
+
+
+def test_act_as_is_refused_for_non_admins(api: Api) -> None:
+    response = api.call(
+        "POST", "/jobs", "bob", json={"command": ["x"]}, headers={"X-Ebbtide-Act-As": "alice"}
+    )
+    assert response.status_code == 403
+    assert "only admins may act for another user" in response.json()["detail"]
+    assert api.store.list_jobs() == []
+    same = api.call("GET", "/whoami", "bob", headers={"X-Ebbtide-Act-As": "bob"})
+    assert same.json()["user"] == "bob"  # acting for oneself is just acting
+
+
+def test_an_admin_acting_for_a_user_is_recorded(api: Api) -> None:
+    as_alice = {"X-Ebbtide-Act-As": "alice"}
+    response = api.call("POST", "/jobs", "carol", json={"command": ["x"]}, headers=as_alice)
+    job_id = response.json()["id"]
+    assert api.store.get(job_id).owner == "alice"
+    api.call("POST", f"/jobs/{job_id}/hold", "carol", headers=as_alice)
+    events = api.call("GET", f"/jobs/{job_id}/events", "bob").json()
+    for event in events:
+        assert event["by"] == "carol" and event["for"] == "alice"
+        assert event["via"].startswith("token 3 from ")
+    assert api.store.get(job_id).reason == "held by carol"
+
+
+def test_queue_users_restrict_who_submits(api: Api) -> None:
+    refused = api.call("POST", "/jobs", "bob", json={"command": ["x"], "queue": "team"})
+    assert refused.status_code == 403
+    assert "takes jobs from alice only" in refused.json()["detail"]
+    assert api.submit("alice", queue="team") > 0
+    assert api.submit("carol", queue="team") > 0  # admins always may
+
+
+def test_every_action_is_attributed(api: Api) -> None:
+    job_id = api.submit("alice")
+    api.call("POST", f"/jobs/{job_id}/hold")
+    api.call("POST", f"/jobs/{job_id}/release", "carol")
+    api.call("POST", f"/jobs/{job_id}/cancel")
+    events = api.call("GET", f"/jobs/{job_id}/events").json()
+    assert [(e["type"], e["by"]) for e in events] == [
+        ("submitted", "alice"),
+        ("held", "alice"),
+        ("released", "carol"),
+        ("cancelled", "alice"),
+    ]
+    assert all(e["via"].startswith("token ") and " from " in e["via"] for e in events)
+
+
+# -- submitting -------------------------------------------------------------------------
+
+
+def test_submit_resolves_paths_against_the_workdir(api: Api) -> None:
+    body = {"command": ["x"], "cwd": "sub", "checkpoint_dir": "../ckpt"}
+    response = api.call("POST", "/jobs", json=body, params={"workdir": "/home/alice/proj"})
+    spec = api.store.spec(response.json()["id"])
+    assert (spec.cwd, spec.checkpoint_dir) == ("/home/alice/proj/sub", "/home/alice/ckpt")
+    bare = api.call("POST", "/jobs", json={"command": ["x"]}, params={"workdir": "/srv"})
+    assert api.store.spec(bare.json()["id"]).cwd == "/srv"
+    nowhere = api.call("POST", "/jobs", json={"command": ["x"]})
+    assert api.store.spec(nowhere.json()["id"]).cwd is None  # the server's cwd means nothing
+    relative = api.call("POST", "/jobs", json={"command": ["x"], "cwd": "sub"})
+    assert relative.status_code == 422 and relative.json()["field"] == "cwd"
+    bad = api.call("POST", "/jobs", json={"command": ["x"]}, params={"workdir": "rel"})
+    assert bad.status_code == 422 and bad.json()["field"] == "workdir"
+
+
+def test_submit_an_array_returns_every_id(api: Api) -> None:
+    body = {"command": ["x"], "array": {"start": 1, "end": 3}}
+    out = api.call("POST", "/jobs", json=body).json()
+    assert out == {"id": out["ids"][0], "ids": out["ids"], "array": True} and len(out["ids"]) == 3
+    tasks = api.call("GET", "/jobs", params={"array_id": out["id"]}).json()
+    assert [t["id"] for t in tasks] == out["ids"]
+
+
+def test_a_bad_spec_is_422_naming_the_field(api: Api) -> None:
+    response = api.call("POST", "/jobs", json={"command": ["x"], "gpu": "lots"})
+    assert response.status_code == 422
+    assert response.json()["field"] == "gpu" and "GPU" in response.json()["detail"]
+    typo = api.call("POST", "/jobs", json={"comand": ["x"]}).json()
+    assert "did you mean 'command'" in typo["detail"]
+
+
+def test_list_filters_and_queue_stats(api: Api) -> None:
+    first = api.submit("alice")
+    api.submit("bob", hold=True)
+    assert [j["id"] for j in api.call("GET", "/jobs", params={"owner": "alice"}).json()] == [first]
+    held = api.call("GET", "/jobs", params={"state": ["held", "running"]}).json()
+    assert [j["owner"] for j in held] == ["bob"]
+    assert len(api.call("GET", "/jobs", params={"limit": 1}).json()) == 1
+    assert api.call("GET", "/queues").json() == {"default": {"queued": 1, "held": 1}}
+    bad = api.call("GET", "/jobs", params={"state": "sleeping"})
+    assert bad.status_code == 422 and "expected one of" in bad.json()["detail"]
+
+
+def test_describe_is_the_qstat_f_shape_with_the_spec(api: Api) -> None:
+    job_id = api.submit("alice", gpu="25%")
+    one = api.call("GET", f"/jobs/{job_id}").json()
+    assert one["slice_asked"] == {"compute_pct": 25.0, "gpus": 0, "memory_mib": 1024}
+    assert one["spec"]["command"] == ["train"] and one["spec"]["cwd"] == "/work"
+
+
+# -- nodes, the policy ------------------------------------------------------------------
+
+
+def test_drain_is_for_admins(api: Api) -> None:
+    api.store.heartbeat("gpu-a", started_at=0.0, devices=[{"index": 0, "memory_mib": 81920}])
+    refused = api.call("POST", "/nodes/gpu-a/drain", "alice", json={"device": 0})
+    assert refused.status_code == 403
+    done = api.call("POST", "/nodes/gpu-a/drain", "carol", json={"device": 0, "reason": "fan"})
+    assert done.status_code == 200
+    [node] = api.call("GET", "/nodes", "bob").json()
+    assert node["devices"][0]["drained"] == "gpu-a/0 drained by carol: fan"
+    assert api.call("POST", "/nodes/gpu-a/undrain", "carol", json={}).status_code == 200
+    nul = api.call("POST", "/nodes/gpu-a/drain", "carol", json={"reason": "a\u0000b"})
+    assert nul.status_code == 422
+
+
+def test_the_policy_is_reloaded_when_its_file_changes(api: Api) -> None:
+    assert api.call("GET", "/whoami", "bob").json()["admin"] is False
+    api.policy.write_text(POLICY.replace("admins: [carol]", "admins: [carol, bob]"))
+    _touch_later(api.policy)
+    assert api.call("GET", "/whoami", "bob").json()["admin"] is True
+    api.policy.write_text("queues: [not, a, mapping]\n")
+    _touch_later(api.policy)
+    # a broken file leaves the last good policy in force
+    assert api.call("GET", "/whoami", "bob").json()["admin"] is True
+
+
+def _touch_later(path: Path) -> None:
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+
+
+def test_openapi_names_every_path_with_a_summary(api: Api) -> None:
+    schema = api.http.get("/openapi.json").json()
+    assert schema["components"]["schemas"]["JobSpec"]["properties"]["command"]
+    body = schema["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"] == "#/components/schemas/JobSpec"
+    for path, operations in schema["paths"].items():
+        assert path.startswith("/v1/")
+        for operation in operations.values():
+            assert operation["summary"], path
+
+
+def test_the_spec_travels_back_as_the_job_row(api: Api) -> None:
+    from ebbtide.api.wire import job_in
+
+    job_id = api.submit("alice", depends=[], name="t")
+    data = api.call("GET", f"/jobs/{job_id}").json()
+    row, stored = job_in(data).model_dump(), api.store.get(job_id).model_dump()
+    assert json.loads(row.pop("spec_json")) == json.loads(stored.pop("spec_json"))
+    assert row == stored
+    row = job_in(data)
+    assert JobSpec.model_validate_json(row.spec_json).env == {"SECRET": "hunter2"}
+
+
+# -- the Unix socket and the SDK --------------------------------------------------------
+
+
+def test_the_socket_knows_the_caller_without_a_token(api: Api) -> None:
+    transport = httpx.HTTPTransport(uds=str(api.served.socket))
+    with httpx.Client(transport=transport, base_url="http://ebbtide/v1") as local:
+        me = local.get("/whoami").json()
+        assert me["via"] == f"socket uid {os.geteuid()} pid {os.getpid()}"
+        job_id = local.post("/jobs", json={"command": ["x"]}).json()["id"]
+        # a token on the socket is taken too, and wins
+        as_bob = {"Authorization": f"Bearer {api.tokens['bob']}"}
+        assert local.get("/whoami", headers=as_bob).json()["via"].startswith("token 2 on socket")
+        assert local.post(f"/jobs/{job_id}/cancel", headers=as_bob).status_code == 403
+        bad = local.get("/whoami", headers={"Authorization": "Bearer ebt_nope"})
+        assert bad.status_code == 401  # a bad token is not passed over for the socket's word
+    assert api.store.get(job_id).owner == me["user"]
+
+
+def test_the_sdk_through_the_server_raises_what_the_store_would(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ebbtide.api.remote import RemoteClient
+    from ebbtide.client import Client
+    from ebbtide.errors import (
+        ConfigError,
+        JobNotFound,
+        PermissionDenied,
+        SpecError,
+        Unauthenticated,
+    )
+
+    monkeypatch.chdir(tmp_path)
+    env = {"EBBTIDE_URL": api.served.url, "EBBTIDE_TOKEN": api.tokens["alice"]}
+    with Client(Settings.from_env(env)) as alice:
+        assert isinstance(alice, RemoteClient) and alice.user == "alice"
+        job_id = alice.submit(command=["x"], env={"K": "v"}, cwd="out")
+        job = alice.get(job_id)
+        assert JobSpec.model_validate_json(job.spec_json).cwd == str(tmp_path / "out")
+        assert alice.hold(job_id).state == "held"
+        [listed] = alice.list(state="held")
+        full = alice.describe(job_id)
+        shape = alice.as_dict(listed)
+        assert shape == {k: full[k] for k in shape} and "slice_asked" not in shape
+        assert alice.as_dict(alice.get(job_id)) == shape  # the qstat --json shape, as local
+        local = Client(api.settings, store=api.store)
+        assert set(shape) == set(local.as_dict(api.store.get(job_id)))
+        with pytest.raises(JobNotFound):
+            alice.get(999)
+        with pytest.raises(ConfigError, match="unknown queue 'nope'"):
+            alice.submit(command=["x"], queue="nope")
+        with pytest.raises(SpecError) as bad:
+            alice.submit(command=["x"], gpu="lots")
+        assert bad.value.field == "gpu"
+    bob_env = {**env, "EBBTIDE_TOKEN": api.tokens["bob"]}
+    with Client(Settings.from_env(bob_env)) as bob:
+        with pytest.raises(PermissionDenied, match="belongs to alice"):
+            bob.release(job_id)
+        assert JobSpec.model_validate_json(bob.get(job_id).spec_json).env == {"K": "***"}
+        with pytest.raises(PermissionDenied):
+            bob.logs(job_id)
+    with (
+        pytest.raises(Unauthenticated),
+        Client(Settings.from_env({**env, "EBBTIDE_TOKEN": "x"})) as c,
+    ):
+        c.list()
