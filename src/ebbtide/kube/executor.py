@@ -324,7 +324,8 @@ class KubernetesExecutor:
 
     def _hand_over(self, launch: Launch) -> None:
         """Give the attempt's directory and its checkpoint directory on this node to the
-        user its pod runs as (``run_as_user``), so the job can write them."""
+        user its pod runs as (``run_as_user``), so the job can write them.  A link a pod
+        left in their place is changed itself, never what it points to."""
         uid, gid = self.settings.run_as_user, self.settings.run_as_group
         if uid is None and gid is None:
             return
@@ -334,7 +335,9 @@ class KubernetesExecutor:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
             try:
-                os.chown(d, -1 if uid is None else uid, -1 if gid is None else gid)
+                os.chown(
+                    d, -1 if uid is None else uid, -1 if gid is None else gid, follow_symlinks=False
+                )
             except OSError as exc:
                 log.warning("cannot hand %s to uid %s gid %s: %s", d, uid, gid, exc)
 
