@@ -59,10 +59,16 @@ def acts(reliefs) -> list[tuple[int, str, str]]:  # type: ignore[no-untyped-def]
             id="a-paused-attempt-uses-no-compute",
         ),
         pytest.param(
-            dev(oc=10, om=10_000),
+            dev(oc=70, om=10_000),
             [pausable(att(1, c=30), paused_at=NOW - 601)],
             [(1, "evict", "paused_too_long")],
             id="paused-past-max-pause-is-moved",
+        ),
+        pytest.param(
+            dev(oc=60, om=10_000),
+            [pausable(att(1, c=30), paused_at=NOW - 601)],
+            [],
+            id="paused-past-max-pause-but-fits-again-is-not-moved",
         ),
         pytest.param(
             dev(oc=50, om=10_000),
@@ -104,6 +110,21 @@ def test_thaw_waits_for_room_with_hysteresis_and_the_minimum_pause() -> None:
     assert thaws_for_device(dev(oc=55), [paused], MARGINS, NOW, RULES) == [paused]
     recent = pausable(att(1, c=30), paused_at=NOW - 1)
     assert thaws_for_device(dev(oc=0), [recent], MARGINS, NOW, RULES) == []
+
+
+def test_past_max_pause_a_thaw_needs_only_the_margin() -> None:
+    """Paused past max_pause_s, a job that fits within the margin runs here again rather
+    than being moved (a move costs a restart; running here at most another pause)."""
+    old = pausable(att(1, c=30), paused_at=NOW - 601)
+    young = pausable(att(1, c=30), paused_at=NOW - 10)
+    # 60 online + 30 fits 95 %, but not with 10 % hysteresis on top
+    assert thaws_for_device(dev(oc=60), [old], MARGINS, NOW, RULES) == [old]
+    assert thaws_for_device(dev(oc=60), [young], MARGINS, NOW, RULES) == []
+    assert thaws_for_device(dev(oc=66), [old], MARGINS, NOW, RULES) == []
+    # the hysteresis a younger job needs still counts once the old one is thawed
+    b = pausable(att(2, c=5), paused_at=NOW - 10)
+    assert thaws_for_device(dev(oc=51), [old, b], MARGINS, NOW, RULES) == [old]
+    assert thaws_for_device(dev(oc=50), [old, b], MARGINS, NOW, RULES) == [old, b]
 
 
 def test_thaw_order_priority_then_longest_paused_within_the_room() -> None:

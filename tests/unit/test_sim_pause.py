@@ -147,6 +147,22 @@ def test_a_job_paused_past_max_pause_is_moved() -> None:
     assert t.restart_cs == pytest.approx(50.0 * 30.0)
 
 
+def test_a_job_paused_past_max_pause_that_fits_again_runs_on_in_place() -> None:
+    """Paused at 100.02; online compute falls to 45 % at t=130, where the 50 % slice fits
+    but not with the 10 % hysteresis.  When its pause runs out (the agent looks at
+    160.04) it is thawed where it is instead of moved: no eviction, no restart."""
+    rules = dataclasses.replace(RULES, max_pause_s=60.0)
+    load = online(
+        [(0.0, 0.0, 0.0), (100.0, 90.0, 0.0), (130.0, 45.0, 0.0)],
+        [(0.0, 0.0, 0.0)],
+        span=1500.0,
+    )
+    _, t = run(load, [job()], dataclasses.replace(PAUSING, pause=rules), restart_overhead_s=30.0)
+    assert (t.pauses, t.thaws, t.evictions, t.dispatches) == (1, 1, 0, 1)
+    assert t.paused_cs == pytest.approx(50.0 * 60.02)
+    assert t.restart_cs == 0.0
+
+
 def spiky(seed: int, devices: int = 4, span_s: float = 3 * 3600.0) -> OnlineLoad:
     """Online compute that spikes every minute or so; memory steady at 20 GiB."""
     rng = random.Random(seed)
@@ -293,3 +309,29 @@ def test_a_policy_file_sets_the_pause_rules(
 
     rules = from_policy_file(parse_policy(f"apiVersion: ebbtide/v1\n{yaml}\n")).pause
     assert (rules.enabled, rules.max_pause_s, rules.drain_s) == (enabled, max_pause_s, drain_s)
+
+
+@pytest.mark.parametrize(("cooldown_s", "jct_s"), [(0.0, 1011.88), (30.0, 1032.0)])
+def test_an_eviction_for_online_pressure_cools_the_device_down_from_when_it_is_free(
+    cooldown_s: float, jct_s: float
+) -> None:
+    """Evicted for the spike at 100.02, the job checkpoints and is free at 101.12; online
+    compute falls at t=110.  Without a cooldown it is back at the 111.0 tick; with the
+    agent's 30 s cooldown, counted from when the slice was free, at 131.12 (a pass when
+    the cooldown ends)."""
+    load = online([(0.0, 0.0, 0.0), (100.0, 90.0, 0.0), (110.0, 0.0, 0.0)], span=1500.0)
+    policy = dataclasses.replace(EVICTING, cooldown_s=cooldown_s)
+    _, t = run(load, [job()], policy, restart_overhead_s=0.0)
+    assert (t.evictions, t.dispatches) == (1, 2)
+    assert t.jct_s == [pytest.approx(jct_s)]
+
+
+def test_a_move_after_a_long_pause_does_not_cool_the_device_down() -> None:
+    """Paused past max_pause_s and moved: that says nothing about the next online spike,
+    so (as the agent does) the device takes new work at once; d0 is back to 0 % at 170."""
+    rules = dataclasses.replace(RULES, max_pause_s=60.0)
+    load = online([(0.0, 0.0, 0.0), (100.0, 90.0, 0.0), (170.0, 0.0, 0.0)], span=1500.0)
+    policy = dataclasses.replace(PAUSING, pause=rules, cooldown_s=600.0)
+    sim, t = run(load, [job()], policy, restart_overhead_s=0.0)
+    assert (t.pauses, t.evictions, t.dispatches) == (1, 1, 2)
+    assert sim.devices[0].cooldown_until == 0.0

@@ -88,6 +88,19 @@ def test_every_metric_is_reported_for_every_policy() -> None:
     assert out["exclusive"]["harvest_efficiency"] == 0.0
 
 
+@pytest.mark.parametrize("backlogged", [True, False])
+def test_where_the_spare_went_adds_up(backlogged: bool) -> None:
+    """Harvested, lost to evictions, idle beside pauses, held without progress, not held:
+    every policy's split of the spare adds up to all of it."""
+    split = ("spare_lost_frac", "spare_paused_frac", "spare_held_frac", "spare_unheld_frac")
+    for name, f in figures(5, backlogged=backlogged).items():
+        parts = [f["harvest_efficiency"], *(f[k] for k in split)]
+        assert all(0.0 <= x <= 1.0 for x in parts), name
+        assert sum(parts) == pytest.approx(1.0, abs=1e-5), name
+    ebbtide = figures(5, backlogged=backlogged)["ebbtide"]
+    assert ebbtide["spare_unheld_frac"] > 0.0  # the margin alone keeps 5 % unheld
+
+
 def test_the_check_catches_a_device_over_capacity() -> None:
     sim = Simulation(random_online(1), synthetic(1, span_s=SPAN_S), ebbtide_policy(), debug=True)
     dev = sim.devices[0]

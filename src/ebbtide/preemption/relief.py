@@ -16,12 +16,20 @@ has to be given back decides what is done, cheapest first:
   ``restore_hysteresis_mib`` to spare), or evicted after ``max_suspend_s``.
 - **evict** — memory is short (a paused job still holds its memory) and the attempt
   cannot be suspended, it may not be paused (``--no-pause``, its queue, an executor that
-  cannot), or it has been paused longer than ``max_pause_s`` or suspended longer than
-  ``max_suspend_s`` (moved so it can run elsewhere): warn, checkpoint, requeue, as before.
+  cannot), or it has been paused longer than ``max_pause_s`` and does not fit here again,
+  or suspended longer than ``max_suspend_s`` (moved so it can run elsewhere): warn,
+  checkpoint, requeue, as before.
+
+For a compute spike the attempts paused are the cheapest set (:func:`pause_victims`):
+lowest priority first, pausable before evicted, then the least compute that covers the
+shortfall.  A pause loses no work, so the work since the last checkpoint (which orders
+evictions) does not matter; the compute paused beyond the shortfall does, because a paused
+slice keeps its compute reserved until its thaw.
 
 A paused attempt is thawed when the device has room for its compute again with a margin to
 spare (``thaw_hysteresis_pct``) and it has been paused at least ``min_pause_s``, so a
-flapping online signal does not flap the job.
+flapping online signal does not flap the job; once paused ``max_pause_s`` it is thawed as
+soon as it fits within the margin alone, rather than moved (a move costs a restart).
 
 Pure: no clock, no I/O.  The node agent's fast path, the scheduler and the simulator call
 :func:`relief_for_device`, :func:`thaws_for_device` and :func:`restores_for_device`.
@@ -34,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ebbtide.preemption.victims import EvictReason, evictions_for_device, select_victims
+from ebbtide.preemption.victims import EvictReason, evictions_for_device, pause_victims
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
 from ebbtide.scheduling.snapshot import (
@@ -100,11 +108,13 @@ def relief_for_device(
     first: pauses while only compute is short; for memory, suspensions of the attempts
     ``can_suspend`` allows (the node's say: the utility is there, the move fits the
     deadline; ``None``: none) and evictions of the rest; evictions for attempts that may
-    not pause, and for those paused past ``max_pause_s`` or suspended past
+    not pause, for those paused past ``max_pause_s`` that do not fit here again
+    (:func:`thaws_for_device` thaws those that do), and for those suspended past
     ``max_suspend_s``."""
     here = [a for a in active if a.node == device.node and device.index in a.devices]
     out: list[Relief] = []
     where = f"{device.node}/{device.index}"
+    thawing: set[tuple[int, int]] | None = None
     for a in here:
         if a.evicting:
             continue
@@ -117,6 +127,13 @@ def relief_for_device(
         else:
             continue
         if now - since >= limit:
+            if a.suspended_at is None:
+                if thawing is None:  # it fits here again now: thawed, not moved
+                    thawing = {
+                        (t.job_id, t.attempt) for t in _thaws(device, here, margins, now, rules)
+                    }
+                if (a.job_id, a.attempt) in thawing:
+                    continue
             message = (
                 f"{what} on {where} for {now - since:.1f}s, "
                 f"longer than {knob} {limit:g}s: moved to run elsewhere"
@@ -152,7 +169,7 @@ def relief_for_device(
         return out
     if over_c <= 0:
         return out
-    for a in select_victims([a for a in rest if not a.paused], over_c, 0.0, now, is_protected):
+    for a in pause_victims([a for a in rest if not a.paused], over_c, now, is_protected):
         kind = ActionKind.PAUSE if a.pausable else ActionKind.EVICT
         message = (
             f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
@@ -176,27 +193,38 @@ def thaws_for_device(
     rules: PauseRules,
 ) -> list[ActiveAttempt]:
     """The paused attempts on ``device`` to run again now: highest priority first, then
-    the longest paused, while their compute fits with ``thaw_hysteresis_pct`` to spare.
-    (Suspended attempts are :func:`restores_for_device`'s.)"""
+    the longest paused, while their compute fits with ``thaw_hysteresis_pct`` to spare,
+    once they have been paused ``min_pause_s``.  One paused ``max_pause_s`` or longer
+    needs no hysteresis, only the margin: it would otherwise be evicted to run elsewhere
+    (:func:`relief_for_device`), and running here costs at most another pause, where a
+    move costs a restart.  (Suspended attempts are :func:`restores_for_device`'s.)"""
+    if device.planning_only:
+        return []
     here = [a for a in active if a.node == device.node and device.index in a.devices]
+    return _thaws(device, here, margins, now, rules)
+
+
+def _thaws(
+    device: DeviceView,
+    here: Sequence[ActiveAttempt],
+    margins: Margins,
+    now: float,
+    rules: PauseRules,
+) -> list[ActiveAttempt]:
     paused = [a for a in here if a.paused_at is not None and not a.suspended and not a.evicting]
-    if not paused or device.planning_only:
+    if not paused:
         return []
     running = sum(a.compute_pct for a in here if a.gpus == 0 and not a.paused)
-    room = (
-        DEVICE_COMPUTE_PCT
-        - margins.compute_pct
-        - rules.thaw_hysteresis_pct
-        - device.online_compute_pct
-        - running
-    )
+    room = DEVICE_COMPUTE_PCT - margins.compute_pct - device.online_compute_pct - running
     out = []
     for a in sorted(paused, key=lambda a: (-a.priority, a.paused_at)):
         assert a.paused_at is not None
-        if now - a.paused_at < rules.min_pause_s:
+        paused_s = now - a.paused_at
+        if paused_s < rules.min_pause_s:
             continue
         need = a.compute_pct if a.gpus == 0 else 0.0
-        if need <= room:
+        spare = 0.0 if paused_s >= rules.max_pause_s else rules.thaw_hysteresis_pct
+        if need + spare <= room:
             out.append(a)
             room -= need
     return out

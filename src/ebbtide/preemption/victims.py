@@ -5,6 +5,11 @@ victims are taken in this order: lowest priority first; then the least work lost
 the last checkpoint; then the most recently started.  Attempts already being evicted
 count as freed (an in-flight set: nobody is evicted twice), and after picking, any victim
 the others already cover is spared, so the set is minimal in that order.
+
+When only compute is short and the victims are to be paused (the graduated response, see
+:mod:`ebbtide.preemption.relief`), :func:`pause_victims` picks instead: a pause loses no
+work, but the compute it stops beyond the need stays idle until the thaw, so within a
+priority it takes the set that covers the need with the least to spare.
 """
 
 from __future__ import annotations
@@ -12,10 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import groupby
 
 from ebbtide.scheduling.capacity import overflow
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
 from ebbtide.units import format_mib
+
+#: Most steps :func:`pause_victims` takes per group looking for the smallest set of slices
+#: that covers a shortfall; past it, the best set found so far stands.
+PAUSE_SEARCH_STEPS = 2000
+#: Float slack when a set of slices covers a shortfall, in percent.
+_FIT_EPS = 1e-9
 
 
 class EvictReason(StrEnum):
@@ -143,3 +155,115 @@ def evictions_for_device(
         Eviction(a.job_id, a.attempt, a.node, reason, a.deadline_s, message)
         for a in select_victims(here, over_c, over_m, now, is_protected)
     ]
+
+
+def pause_victims(
+    active: Sequence[ActiveAttempt],
+    need_compute: float,
+    now: float,
+    is_protected: Callable[[ActiveAttempt], bool] | None = None,
+) -> list[ActiveAttempt]:
+    """The attempts to stop so that ``need_compute`` % of compute comes free, when only
+    compute is short: lowest priority first, and within a priority those that may pause
+    before those that would have to be evicted (the cheaper action); within each such
+    pausable group the set whose compute covers what is still needed with the least to
+    spare, then the fewest attempts, then the victim order (:func:`victim_order_key`);
+    those to be evicted are taken in the victim order, as :func:`select_victims` takes
+    them (work since the last checkpoint is lost).  Then, as there, any victim the others
+    already cover is spared, latest pick first; with no pausable attempt the pick is
+    :func:`select_victims`'s own.
+
+    Unlike an eviction, a pause loses no work, so the work since the last checkpoint is
+    no reason to pick one attempt over another; what a pause does cost is the compute it
+    stops beyond the need: a paused slice keeps its compute reserved (it is thawed in
+    place), so that surplus stays idle until the thaw.  Attempts already being evicted
+    count as freed; protected attempts are never taken for compute; whole-GPU slices free
+    none.
+    """
+    need = need_compute
+    candidates = []
+    for a in active:
+        if a.evicting:
+            need -= compute_used(a)
+        elif compute_used(a) > 0 and (is_protected is None or not is_protected(a)):
+            candidates.append(a)
+    if need <= 0 or not candidates:
+        return []
+    if len(candidates) == 1:
+        return candidates
+    candidates.sort(key=lambda a: (a.priority, not a.pausable, *victim_order_key(a, now)))
+    picked: list[ActiveAttempt] = []
+    left = need
+    for (_, pausable), group in groupby(candidates, key=lambda a: (a.priority, a.pausable)):
+        if left <= 0:
+            break
+        members = list(group)
+        if pausable:
+            chosen = _smallest_cover(members, left)
+        else:  # evicted: in the victim order, as select_victims takes them
+            chosen, got = [], 0.0
+            for a in members:
+                if got >= left:
+                    break
+                chosen.append(a)
+                got += compute_used(a)
+        picked += chosen
+        left -= sum(compute_used(a) for a in chosen)
+    # spare, latest pick first, any victim the others already cover (as select_victims)
+    for a in list(reversed(picked)):
+        rest = [p for p in picked if p is not a]
+        if sum(compute_used(p) for p in rest) >= need:
+            picked = rest
+    return picked
+
+
+def _smallest_cover(group: Sequence[ActiveAttempt], need: float) -> list[ActiveAttempt]:
+    """The members of ``group`` (in victim order) whose compute covers ``need`` with the
+    least to spare, then the fewest, then the earliest in order; all of them when together
+    they do not cover it.
+
+    Slices of one size are interchangeable but for their order, so the search is over how
+    many of each size (the earliest ones of it), largest sizes first, with branch and
+    bound; it starts from the victim order's own pick and gives up improving on it after
+    ``PAUSE_SEARCH_STEPS`` steps (a device holds a handful of slices of a few sizes, so
+    the search is exact in practice)."""
+    sizes = [compute_used(a) for a in group]
+    if len(group) == 1 or sum(sizes) <= need + _FIT_EPS:
+        return list(group)
+    by_size: dict[float, list[int]] = {}
+    for i, size in enumerate(sizes):
+        by_size.setdefault(size, []).append(i)
+    kinds = sorted(by_size.items(), key=lambda kv: -kv[0])
+    left = [0.0] * (len(kinds) + 1)  # compute of the sizes from j on
+    for j in range(len(kinds) - 1, -1, -1):
+        left[j] = left[j + 1] + kinds[j][0] * len(kinds[j][1])
+    # the victim order's pick: its first members until the need is covered
+    total, first = 0.0, 0
+    while total < need - _FIT_EPS:
+        total += sizes[first]
+        first += 1
+    best = (round(total, 6), first, tuple(range(first)))
+    counts = [0] * len(kinds)
+    steps = 0
+
+    def visit(j: int, total: float) -> None:
+        nonlocal best, steps
+        steps += 1
+        if total >= need - _FIT_EPS:
+            members = tuple(
+                sorted(i for (_, at), k in zip(kinds, counts, strict=True) for i in at[:k])
+            )
+            best = min(best, (round(total, 6), len(members), members))
+            return
+        if j == len(kinds) or total + left[j] < need - _FIT_EPS or steps > PAUSE_SEARCH_STEPS:
+            return
+        size, at = kinds[j]
+        for k in range(len(at), -1, -1):
+            if round(total + k * size, 6) > best[0] and k:
+                continue  # more of this size only spares more
+            counts[j] = k
+            visit(j + 1, total + k * size)
+        counts[j] = 0
+
+    visit(0, 0.0)
+    return [group[i] for i in best[2]]

@@ -18,7 +18,8 @@ Events, as in the live system:
   memory, its compute is free ``drain_s`` later (the work in flight drains: an event of its
   own, so the interference of those milliseconds is counted), its phase makes no
   headway.  The agent samples the device again when the pause may end (``min_pause_s``
-  later), when it must (``max_pause_s`` later: the relief evicts it to run elsewhere), and
+  later), when it must (``max_pause_s`` later: the relief evicts it to run elsewhere, or
+  thaws it in place if it fits within the margin there again), and
   whenever a slice there frees compute; a thaw costs no restart.  A paused attempt that is
   evicted is thawed first, as the agent does, so that it can take its warning;
 - the **scheduler plans** at the next ``PLAN_PERIOD_S`` tick after anything that could let
@@ -99,6 +100,9 @@ from ebbtide.sim.windows import SimWindows, drain_due
     _DRAIN,
 ) = range(15)
 
+#: Evictions after which a device cools down (the node agent's own rule: a cancel, a
+#: window's close, a move or the device leaving says nothing about the next online spike).
+PRESSURE_REASONS = frozenset({EvictReason.ONLINE_COMPUTE, EvictReason.ONLINE_MEMORY})
 #: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
 PLAN_HEADS = 8
 #: Float slack of the conservation checks, in percent or MiB.
@@ -276,10 +280,19 @@ class Simulation:
             if over > 0:
                 t.interference_cs += min(over, c) * dt
             if dev.attempts:
-                t.harvest_cs += min(max(0.0, dev.offline_progress_c()), spare) * dt
+                harvest = min(max(0.0, dev.offline_progress_c()), spare)
+                t.harvest_cs += harvest * dt
                 t.slice_cs += dev.slice_c * dt
                 t.paused_cs += dev.paused_c * dt
                 t.restart_cs += dev.restoring_c * dt
+                # the spare not harvested: idle beside paused slices, then held by slices
+                # making no progress (see ebbtide.sim.metrics)
+                idle = spare - harvest
+                if idle > 0:
+                    paused = min(idle, dev.paused_c)
+                    stalled = dev.slice_c - dev.paused_c - dev.running_c - dev.running_whole_c
+                    t.idle_paused_cs += paused * dt
+                    t.idle_held_cs += min(idle - paused, max(0.0, stalled)) * dt
         dev.accounted_to = self.now
 
     def _check(self, dev: SimDevice) -> None:
@@ -358,7 +371,8 @@ class Simulation:
                     self._pause(att)
             else:
                 moved = r.reason is EvictReason.PAUSED_TOO_LONG
-                self._evict(att, spike_at=self.now if moved else dev.last_step_at)
+                spike_at = self.now if moved else dev.last_step_at
+                self._evict(att, spike_at=spike_at, reason=r.reason)
         if not dev.paused_n:
             return
         if acted:
@@ -466,7 +480,7 @@ class Simulation:
                 att = self.active[ev.job_id]
                 if att.phase != EVICTING:
                     deadline = None if self.windows is None else ev.deadline_s
-                    self._evict(att, spike_at=self.now, deadline_s=deadline)
+                    self._evict(att, spike_at=self.now, deadline_s=deadline, reason=ev.reason)
         for d in decisions.dispatches:
             self._dispatch(d)
         if len(decisions.dispatches) >= snapshot.max_dispatches:
@@ -666,15 +680,20 @@ class Simulation:
             self._check(dev)
         self._resample(dev)
 
-    def _evict(self, att: SimAttempt, *, spike_at: float, deadline_s: float | None = None) -> None:
+    def _evict(
+        self,
+        att: SimAttempt,
+        *,
+        spike_at: float,
+        deadline_s: float | None = None,
+        reason: EvictReason | None = None,
+    ) -> None:
         """Warn the attempt (see :func:`ebbtide.sim.eviction.outcome` for what follows);
-        ``deadline_s``: the eviction's deadline (None: the job's own)."""
+        ``deadline_s``: the eviction's deadline (None: the job's own); ``reason``: why (an
+        eviction for online pressure cools the device down once the slice is free)."""
         spec = att.job.spec
         now = self.now
-        if self.policy.cooldown_s > 0:
-            dev = att.dev
-            dev.cooldown_until = now + self.policy.cooldown_s
-            dev.view = None
+        att.pressure = reason in PRESSURE_REASONS
         if att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
             self.tally.evictions_paused += 1
             self._unfreeze(att)
@@ -771,6 +790,13 @@ class Simulation:
             self._push(self.now + self.lat.sample_delay(), _SAMPLE, dev)
 
     def _on_free(self, att: SimAttempt, _: Any) -> None:
+        if att.pressure and self.policy.cooldown_s > 0:
+            # as the agent does: an eviction for online pressure keeps new work off the
+            # device for the cooldown, from when its slice is free; a pass when it ends
+            dev = att.dev
+            dev.cooldown_until = max(dev.cooldown_until, self.now + self.policy.cooldown_s)
+            dev.view = None
+            self._wake_at(dev.cooldown_until)
         self._leave(att)
         job = att.job
         job.progress_s = att.saved_s

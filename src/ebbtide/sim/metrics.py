@@ -26,6 +26,14 @@ while a device is present in the fleet.
   overhead, ``--restart-overhead``) ÷ offline slice-time.
 - ``jobs_completed``; ``jct_p50_s``, ``jct_p99_s``: completion − submission (``null`` when
   nothing completed); ``sim_wall_s``: wall-clock seconds the simulation of the policy took.
+- Where the spare went, as shares of it that add up to 1 with ``harvest_efficiency``:
+  ``spare_lost_frac`` (progress evictions threw away), ``spare_paused_frac`` (left idle
+  beside the running slices, up to the compute of the paused ones: a paused slice keeps
+  its compute reserved until its thaw), ``spare_held_frac`` (then held by slices making no
+  progress: starting, restoring, checkpointing, leaving) and ``spare_unheld_frac`` (the
+  rest, which no slice held: the safety margin, the forecast reserve, pieces no queued job
+  fits, the moments before a pass).  Offline progress beyond the spare is interference,
+  not harvest, and takes no part in this split.
 """
 
 from __future__ import annotations
@@ -80,6 +88,10 @@ class Tally:
     slice_cs: float = 0.0
     paused_cs: float = 0.0
     restart_cs: float = 0.0
+    #: spare not harvested: left idle by paused slices, held by slices making no progress
+    #: (the rest, spare_cs − harvest_cs − these, no slice held)
+    idle_paused_cs: float = 0.0
+    idle_held_cs: float = 0.0
     oom_events: int = 0
     evictions: int = 0
     evictions_killed: int = 0
@@ -125,6 +137,13 @@ class Tally:
             "eviction_latency_p99_s": _round(percentile(self.eviction_latency_s, 0.99), 4),
             "useful_gpu_hours": round(useful / 100.0 / 3600.0, 3),
             "dispatches": self.dispatches,
+            "spare_lost_frac": _ratio(min(self.lost_cs, self.harvest_cs), self.spare_cs),
+            "spare_paused_frac": _ratio(self.idle_paused_cs, self.spare_cs),
+            "spare_held_frac": _ratio(self.idle_held_cs, self.spare_cs),
+            "spare_unheld_frac": _ratio(
+                max(0.0, self.spare_cs - self.harvest_cs - self.idle_paused_cs - self.idle_held_cs),
+                self.spare_cs,
+            ),
         }
 
 

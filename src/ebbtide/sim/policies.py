@@ -79,7 +79,9 @@ class SimPolicy:
     rules: Policy | None = field(default=None, compare=False)
     #: the eviction deadline of every job, in seconds (None: each job's own)
     deadline_s: float | None = None
-    #: after an eviction on a device, nothing new goes there for this long, in seconds
+    #: after an eviction for online pressure on a device, nothing new goes there for this
+    #: long from when the slice is free, in seconds (as the node agent reports it; a pause,
+    #: a move after a long pause or a window's close starts none)
     cooldown_s: float = 0.0
     #: graduated response: when a compute spike pauses rather than evicts (off: never)
     pause: PauseRules = NO_PAUSE

@@ -25,7 +25,12 @@ _ROWS: dict[str, tuple[str, str]] = {
     "jct_p99_s": ("job completion time p99", "dur"),
     "sim_wall_s": ("simulation wall time", "s"),
     "eviction_latency_p99_s": ("eviction latency p99", "s"),
+    "spare_paused_frac": ("spare idle beside pauses", "pct"),
+    "spare_held_frac": ("spare held, no progress", "pct"),
+    "spare_unheld_frac": ("spare no slice held", "pct"),
 }
+#: Rows beyond :data:`METRIC_KEYS`, after them: where the spare that was not harvested went.
+_MORE = ("eviction_latency_p99_s", "spare_paused_frac", "spare_held_frac", "spare_unheld_frac")
 
 
 def _cell(value: Any, kind: str) -> str:
@@ -58,7 +63,7 @@ def render(result: dict[str, Any]) -> str:
     ]
     policies = result["policies"]
     names = list(policies)
-    keys = [k for k in (*METRIC_KEYS, "eviction_latency_p99_s") if k in _ROWS]
+    keys = [k for k in (*METRIC_KEYS, *_MORE) if k in _ROWS]
     label_w = max(len(_ROWS[k][0]) for k in keys)
     cells = {n: [_cell(policies[n].get(k), _ROWS[k][1]) for k in keys] for n in names}
     col_w = {n: max(len(n), *(len(c) for c in cells[n])) for n in names}

@@ -172,6 +172,8 @@ class SimAttempt:
     paused_at: float | None = None
     #: the victim policy may pause it rather than evict it for compute
     pausable: bool = False
+    #: evicted for online pressure: its device cools down once its slice is free
+    pressure: bool = False
 
     def active_view(self, checkpoint_aware: bool) -> ActiveAttempt:
         """The attempt as the planner and the victim policy see it (cached)."""
