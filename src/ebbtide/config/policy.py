@@ -176,7 +176,8 @@ class Defaults(Strict):
     pause: bool = True
     #: compute counts as free this long after a pause (GPU work in flight drains), in s
     pause_drain_s: PauseDrain = PAUSE_DRAIN_S
-    #: a job paused this long is evicted so that it can run elsewhere, in seconds
+    #: a job paused this long is evicted so that it can run elsewhere, in seconds, unless
+    #: its compute fits here again within the margin (then it is thawed in place)
     max_pause_s: Annotated[Duration, between(1, MAX_WAIT_S)] = MAX_PAUSE_S
     #: a paused job is thawed only when its compute fits with this much to spare, in %
     pause_thaw_hysteresis_pct: Percent = THAW_HYSTERESIS_PCT

@@ -144,7 +144,7 @@ class QueueLimits:
 #: Defaults of :class:`PauseRules` (the policy's ``defaults`` and queues override them).
 PAUSE_DRAIN_S = 0.05
 MAX_PAUSE_S = 600.0
-THAW_HYSTERESIS_PCT = 10.0
+THAW_HYSTERESIS_PCT = 2.0
 MIN_PAUSE_S = 5.0
 MAX_SUSPEND_S = 1800.0
 RESTORE_HYSTERESIS_MIB = 4096.0
