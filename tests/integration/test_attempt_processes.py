@@ -320,3 +320,45 @@ def test_a_warning_sent_before_the_job_is_even_forked_still_reaches_it(tmp_path)
             time.sleep(0.01)
         assert ended.code == 128 + signal.SIGTERM
         ex.sweep(handle)
+
+
+def test_the_jobs_environment_never_acts_on_the_shim(tmp_path):  # type: ignore[no-untyped-def]
+    """The shim may be root (jobs run as their owners): an LD_PRELOAD the job sets must
+    load into the job only, never into the shim, which gets an environment of its own;
+    the job's reaches the job through a pipe, whole."""
+    import shutil
+
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("a C compiler is needed to build the preloaded library")
+    source = tmp_path / "mark.c"
+    source.write_text(
+        textwrap.dedent(
+            """\
+            #include <stdio.h>
+            #include <stdlib.h>
+            #include <unistd.h>
+            __attribute__((constructor)) static void mark(void) {
+                char path[4096];
+                snprintf(path, sizeof path, "%s/loaded.%d", getenv("MARK_DIR"), getpid());
+                FILE *f = fopen(path, "w");
+                if (f) fclose(f);
+            }
+            """
+        )
+    )
+    library = tmp_path / "mark.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", library, source], check=True)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    # more than a pipe holds (64 KiB): the shim reads it all
+    big = {f"BIG_{i}": "x" * 50_000 for i in range(4)}
+    count = "import os; print(sum(len(v) for k, v in os.environ.items() if k[:4] == 'BIG_'))"
+    job = launch(tmp_path, [sys.executable, "-c", count])
+    job.env.update(LD_PRELOAD=str(library), MARK_DIR=str(marks), **big)
+    ex = LocalExecutor(run_dir=tmp_path / "run")
+    handle = ex.start(job)
+    wait_until(lambda: ex.poll(handle) is not None)
+    loaded = {int(p.name.split(".")[1]) for p in marks.iterdir()}
+    assert loaded and handle.pid not in loaded  # the job loaded it; the shim did not
+    assert (tmp_path / "out.log").read_text().strip() == "200000"

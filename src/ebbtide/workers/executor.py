@@ -207,6 +207,25 @@ def start_ticks(pid: int) -> int:
     return int(fields[19]) if len(fields) > 19 else 0
 
 
+#: The attempt shim's own environment: nothing a job chose, so nothing the dynamic loader
+#: or Python would act on in a process that may be root (the job's goes by pipe).
+SHIM_ENV: dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+
+
+def _send_env(fd: int, env: dict[str, str]) -> None:
+    """Write the job's environment to the shim's pipe and close it.  The shim reads it at
+    once on start; should it have died first, its exit says why, not this."""
+    try:
+        data = json.dumps(env).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class LocalExecutor:
     """Runs attempts as local process trees below an attempt shim; logs to per-attempt
     files.  ``run_dir`` (default: none) is where shims are recorded for
@@ -253,25 +272,34 @@ class LocalExecutor:
             *(arg for d in launch.make_dirs for arg in ("--mkdir", d)),
         ]
         fds = [open_log(launch.stdout_path, identity)]
-        lease_w = None
+        lease_w = env_w = None
         try:
             fds.append(open_log(launch.stderr_path, identity))
             lease_r, lease_w = os.pipe()
             fds.append(lease_r)
             os.set_blocking(lease_w, False)
+            env_r, env_w = os.pipe()
+            fds.append(env_r)
+            # the shim (root, when jobs run as their owners) gets an environment of its
+            # own: the job's (LD_PRELOAD, LD_LIBRARY_PATH, ...) would act on it before it
+            # drops to the job's user; the job's goes through a pipe, for the job alone
             popen = subprocess.Popen(
-                [*argv, "--lease-fd", str(lease_r), "--", *launch.argv],
-                env=launch.env,
+                [*argv, "--lease-fd", str(lease_r), "--env-fd", str(env_r), "--", *launch.argv],
+                env=SHIM_ENV,
                 stdin=subprocess.DEVNULL,
                 stdout=fds[0],
                 stderr=fds[1],
                 start_new_session=True,
-                pass_fds=(lease_r,),
+                pass_fds=(lease_r, env_r),
                 close_fds=True,
             )
+            os.close(fds.pop())  # env_r: the shim's now
+            sending, env_w = env_w, None
+            _send_env(sending, launch.env)
         except BaseException:
-            if lease_w is not None:
-                os.close(lease_w)
+            for w in (lease_w, env_w):
+                if w is not None:
+                    os.close(w)
             raise
         finally:
             for fd in fds:

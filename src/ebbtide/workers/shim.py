@@ -296,9 +296,11 @@ def run(
     cwd: str | None = None,
     user: User | None = None,
     make_dirs: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> int:
     """Supervise one attempt (see the module doc); return the shim's exit code.  With
-    ``user``, the job runs as that user, who makes ``make_dirs`` first."""
+    ``user``, the job runs as that user, who makes ``make_dirs`` first; ``env`` is the
+    job's environment (None: the shim's own)."""
     me = os.getpid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
@@ -319,6 +321,7 @@ def run(
         # a single-threaded process: preexec_fn is safe here
         leader = subprocess.Popen(
             list(argv),
+            env=env,
             # as another user the child enters it itself, once it is that user
             cwd=(cwd or None) if user is None else None,
             preexec_fn=functools.partial(_child_setup, user, make_dirs, cwd, report_w),
@@ -501,6 +504,13 @@ def main(args: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--mkdir", action="append", default=[], help="a directory the job's user makes first"
     )
+    parser.add_argument(
+        "--env-fd",
+        type=int,
+        help="read the job's environment (a JSON object) from this descriptor; the shim's "
+        "own stays the agent's minimal one, so nothing the job sets (LD_PRELOAD, ...) acts "
+        "on the shim",
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
     ns = parser.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
@@ -514,6 +524,12 @@ def main(args: Sequence[str] | None = None) -> int:
         user = User(ns.user or f"uid {ns.uid}", ns.uid, ns.gid, groups or (ns.gid,), ns.home)
     elif ns.mkdir:
         parser.error("--mkdir is for a job that runs as another user (--uid)")
+    env = None
+    if ns.env_fd is not None:
+        try:
+            env = read_env(ns.env_fd)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--env-fd: {exc}")
     if ns.lease_fd is not None:
         os.set_blocking(ns.lease_fd, False)
     return run(
@@ -524,7 +540,22 @@ def main(args: Sequence[str] | None = None) -> int:
         cwd=ns.cwd,
         user=user,
         make_dirs=ns.mkdir,
+        env=env,
     )
+
+
+def read_env(fd: int) -> dict[str, str]:
+    """The job's environment, a JSON object of strings, read from ``fd`` to its end."""
+    chunks = []
+    with open(fd, "rb", closefd=True) as f:
+        while chunk := f.read(65536):
+            chunks.append(chunk)
+    env = json.loads(b"".join(chunks))
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ValueError("expected a JSON object of strings")
+    return env
 
 
 if __name__ == "__main__":
