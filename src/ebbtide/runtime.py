@@ -132,6 +132,7 @@ def build(
     executor: str = "local",
     profile: str | None = None,
     run_as: str = "agent",
+    others_as_agent: bool = True,
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
@@ -171,6 +172,7 @@ def build(
             executor=runs,
             run_as=run_as,
             allow_root_jobs=policy.allow_root_jobs,
+            others_as_agent=others_as_agent,
         )
         rt.on_stop.append(source.close)
     return rt

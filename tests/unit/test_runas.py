@@ -214,3 +214,21 @@ def test_a_path_the_job_names_is_the_agents_in_agent_mode(monkeypatch) -> None: 
     monkeypatch.setenv("HOME", "/srv/agent")
     assert job_path("~/ckpt", None) == Path("/srv/agent/ckpt")
     assert job_path("runs/a", None) == Path("runs/a")
+
+
+def test_a_root_agent_running_jobs_as_itself_runs_only_roots_jobs() -> None:
+    """``ebb up``/``ebb worker --run-as agent`` as root: another user's job (which could
+    reach its store through ``ebb server``) would be a root shell; it is refused."""
+
+    def getpwnam(name: str) -> pwd.struct_passwd:
+        uid = {"root": 0, "alice": 1000}[name]
+        return pwd.struct_passwd((name, "x", uid, uid, "", f"/home/{name}", "/bin/sh"))
+
+    common = dict(run_as="agent", node="n1", allow_root_jobs=False, getpwnam=getpwnam)
+    assert resolve("root", agent_uid=0, others_as_agent=False, **common) is None
+    with pytest.raises(RunAsRefused, match="runs only root's jobs, not alice's"):
+        resolve("alice", agent_uid=0, others_as_agent=False, **common)
+    with pytest.raises(RunAsRefused):
+        resolve("ghost", agent_uid=0, others_as_agent=False, **common)
+    assert resolve("alice", agent_uid=0, others_as_agent=True, **common) is None  # library
+    assert resolve("alice", agent_uid=1000, others_as_agent=False, **common) is None

@@ -66,8 +66,8 @@ def _open_source(devices: str | None, headroom: str, node: str) -> Any:
 @_run_as_option(
     "agent",
     "Whom jobs run as. agent: the user running `ebb up` (one box, one user: the SQLite "
-    "store is 0600 in a 0700 $EBBTIDE_HOME, so only that user submits); owner: each "
-    "job's owner (needs root; see `ebb worker --help`).",
+    "store is 0600 in a 0700 $EBBTIDE_HOME, so only that user submits; as root, only "
+    "root's jobs run); owner: each job's owner (needs root; see `ebb worker --help`).",
 )
 @click.option("--log-level", default="info", show_default=True)
 def up(
@@ -121,6 +121,8 @@ def _run_node(
         executor=executor,
         profile=profile,
         run_as=run_as,
+        # as root with --run-as agent, other users' jobs would run as root: refused
+        others_as_agent=False,
     )
     log.info(
         "ebbtide %s: node %s, devices %s, headroom %s, home %s, jobs run as %s",
@@ -174,8 +176,8 @@ def scheduler(policy: str | None, log_level: str) -> None:
     "Whom jobs run as. owner: each job's owner (its Unix user on this node: uid, gid and "
     "groups; the agent runs as root, or runs only its own user's jobs; root's jobs only "
     "with the policy's allow_root_jobs); agent: every job as the user running the agent "
-    "(a single-user box, a container, CI). Local executor only: pods run as their pod "
-    "spec says.",
+    "(a single-user box, a container, CI; as root, only root's jobs). Local executor "
+    "only: pods run as their pod spec says.",
 )
 @click.option("--log-level", default="info", show_default=True)
 def worker(

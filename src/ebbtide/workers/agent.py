@@ -135,6 +135,7 @@ class NodeAgent:
         cuda_checkpoint: CudaCheckpoint | None = None,
         run_as: str = RUN_AS_AGENT,
         allow_root_jobs: bool = False,
+        others_as_agent: bool = True,
     ) -> None:
         self.name = name
         self.store = store
@@ -161,6 +162,9 @@ class NodeAgent:
         self.run_as = run_as
         #: the policy's ``allow_root_jobs``: whether root's jobs run as root (owner mode)
         self.allow_root_jobs = allow_root_jobs
+        #: in agent mode as root, run other users' jobs as root too (the library's
+        #: default, for tests); the CLI says False: then only root's jobs run
+        self.others_as_agent = others_as_agent
         #: per-queue protections (min-runtime, preemptible) for the fast path
         self.queues: Mapping[str, QueueLimits] = queues or {}
         #: Unix seconds a slice was last taken back on each device (eviction cooldown)
@@ -256,6 +260,9 @@ class NodeAgent:
             run_as=self.run_as if self._switches_users() else RUN_AS_AGENT,
             node=self.name,
             allow_root_jobs=self.allow_root_jobs,
+            # pods run as their pod spec says, whatever this agent runs as
+            others_as_agent=self.others_as_agent
+            or not getattr(self.executor, "runs_as_owner", False),
         )
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:

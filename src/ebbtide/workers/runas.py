@@ -103,6 +103,7 @@ def resolve(
     node: str,
     allow_root_jobs: bool,
     agent_uid: int | None = None,
+    others_as_agent: bool = True,
     getpwnam: Callable[[str], pwd.struct_passwd] = pwd.getpwnam,
     getgrouplist: Callable[[str, int], list[int]] = os.getgrouplist,
 ) -> Identity | None:
@@ -111,8 +112,25 @@ def resolve(
 
     Raises :class:`RunAsRefused` when the job cannot run as its owner here: no such user
     on this node, a root job without ``allow_root_jobs``, or an agent that is not root
-    asked to run someone else's job."""
+    asked to run someone else's job.
+
+    ``others_as_agent`` False: an agent running as root in ``agent`` mode runs only
+    root's jobs (as ``ebb up``/``ebb worker --run-as agent`` do), so no user whose job
+    reached its store through ``ebb server`` gets a root shell."""
     if run_as == RUN_AS_AGENT:
+        agent_uid = os.geteuid() if agent_uid is None else agent_uid
+        if others_as_agent or agent_uid != 0:
+            return None
+        try:
+            root_owned = getpwnam(owner).pw_uid == 0
+        except (KeyError, ValueError):
+            root_owned = False
+        if not root_owned:
+            raise RunAsRefused(
+                f"node {node}'s agent runs every job as root (--run-as agent), so it runs "
+                f"only root's jobs, not {owner}'s; run it with --run-as owner to run each "
+                "job as its owner"
+            )
         return None
     if run_as != RUN_AS_OWNER:
         raise ValueError(f"run_as: {run_as!r} is not one of {', '.join(RUN_AS_CHOICES)}")
