@@ -11,8 +11,10 @@ only a plain file with one name is read — never what a job pointed its log at.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import pwd
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,9 +55,13 @@ def attempt_dir(home: Path, job_id: int, attempt: int) -> Path:
     return home / "logs" / str(job_id) / str(attempt)
 
 
-def read_tail(home: Path, job_id: int, attempt: int, stream: str, tail_bytes: int) -> LogTail:
+def read_tail(
+    home: Path, job_id: int, attempt: int, stream: str, tail_bytes: int, *, owner: str
+) -> LogTail:
     """The last ``tail_bytes`` of the attempt's ``stream``, or a :class:`UserError`
-    saying why there is none to read."""
+    saying why there is none to read.  The file must belong to the job's ``owner``, to
+    this process's user or to root (an agent running jobs as itself): the owner controls
+    the directory, and must not get another user's file shown through a hard link."""
     path = attempt_dir(home, job_id, attempt) / f"{stream}.log"
     fds: list[int] = []
     try:
@@ -68,6 +74,8 @@ def read_tail(home: Path, job_id: int, attempt: int, stream: str, tail_bytes: in
         info = os.fstat(fds[-1])
         if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
             raise UserError(f"{path} is not a plain file; its log cannot be shown")
+        if info.st_uid not in _log_owners(owner):
+            raise UserError(f"{path} does not belong to {owner}; its log cannot be shown")
         start = max(0, info.st_size - tail_bytes)
         data = _read_from(fds[-1], start, info.st_size - start)
     except FileNotFoundError:
@@ -90,6 +98,14 @@ def read_tail(home: Path, job_id: int, attempt: int, stream: str, tail_bytes: in
         size=info.st_size,
         truncated=start > 0,
     )
+
+
+def _log_owners(owner: str) -> set[int]:
+    """The uids a job's log may belong to: its owner's, ours, root's."""
+    uids = {0, os.geteuid()}
+    with contextlib.suppress(KeyError, ValueError):
+        uids.add(pwd.getpwnam(owner).pw_uid)
+    return uids
 
 
 def _read_from(fd: int, offset: int, count: int) -> bytes:

@@ -239,7 +239,7 @@ class Client(ClientBase):
         number = job.attempts if attempt is None else whole(attempt, "attempt", 1, job.attempts)
         size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
         stream = "stderr" if flag(stderr, "stderr") else "stdout"
-        return read_tail(self.settings.home, job.id or 0, number, stream, size)
+        return read_tail(self.settings.home, job.id or 0, number, stream, size, owner=job.owner)
 
     def describe(self, job_id: int) -> dict[str, Any]:
         """One job in full, as ``ebb qstat -f --json`` shows it: :meth:`as_dict` with the

@@ -316,3 +316,20 @@ def test_logs_are_the_owners_and_admins(client: Client, tmp_path: Path) -> None:
         bob.logs(job_id)
     carol = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("carol"))
     assert carol.logs(job_id, stderr=True) == "0123456789"
+
+
+def test_a_log_file_of_another_user_is_not_shown(client: Client, tmp_path: Path) -> None:
+    """The job's owner controls its attempt directory: a hard-linked (then unlinked)
+    file of someone else's placed there is refused, whoever reads it."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another uid needs root")
+    job_id = client.submit(command=["x"])
+    _run_to_end(client, job_id, 0)
+    attempt_dir = tmp_path / "logs" / str(job_id) / "1"
+    attempt_dir.mkdir(parents=True)
+    (attempt_dir / "stdout.log").write_text("someone else's secrets")
+    os.chown(attempt_dir / "stdout.log", 54321, 54321)  # neither alice, nor us, nor root
+    with pytest.raises(UserError, match="does not belong to alice"):
+        client.logs(job_id)

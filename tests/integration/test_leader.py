@@ -71,6 +71,8 @@ def test_the_sqlite_lock_lives_with_the_database_whatever_the_home(tmp_path):  #
         assert lock_path(a_store.engine, tmp_path) == tmp_path / "shared.db.scheduler.lock"
         assert a.try_acquire() is True
         assert b.try_acquire() is False
+        # only the schedulers' user may open it (flock needs no more than that)
+        assert (tmp_path / "shared.db.scheduler.lock").stat().st_mode & 0o777 == 0o600
     finally:
         a.release()
         b.release()

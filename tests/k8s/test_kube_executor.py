@@ -387,24 +387,31 @@ def test_an_api_server_that_cannot_be_reached_is_said_in_one_line_not_a_tracebac
 
 def test_handing_directories_to_the_pod_user_never_follows_a_planted_link(tmp_path: Path) -> None:
     """A pod (as run_as_user) could leave a link where its checkpoint directory was; the
-    root agent handing the directory over must change the link, not /etc."""
+    root agent handing the directory over must change the link, not what it points to.
+    A checkpoint directory the job named is never handed over at all."""
     from types import SimpleNamespace
 
-    target = tmp_path / "precious"
-    target.mkdir()
+    precious = tmp_path / "precious"
+    precious.mkdir()
     attempt = tmp_path / "logs" / "1" / "2"
     attempt.mkdir(parents=True)
-    planted = tmp_path / "ckpt"
-    planted.symlink_to(target)
-    before = target.stat()
+    (tmp_path / "checkpoints").mkdir()
+    planted = tmp_path / "checkpoints" / "1"
+    planted.symlink_to(precious)
+    before = precious.stat()
     fake = SimpleNamespace(
         settings=KubernetesSettings(profile="whole", run_as_user=4242, run_as_group=4242)
     )
-    launch = SimpleNamespace(
-        stdout_path=attempt / "stdout.log", env={"EBBTIDE_CHECKPOINT_DIR": str(planted)}
-    )
-    KubernetesExecutor._hand_over(fake, launch)  # type: ignore[arg-type]
-    after = target.stat()
+
+    def hand_over(ckpt: Path) -> None:
+        launch = SimpleNamespace(
+            stdout_path=attempt / "stdout.log", env={"EBBTIDE_CHECKPOINT_DIR": str(ckpt)}
+        )
+        KubernetesExecutor._hand_over(fake, launch)  # type: ignore[arg-type]
+
+    hand_over(planted)
+    hand_over(precious)  # a directory of the node's that the job named
+    after = precious.stat()
     assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
     if os.geteuid() == 0:
         assert attempt.stat().st_uid == 4242

@@ -159,6 +159,9 @@ class ApiServer:
                 http=PeerCredProtocol,
                 lifespan="off",
                 log_config=None,
+                # the caller's address is the socket's: an X-Forwarded-For header from
+                # a local client would otherwise be recorded as where an action came from
+                proxy_headers=False,
                 timeout_graceful_shutdown=int(GRACEFUL_STOP_S),
                 ssl_certfile=secure.cert if secure else None,
                 ssl_keyfile=secure.key if secure else None,

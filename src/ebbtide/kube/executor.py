@@ -330,8 +330,12 @@ class KubernetesExecutor:
         if uid is None and gid is None:
             return
         dirs = [launch.stdout_path.parent]
-        if not self.settings.checkpoint_claim and launch.env.get("EBBTIDE_CHECKPOINT_DIR"):
-            dirs.append(Path(launch.env["EBBTIDE_CHECKPOINT_DIR"]))
+        ckpt = launch.env.get("EBBTIDE_CHECKPOINT_DIR")
+        # only ebbtide's own checkpoint directory (<home>/checkpoints/<job>): one the job
+        # named is the user's to provide, never a directory of the node's handed over
+        own = launch.stdout_path.parents[3] / "checkpoints"
+        if not self.settings.checkpoint_claim and ckpt and Path(ckpt).parent == own:
+            dirs.append(Path(ckpt))
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
             try:

@@ -94,8 +94,11 @@ class LeaderLock:
             return False
         path = lock_path(self.engine, self.home)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # 0600, and made so if older: flock needs only a descriptor, so a lock file others
+        # can open is one any local user could hold to keep every scheduler standing by
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
+            os.fchmod(fd, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
