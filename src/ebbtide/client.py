@@ -170,14 +170,20 @@ class Client(ClientBase):
         return self._shown(self.store.get(whole(job_id, "job_id")))
 
     def _shown(self, job: Job) -> Job:
-        """The job as the caller may see it: the values of its submitted environment only
-        for its owner and admins (``***`` for anyone else)."""
+        """The job as the caller may see it: what it was submitted with — its
+        environment's values, its script, its arguments — only for its owner and admins
+        (``***`` for anyone else, who sees the program it runs and its state)."""
         if self.caller.may_act_on(job.owner):
             return job
         spec = json.loads(job.spec_json)
-        if not spec.get("env"):
-            return job
-        spec["env"] = dict.fromkeys(spec["env"], "***")
+        if spec.get("env"):
+            spec["env"] = dict.fromkeys(spec["env"], "***")
+        if spec.get("script"):
+            spec["script"] = "***"
+        if spec.get("args"):
+            spec["args"] = ["***"] * len(spec["args"])
+        if spec.get("command"):
+            spec["command"] = spec["command"][:1] + ["***"] * (len(spec["command"]) - 1)
         return job.model_copy(update={"spec_json": json.dumps(spec)})
 
     def list(

@@ -167,6 +167,19 @@ def test_others_see_the_environment_as_stars(api: Api) -> None:
         assert "hunter2" not in api.call("GET", "/jobs", "bob").text
 
 
+def test_others_see_the_program_but_not_its_arguments_or_script(api: Api) -> None:
+    command = api.submit("alice", command=["python", "-c", "x", "--api-key=s3cret"])
+    script = api.submit("alice", command=None, script="#!/bin/sh\nexport K=s3cret\n", args=["a"])
+    for user in ("alice", "carol"):
+        spec = api.call("GET", f"/jobs/{command}", user).json()["spec"]
+        assert spec["command"][-1] == "--api-key=s3cret"
+    spec = api.call("GET", f"/jobs/{command}", "bob").json()["spec"]
+    assert spec["command"] == ["python", "***", "***", "***"]
+    spec = api.call("GET", f"/jobs/{script}", "bob").json()["spec"]
+    assert (spec["script"], spec["args"]) == ("***", ["***"])
+    assert "s3cret" not in api.call("GET", "/jobs", "bob").text
+
+
 def test_logs_are_for_the_owner_and_admins(api: Api) -> None:
     job_id = api.submit("alice")
     refused = api.call("GET", f"/jobs/{job_id}/logs", "alice")

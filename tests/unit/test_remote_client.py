@@ -86,6 +86,9 @@ def test_the_token_file_must_be_private(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(ConfigError) as info:
         read_token(_settings(EBBTIDE_TOKEN="ebt_a b"))
     assert "ebt_a" not in str(info.value)
+    # on the Unix socket the kernel says who calls: a token file is not even read there
+    os.chmod(path, 0o644)
+    RemoteClient(_settings(EBBTIDE_URL=f"unix://{tmp_path}/api.sock")).close()
 
 
 @pytest.mark.parametrize(

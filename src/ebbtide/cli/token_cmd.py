@@ -28,8 +28,10 @@ def _admin_client() -> Any:
     caller = local_caller(policy.admins, settings.act_as)
     if not caller.admin:
         raise PermissionDenied(
-            f"only admins may manage tokens; {caller.user} is not one (admins are the "
-            "policy's `admins`)"
+            f"only admins may manage tokens, with the store's own access "
+            f"(EBBTIDE_DB_URL, or the SQLite file) and the policy the services use "
+            f"(EBBTIDE_POLICY); {caller.user} is not an admin under "
+            f"{settings.policy_path or 'the built-in policy'}"
         )
     return Client(settings, policy=policy, caller=caller)
 
