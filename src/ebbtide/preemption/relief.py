@@ -44,7 +44,7 @@ from enum import StrEnum
 
 from ebbtide.preemption.victims import EvictReason, evictions_for_device, pause_victims
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, on_device, overflow
 from ebbtide.scheduling.snapshot import (
     MAX_PAUSE_S,
     MAX_SUSPEND_S,
@@ -111,7 +111,7 @@ def relief_for_device(
     not pause, for those paused past ``max_pause_s`` that do not fit here again
     (:func:`thaws_for_device` thaws those that do), and for those suspended past
     ``max_suspend_s``."""
-    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    here = on_device(device, active)
     out: list[Relief] = []
     where = f"{device.node}/{device.index}"
     thawing: set[tuple[int, int]] | None = None
@@ -200,7 +200,7 @@ def thaws_for_device(
     move costs a restart.  (Suspended attempts are :func:`restores_for_device`'s.)"""
     if device.planning_only:
         return []
-    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    here = on_device(device, active)
     return _thaws(device, here, margins, now, rules)
 
 
@@ -241,7 +241,7 @@ def restores_for_device(
     highest priority first, then the longest suspended, while both their memory and their
     compute fit with ``restore_hysteresis_mib`` and ``thaw_hysteresis_pct`` to spare, and
     once they have been suspended ``min_pause_s``."""
-    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    here = on_device(device, active)
     suspended = [a for a in here if a.suspended_at is not None and not a.evicting]
     if not suspended or device.planning_only:
         return []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from itertools import groupby
 
-from ebbtide.scheduling.capacity import overflow
+from ebbtide.scheduling.capacity import on_device, overflow
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
 from ebbtide.units import format_mib
 
@@ -132,7 +132,7 @@ def evictions_for_device(
     is_protected: Callable[[ActiveAttempt], bool] | None = None,
 ) -> list[Eviction]:
     """Evictions that bring ``device`` back within capacity minus the margin."""
-    here = [a for a in active if a.node == device.node and device.index in a.devices]
+    here = on_device(device, active)
     over_c, over_m = overflow(device, here, margins)
     if over_c <= 0 and over_m <= 0:
         return []

@@ -20,14 +20,15 @@ from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
 DEVICE_COMPUTE_PCT = 100.0
 
 
+def on_device(device: DeviceView, active: Iterable[ActiveAttempt]) -> list[ActiveAttempt]:
+    """The attempts of ``active`` whose slices are on ``device``."""
+    return [a for a in active if a.node == device.node and device.index in a.devices]
+
+
 def allocated(device: DeviceView, active: Iterable[ActiveAttempt]) -> tuple[float, float]:
     """Compute (percent) and memory (MiB) that offline slices hold on ``device``."""
-    compute = memory = 0.0
-    for a in active:
-        if a.node == device.node and device.index in a.devices:
-            compute += a.compute_pct
-            memory += a.memory_mib
-    return compute, memory
+    here = on_device(device, active)
+    return sum((a.compute_pct for a in here), 0.0), sum((a.memory_mib for a in here), 0.0)
 
 
 def headroom(
@@ -63,8 +64,8 @@ def overflow(
     for nothing: their memory is on the host.
     """
     compute = memory = 0.0
-    for a in active:
-        if a.node == device.node and device.index in a.devices and not a.suspended:
+    for a in on_device(device, active):
+        if not a.suspended:
             memory += a.memory_mib
             if a.gpus == 0 and not a.paused:  # a paused slice uses no compute
                 compute += a.compute_pct

@@ -249,9 +249,14 @@ class NodeAgent:
         for warning in warnings:
             log.warning("%s", warning)
 
+    def _runs_processes(self) -> bool:
+        """Whether this node's executor runs attempts as local processes (pods run as
+        their pod spec says, whatever this agent runs as)."""
+        return bool(getattr(self.executor, "runs_as_owner", False))
+
     def _switches_users(self) -> bool:
-        """Whether attempts run as their owners here (pods run as their pod spec says)."""
-        return self.run_as == RUN_AS_OWNER and getattr(self.executor, "runs_as_owner", False)
+        """Whether attempts run as their owners here."""
+        return self.run_as == RUN_AS_OWNER and self._runs_processes()
 
     def _identity(self, owner: str) -> Identity | None:
         """Whom ``owner``'s attempt runs as on this node (None: the agent's user)."""
@@ -260,9 +265,7 @@ class NodeAgent:
             run_as=self.run_as if self._switches_users() else RUN_AS_AGENT,
             node=self.name,
             allow_root_jobs=self.allow_root_jobs,
-            # pods run as their pod spec says, whatever this agent runs as
-            others_as_agent=self.others_as_agent
-            or not getattr(self.executor, "runs_as_owner", False),
+            others_as_agent=self.others_as_agent or not self._runs_processes(),
         )
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:
@@ -443,8 +446,6 @@ class NodeAgent:
                         r.reason.value,
                         message,
                         spike_at=device.sampled_at or now,
-                        deadline_s=local.deadline_s,
-                        source="agent",
                     )
                 active = [a.view(self.name) for a in self.attempts.values()]
                 self._next_heartbeat = 0.0  # let the scheduler see the spike at once
@@ -571,8 +572,6 @@ class NodeAgent:
                 EvictReason.ONLINE_MEMORY.value,
                 f"restoring it from host memory failed: {exc}",
                 spike_at=now,
-                deadline_s=local.deadline_s,
-                source="agent",
             )
             return
         local.suspended_at = None
@@ -607,8 +606,7 @@ class NodeAgent:
                     EvictReason.GPU_FAULT.value,
                     message,
                     spike_at=now,
-                    deadline_s=0.0 if fault.lost else local.deadline_s,
-                    source="agent",
+                    deadline_s=0.0 if fault.lost else None,
                 )
             elif local.eviction.reason != EvictReason.GPU_FAULT.value:
                 # already leaving for another reason: the fault is what it will be known by
@@ -645,7 +643,7 @@ class NodeAgent:
                     cmd.reason,
                     cmd.message,
                     spike_at=now if cmd.spike_at is None else cmd.spike_at,
-                    deadline_s=local.deadline_s if cmd.deadline_s is None else cmd.deadline_s,
+                    deadline_s=cmd.deadline_s,
                     source="scheduler",
                     already_recorded=True,
                 )
@@ -749,12 +747,17 @@ class NodeAgent:
         message: str,
         *,
         spike_at: float,
-        deadline_s: float,
-        source: str,
+        deadline_s: float | None = None,
+        source: str = "agent",
         already_recorded: bool = False,
     ) -> None:
+        """Warn ``local`` and start its eviction clock: ``deadline_s`` from ``spike_at``
+        (default: the attempt's own deadline), decided by ``source``."""
         local.eviction = EvictionClock(
-            reason=reason, message=message, spike_at=spike_at, deadline_s=deadline_s
+            reason=reason,
+            message=message,
+            spike_at=spike_at,
+            deadline_s=local.deadline_s if deadline_s is None else deadline_s,
         )
         # the attempt's supervisor kills it at the deadline even if this agent cannot; told
         # before the warning, it lets a child outlive a wrapper the warning ends
@@ -796,8 +799,6 @@ class NodeAgent:
                     EvictReason.SHUTDOWN.value,
                     f"node agent {self.name} is shutting down",
                     spike_at=now,
-                    deadline_s=local.deadline_s,
-                    source="agent",
                 )
         self._post_heartbeat()
 
