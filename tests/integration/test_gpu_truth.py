@@ -252,6 +252,12 @@ def test_an_xid_moves_both_attempts_without_counting_and_drains_the_device(tmp_p
     blocker = psutil.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         nvml.add_process(1, blocker.pid, memory_mib=76 * GIB, sm_util=10)
+        # device 1 is full only once the scheduler has heard so (a heartbeat): before,
+        # c would rightly be planned there
+        wait_until(
+            lambda: client.nodes()[0]["devices"][1]["online_memory_mib"] >= 76 * GIB,
+            what="the node to report device 1 full",
+        )
         c = _count_job(client, tmp_path, "c", steps=10)
         reason = wait_until(lambda: client.get(c).reason, what="a reason to wait")
         assert reason.startswith("waiting"), reason
