@@ -75,13 +75,21 @@ class GpuProcesses:
                         self.nvml.add_process(index, p.pid, memory_mib=mem, sm_util=sm)
                         self.seen[p.pid] = (index, marker)
             for pid, (index, _marker) in list(self.seen.items()):
-                if not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie":
+                if not _alive(pid):
                     self.nvml.remove_process(index, pid)
                     del self.seen[pid]
             for index, base in self.base.items():
                 busy = sum(self.rules[m][2] for i, m in self.seen.values() if i == index)
                 self.nvml.set_utilization(index, min(100.0, base + busy))
             time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not); it may exit while it is looked at."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 RUN_SH = textwrap.dedent(
