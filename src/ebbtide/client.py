@@ -37,7 +37,7 @@ from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
 from ebbtide.units import shown, signal_name
-from ebbtide.workdir import with_workdir
+from ebbtide.workdir import with_submit_host, with_workdir
 
 #: Longest reason for a drain, in characters.
 MAX_REASON_CHARS = 1000
@@ -68,6 +68,35 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
             "JobSpec(image=...))",
         )
     return grant_for(spec, settings)
+
+
+#: What ``qstat -f`` shows of a job as it was submitted, beside the job's state.
+SUBMITTED_FIELDS = (
+    "command",
+    "args",
+    "cwd",
+    "walltime_s",
+    "checkpoint_interval_s",
+    "checkpoint_dir",
+    "account",
+    "cpus",
+    "host_memory_mib",
+    "stdout",
+    "stderr",
+    "signal_shell_only",
+    "compat",
+    "submit_host",
+)
+
+
+def submitted_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """The job's spec as ``qstat -f`` shows it: the fields above (a script shows as
+    ``"script"`` in ``command``), and the warning signal by name."""
+    data = {name: spec.get(name) for name in SUBMITTED_FIELDS}
+    if data["command"] is None and spec.get("script") is not None:
+        data["command"] = ["script"]
+    data["signal_name"] = signal_name(int(spec.get("signal", signal.SIGTERM)))
+    return data
 
 
 class Client(ClientBase):
@@ -139,6 +168,7 @@ class Client(ClientBase):
         spec = spec_from(spec, fields)
         # under Kubernetes, a job with no cwd runs in its image's working directory
         spec = with_workdir(spec, self.workdir, default_cwd=self.policy.kubernetes is None)
+        spec = with_submit_host(spec)
         self.policy.check_queue(spec.queue)
         queue = self.policy.queues[spec.queue]
         if queue.users is not None and not self.is_admin and self.user not in queue.users:
@@ -269,6 +299,7 @@ class Client(ClientBase):
             "note": granted.get("note", ""),
         }
         data["image"] = self.policy.image_for(job.queue, spec.get("image"))
+        data["submitted"] = submitted_fields(spec)
         return data
 
     def as_dict(self, job: Job) -> dict[str, Any]:
@@ -306,7 +337,8 @@ class Client(ClientBase):
     # -- nodes --------------------------------------------------------------------------
 
     def nodes(self) -> builtins.list[dict[str, Any]]:
-        """Node agents as ``ebb nodes --json`` shows them: heartbeat age, drains, and per
+        """Node agents as ``ebb nodes --json`` shows them: heartbeat age, whether the agent
+        is ``silent`` (no heartbeat within the policy's timeout), drains, and per
         device the latest online (and offline) usage, health, the last fault, cooldown."""
         now = time.time()
         cooldown_s = self.policy.defaults.eviction_cooldown_s
@@ -335,6 +367,9 @@ class Client(ClientBase):
                 {
                     "name": n.name,
                     "heartbeat_age_s": round(now - n.heartbeat_at, 3),
+                    # silent past the policy's heartbeat timeout: the scheduler treats
+                    # its attempts as lost and plans nothing there
+                    "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
                     "stopping": n.stopping,
                     "drained": node_drain.describe() if node_drain else None,
                     "devices": devices,

@@ -36,7 +36,7 @@ MAX_NUMBER_CHARS = 64
 WARNING_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "XCPU")
 
 _MEM_UNITS_MIB = {
-    "": 1 / (1024 * 1024),  # bare numbers are bytes
+    "": 1 / (1024 * 1024),  # 0 only: other bare numbers are refused
     "b": 1 / (1024 * 1024),
     "k": 1 / 1024,
     "kb": 1000 / (1024 * 1024),
@@ -54,8 +54,8 @@ _MEM_UNITS_MIB = {
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 _MEM_RE = re.compile(rf"\s*({_NUMBER})\s*([a-zA-Z]*)\s*")
 
-MEMORY_FORMS = "a size like 4GiB, 512MiB, 16GB or a byte count"
-DURATION_FORMS = "a duration like 30s, 5m, 2h, 1.5s, 02:00:00 or 90 (seconds)"
+MEMORY_FORMS = "a size with a unit, like 4GiB, 512MiB or 16GB"
+DURATION_FORMS = "a duration like 30s, 5m, 2h, 1.5s, 02:00:00, 1:00:00:00 or 90 (seconds)"
 GPU_FORMS = "a share of one GPU (25%, 0.25) or a whole number of GPUs (1, 2)"
 
 
@@ -105,7 +105,10 @@ def parse_int(text: str | int, low: int, high: int, what: str = "a whole number"
 
 
 def parse_memory_mib(text: str | int | float) -> int:
-    """Parse a memory size into MiB (rounded up).  Bare numbers are bytes, as in PBS.
+    """Parse a memory size into MiB (rounded up): a number with a unit (``4GiB``,
+    ``512MiB``, ``16GB``, ``4g``).  A bare number other than 0 is refused: PBS reads it as
+    bytes, Slurm as MB, a person often as GiB, so no reading of it is safe.  (Fields whose
+    name gives the unit, like the policy's ``*_mib``, take bare numbers as MiB.)
 
     At most :data:`MAX_MEMORY_MIB` (1 TiB).
     """
@@ -116,6 +119,11 @@ def parse_memory_mib(text: str | int | float) -> int:
         value, unit = float(m.group(1)), m.group(2).lower()
     else:
         value, unit = _finite(text, MEMORY_FORMS), ""
+    if unit == "" and value != 0:
+        raise ValueError(
+            f"{shown(text)} needs a unit, like 4GiB, 512MiB or 16GB (a bare number is "
+            "bytes to PBS, MB to Slurm and GiB to many people, so it is not guessed)"
+        )
     if unit not in _MEM_UNITS_MIB:
         raise ValueError(f"unknown unit {unit!r}; expected {MEMORY_FORMS}")
     mib = value * _MEM_UNITS_MIB[unit]
@@ -139,7 +147,8 @@ _DUR_UNITS_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3
 
 
 def parse_duration_s(text: str | int | float) -> float:
-    """Parse a duration into seconds: ``30s``, ``5m``, ``2h``, ``HH:MM:SS``, ``MM:SS``, ``90``.
+    """Parse a duration into seconds: ``30s``, ``5m``, ``2h``, ``HH:MM:SS``, ``MM:SS``,
+    ``DD:HH:MM:SS``, ``90``.
 
     At most :data:`MAX_DURATION_S` (366 days).
     """
@@ -149,11 +158,12 @@ def parse_duration_s(text: str | int | float) -> float:
             raise ValueError("must not be negative")
     elif ":" in _text(text, DURATION_FORMS):
         parts = text.strip().split(":")
-        if len(parts) > 3 or not all(re.fullmatch(_NUMBER, p) for p in parts):
+        if len(parts) > 4 or not all(re.fullmatch(_NUMBER, p) for p in parts):
             raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
         seconds = 0.0
-        for part in parts:
-            seconds = seconds * 60 + float(part)
+        for i, part in enumerate(parts):
+            # DD:HH:MM:SS (Torque's walltime): the first of four counts days
+            seconds = seconds * (24 if len(parts) == 4 and i == 1 else 60) + float(part)
     else:
         m = _DUR_RE.fullmatch(text)
         if not m:

@@ -7,6 +7,7 @@ the client sends that directory along (the server's own would be meaningless).
 from __future__ import annotations
 
 import os
+import socket
 
 from ebbtide.errors import SpecError, UserError
 from ebbtide.queue.spec import JobSpec
@@ -49,3 +50,17 @@ def base_directory(workdir: str) -> str:
             "the current directory no longer exists; cd to where the job should run, or "
             "give it a cwd"
         ) from None
+
+
+def with_submit_host(spec: JobSpec) -> JobSpec:
+    """``spec`` with the host it is submitted from (``PBS_O_HOST``,
+    ``SLURM_SUBMIT_HOST``), unless it names one."""
+    if spec.submit_host is not None:
+        return spec
+    host = socket.gethostname()
+    if not host or len(host) > 255:
+        return spec
+    try:
+        return spec.model_copy(update={"submit_host": JobSpec._label(host)})
+    except ValueError:
+        return spec  # a host name a label cannot hold: left out

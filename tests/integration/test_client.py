@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -89,8 +90,11 @@ def test_submit_a_jobspec(client: Client) -> None:
     spec = JobSpec(command=["python", "infer.py"], kind="inference", gpu=1, deadline="20s")
     job = client.get(client.submit(spec))
     assert (job.kind, job.gpus, job.compute_pct, job.deadline_s) == ("inference", 1, 100.0, 20.0)
-    # submitted from here, it runs here (as PBS_O_WORKDIR)
-    assert client.store.spec(job.id or 0) == spec.model_copy(update={"cwd": os.getcwd()})
+    # submitted from here, it runs here (as PBS_O_WORKDIR), and knows from where
+    # (PBS_O_HOST, SLURM_SUBMIT_HOST)
+    assert client.store.spec(job.id or 0) == spec.model_copy(
+        update={"cwd": os.getcwd(), "submit_host": socket.gethostname()}
+    )
 
 
 def test_queue_priority_and_deadline_apply(client: Client) -> None:

@@ -42,6 +42,11 @@ GOOD_RESOURCE = {
     "walltime": GOOD["duration"],
     "deadline": GOOD["deadline"],
     "checkpoint_interval": GOOD["duration"],
+    "gpus": st.sampled_from(["1", "2", "64"]),
+    "ncpus": st.sampled_from(["1", "8", "4096"]),
+    "mem": GOOD["gpumem"],
+    "select": st.sampled_from(["1:ngpus=1", "1:ncpus=8:ngpus=2:mem=32gb", "2:ngpus=1"]),
+    "nodes": st.sampled_from(["1:ppn=4:gpus=1", "1", "node01:ppn=2", "4"]),
 }
 RESOURCE = mostly(
     st.sampled_from(KNOWN_RESOURCES).flatmap(

@@ -74,11 +74,17 @@ def test_resources_several_keys() -> None:
     ("text", "message"),
     [
         (
-            "foo=1",
-            "-l: unknown resource 'foo'; known: gpu, gpumem, walltime, deadline, "
-            "checkpoint_interval, ngpus",
+            "gpumen=1GiB",
+            "-l: unknown resource 'gpumen'; did you mean 'gpumem'? known: gpu, gpumem, "
+            "walltime, deadline, checkpoint_interval, ngpus, gpus, ncpus, mem, select, nodes",
         ),
-        ("mem=4GiB", "-l: unknown resource 'mem'"),
+        ("Foo-bar=1", "-l: unknown resource 'foo-bar'"),
+        ("mem=lots", "-l mem: expected a size"),
+        ("ncpus=0", "-l ncpus: expected a whole number of CPUs from 1 to 4096"),
+        ("select=2:ngpus=1", "-l select: asks for 2 chunks; a job runs on one node"),
+        ("select=1:ngpus=1+1:ncpus=2", "-l select: '1:ngpus=1+1:ncpus=2' asks for several"),
+        ("nodes=4:ppn=8", "-l nodes: asks for 4 nodes"),
+        ("select=1:ngpus=lots", "-l ngpus: expected a whole number of GPUs"),
         ("gpu", "-l: expected KEY=VALUE, got 'gpu'"),
         ("gpu=lots", "-l gpu: expected a share of one GPU"),
         ("gpu=1.5", "-l gpu: more than one GPU must be a whole number"),
@@ -88,7 +94,7 @@ def test_resources_several_keys() -> None:
         ("gpumem=0", "-l gpumem: must be more than zero"),
         ("walltime=0", "-l walltime: must be more than zero"),
         ("walltime=2 hours", "-l walltime: expected a duration"),
-        ("walltime=1:2:3:4", "-l walltime: expected a duration"),
+        ("walltime=1:2:3:4:5", "-l walltime: expected a duration"),
         ("deadline=2h", "-l deadline: must be at most 3600s (1h)"),
         ("ngpus=0.5", "-l ngpus: expected a whole number of GPUs"),
     ],
@@ -306,7 +312,7 @@ def test_directive_tokens(tokens: list[str], expected: QsubOptions) -> None:
     ("tokens", "message"),
     [
         (["-X"], "job.sh line 4: unknown directive option -X"),
-        (["-o", "out.log"], "job.sh line 4: unknown directive option -o"),
+        (["-Y", "out.log"], "job.sh line 4: unknown directive option -Y"),
         (["--bogus=1"], "job.sh line 4: unknown directive option --bogus"),
         (["-N"], "job.sh line 4: -N needs a value"),
         (["-hx"], "job.sh line 4: -h takes no value"),
@@ -433,7 +439,7 @@ def test_precedence(directive: str, cli: QsubOptions, expected: dict) -> None:
     [
         ("#PBS -N x\n#PBS -J 5-1", QsubOptions(), "train.sh line 2: -J: the range ends"),
         ("#PBS -l gpumem=lots", QsubOptions(), "train.sh line 1: -l gpumem: expected a size"),
-        ("#PBS -l gpu=1\n#PBS -l foo=1", QsubOptions(), "train.sh line 2: -l: unknown resource"),
+        ("#PBS -l gpu=1\n#PBS -l gpumen=1", QsubOptions(), "train.sh line 2: -l: unknown resource"),
         ("#PBS -W depend=before:1", QsubOptions(), "train.sh line 1: -W: unknown dependency"),
         ("#PBS -v A=1\n#PBS -v NOPE", QsubOptions(), "train.sh line 2: -v: NOPE is not set"),
         ("#PBS -p high", QsubOptions(), "train.sh line 1: -p: expected a whole number"),

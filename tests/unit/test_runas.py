@@ -170,6 +170,10 @@ def test_the_jobs_path_wins_and_its_login_variables_do_not() -> None:
 
 class _Job:
     id = 7
+    owner = "alice"
+    queue = "default"
+    gpus = 0
+    array_id = None
     checkpoint_path = None
     signal = 15
     deadline_s = 30.0

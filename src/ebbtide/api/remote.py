@@ -32,7 +32,7 @@ from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import job_to_dict
-from ebbtide.workdir import base_directory
+from ebbtide.workdir import base_directory, with_submit_host
 
 #: How long one request may take, in seconds (a large array's submission is the longest).
 REQUEST_TIMEOUT_S = 60.0
@@ -146,7 +146,7 @@ class RemoteClient(ClientBase):
         self._http.close()
 
     def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
-        spec = spec_from(spec, fields)
+        spec = with_submit_host(spec_from(spec, fields))
         params = {} if self.workdir is None else {"workdir": base_directory(self.workdir)}
         body = spec.model_dump(mode="json", exclude_unset=True)
         return list(self._call("POST", "/jobs", json=body, params=params)["ids"])

@@ -74,6 +74,22 @@ class _QsubCommand(click.Command):
     help="Container image of the job under the Kubernetes executor "
     "(default: the queue's, else the policy's kubernetes.image).",
 )
+@click.option(
+    "-o",
+    "stdout",
+    help="Where stdout goes: a path (relative to the job's directory; %j id, %A array "
+    "id, %a index, %x name, %u user, %N node). Default: kept with the attempt (ebb logs).",
+)
+@click.option("-e", "stderr", help="Where stderr goes, as -o. Default: kept with the attempt.")
+@click.option("-j", "join", help="oe: stderr into the -o file; eo: stdout into the -e file.")
+@click.option("-A", "account", help="Account to record against the job (qstat -f shows it).")
+@click.option(
+    "-V", "export_all", is_flag=True, help="Copy the submitting environment into the job."
+)
+@click.option("-S", "shell", help="Shell for a script with no #! line, e.g. /bin/bash.")
+@click.option("-m", "mail", help="Accepted, without effect: mail is not sent.")
+@click.option("-M", "mail_to", help="Accepted, without effect: mail is not sent.")
+@click.option("-r", "rerun", help="Accepted, without effect: evicted jobs are always requeued.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"id": ...} instead.')
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -82,15 +98,25 @@ def qsub(
 ) -> None:
     """Submit a job: `ebb qsub [opts] SCRIPT [ARGS]` or `ebb qsub [opts] -- CMD ARGS`.
 
-    #EBB and #PBS directive lines at the top of SCRIPT are honoured (--image too);
-    command-line flags win. Prints only the job id (an array prints ID[]).
+    #EBB and #PBS directive lines at the top of SCRIPT are honoured, as PBS Pro, OpenPBS
+    and Torque scripts carry them (-l select=1:ncpus=8:ngpus=1:mem=32gb,
+    -l nodes=1:ppn=8:gpus=1, -J / -t arrays, -o, -e, -j oe, -A, -V); a script with only
+    #SBATCH lines is read as Slurm's (see ebb sbatch). Command-line flags win. A directive
+    with no effect here (-m, -l place=...) is accepted with a note on stderr; a job that
+    needs more than one node is refused. Prints only the job id (an array prints ID[]).
+
+    Units, the same in flags, scripts, the SDK and policy files: sizes (gpumem, mem) need
+    a unit, like 4GiB, 512MiB or 16GB (a bare number is refused, never guessed); durations
+    are 30s, 5m, 2h, HH:MM:SS, DD:HH:MM:SS or a bare number of seconds.
+
+    The job sees EBBTIDE_* variables and PBS's: PBS_JOBID, PBS_JOBNAME, PBS_O_WORKDIR,
+    PBS_O_HOST, PBS_QUEUE, PBS_ARRAY_INDEX and PBS_ARRAYID (array tasks), PBS_NODEFILE.
 
     Under the policy's kubernetes section, the slice is rounded to what the fleet's
     resource profile grants (qstat -f shows both), and a slice the profile cannot
     express, a --signal other than TERM, or a job with no image is refused.
     """
-    from ebbtide.cli.qsub import QsubOptions, build_spec_kwargs, load_script
-    from ebbtide.queue.spec import JobSpec
+    from ebbtide.cli.qsub import QsubOptions, load_script
 
     if not args:
         raise UserError("qsub needs a SCRIPT, or -- followed by a command")
@@ -111,7 +137,20 @@ def qsub(
         cwd=opts["cwd"],
         max_attempts=opts["max_attempts"],
         image=opts["image"],
+        stdout=opts["stdout"],
+        stderr=opts["stderr"],
+        join=opts["join"],
+        account=opts["account"],
+        export="ALL" if opts["export_all"] else None,
+        shell=opts["shell"],
     )
+    for flag, key, why in (
+        ("-m", "mail", "mail is not sent; watch the job with ebb qstat or ebb events"),
+        ("-M", "mail_to", "mail is not sent; watch the job with ebb qstat or ebb events"),
+        ("-r", "rerun", "ebbtide requeues a job it evicts whatever -r says"),
+    ):
+        if opts[key] is not None:
+            cli_opts.notes.append(f"{flag} {opts[key]}: accepted, without effect: {why}")
     directives = None
     if ctx.meta.get("ebb_dashdash"):
         cli_opts.command = list(args)
@@ -119,17 +158,113 @@ def qsub(
         text, directives = load_script(args[0])
         cli_opts.script = text
         cli_opts.args = list(args[1:])
-    spec = JobSpec(**build_spec_kwargs(cli_opts, directives))
-    client = _client()
-    ids = client.submit_many(spec)
+    submitted = _submit("qsub", cli_opts, directives, as_json)
+    if submitted is not None:
+        ids, is_array = submitted
+        click.echo(f"{ids[0]}[]" if is_array else str(ids[0]))
+
+
+def _submit(
+    command: str, cli_opts: Any, directives: Any, as_json: bool
+) -> tuple[list[int], bool] | None:
+    """Build the spec, submit it, and say what it means: with ``as_json`` the ids and
+    the notes on stdout (then None); else one line on stderr per directive accepted
+    without (full) effect, and ``(ids, whether it is an array)`` to print."""
+    from ebbtide.cli.qsub import build_spec_kwargs
+    from ebbtide.queue.spec import JobSpec
+
+    notes: list[str] = []
+    spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
+    ids = _client().submit_many(spec)
     if as_json:
         out: dict[str, Any] = {"id": ids[0]}
         if spec.array:
             out["array"] = True
-            out["tasks"] = ids
+            out["tasks"] = list(ids)
+        if notes:
+            out["notes"] = notes
         _echo_json(out)
+        return None
+    for note in notes:
+        click.echo(f"ebb {command}: note: {note}", err=True)
+    return ids, spec.array is not None
+
+
+@click.command(
+    "sbatch",
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["--help"],
+    },
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"id": ...} instead.')
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def sbatch(args: Sequence[str], as_json: bool) -> None:
+    """Submit a Slurm batch script: `ebb sbatch [OPTIONS] SCRIPT [ARGS]` or
+    `ebb sbatch [OPTIONS] --wrap "CMD"`.
+
+    #SBATCH lines at the top of SCRIPT and sbatch options before it are read as Slurm
+    reads them (options win): -J/--job-name, --gres=gpu[:TYPE]:N, -G/--gpus,
+    --gpus-per-node, -t/--time, -a/--array (1-10, 0-15:4, 1-100%5), -o/--output and
+    -e/--error (%j %A %a %x %u %N; default slurm-%j.out in the job's directory, stderr
+    with stdout), --signal=[B:]SIG[@SECS] (the eviction warning; B: to the script's shell
+    alone; SECS its time to checkpoint, i.e. the eviction deadline), -d/--dependency
+    (afterok, afternotok, afterany), -D/--chdir, -p/--partition (the queue), -A/--account
+    and -c/--cpus-per-task and --mem (recorded), --export (ALL by default, NONE,
+    VAR[=value]), -H/--hold, --requeue. Options with no meaning here (--mail-type, --qos,
+    --exclusive, ...) are accepted with a note on stderr; more than one node or task is
+    refused.
+
+    Prints "Submitted batch job ID" (--parsable: the id alone). The job sees EBBTIDE_*
+    variables and Slurm's: SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_SUBMIT_DIR,
+    SLURM_SUBMIT_HOST, SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID (and _MIN, _MAX, _STEP,
+    _COUNT), SLURM_JOB_PARTITION, SLURM_JOB_NODELIST, SLURM_CPUS_PER_TASK,
+    SLURM_RESTART_COUNT. A Slurm eviction is a warning signal, then the kill at the
+    deadline: the job checkpoints and exits 99 (or ends) and is requeued.
+    """
+    from ebbtide.cli.qsub import load_script
+    from ebbtide.cli.slurm import parse_sbatch_tokens
+
+    words = list(args)
+    # the options end at the first word that is neither an option nor an option's value
+    # ("-t 10", "--time 10")
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            break
+        if _sbatch_takes_value(word):
+            i += 1
+        i += 1
+    split = i
+    cli_opts = parse_sbatch_tokens(words[:split], "command line")
+    parsable = "--parsable" in words[:split]
+    cli_opts.notes = [n for n in cli_opts.notes if "--parsable" not in n]
+    directives = None
+    rest = words[split:]
+    if cli_opts.command is not None:
+        if rest:
+            raise UserError(f"--wrap takes the command; unexpected {shown(rest[0])}")
     else:
-        click.echo(f"{ids[0]}[]" if spec.array else str(ids[0]))
+        if not rest:
+            raise UserError('sbatch needs a SCRIPT, or --wrap "CMD"')
+        text, directives = load_script(rest[0], dialect="slurm")
+        cli_opts.script = text
+        cli_opts.args = rest[1:]
+    submitted = _submit("sbatch", cli_opts, directives, as_json)
+    if submitted is not None:
+        ids = submitted[0]
+        click.echo(str(ids[0]) if parsable else f"Submitted batch job {ids[0]}")
+
+
+def _sbatch_takes_value(word: str) -> bool:
+    """Whether sbatch option ``word`` takes the next word as its value."""
+    from ebbtide.cli.slurm import FLAGS, SHORT
+
+    if word.startswith("--"):
+        return "=" not in word and word not in FLAGS
+    return len(word) == 2 and SHORT.get(word, word) not in FLAGS
 
 
 # -- qstat ------------------------------------------------------------------------------
@@ -159,6 +294,9 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     for key, value in data.items():
         if key in ("slice_asked", "slice_granted"):
             continue
+        if key == "submitted":
+            lines.extend((name, shown) for name, shown in value.items() if shown is not None)
+            continue
         if key != "slice":
             lines.append((key, value))
             continue
@@ -177,13 +315,28 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
 @click.option("-u", "user", help="Only this user's jobs.")
 @click.option("-Q", "queues", is_flag=True, help="Show queues with job counts per state.")
 @click.option(
-    "-s", "--state", "states", multiple=True, help=f"Only these states: {JOB_STATES_HELP}."
+    "-s",
+    "--state",
+    "states",
+    multiple=True,
+    help=f"Only these states: {JOB_STATES_HELP}; or PBS's letters: Q queued, R running, "
+    "H held, W waiting, E evicting, F finished (-s QR: both).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("ids", nargs=-1)
 def qstat(
-    full: str | None, user: str | None, queues: bool, states: Sequence[str], as_json: bool
+    full: str | None,
+    user: str | None,
+    queues: bool,
+    states: Sequence[str],
+    as_json: bool,
+    ids: Sequence[str],
 ) -> None:
-    """Show jobs (all states, oldest first), one job in full (-f), or queues (-Q)."""
+    """Show jobs (all states, oldest first), only the jobs IDS (`ebb qstat 12 13[]`), one
+    job in full (-f ID), or queues (-Q).
+
+    In -f, times are local ISO timestamps (Unix seconds in --json).
+    """
     from ebbtide.queue.states import JobState
 
     client = _client()
@@ -202,13 +355,14 @@ def qstat(
             _echo_json(data)
             return
         for key, value in _full_lines(data):
-            click.echo(f"{key:>20}: {value}")
+            click.echo(f"{key:>20}: {_shown_value(key, value)}")
         return
-    try:
-        wanted = [JobState(s) for s in states] or None
-    except ValueError:
-        raise UserError(f"--state: expected one of {JOB_STATES_HELP}") from None
-    jobs = client.list(state=wanted, owner=user)
+    wanted = _states(states)
+    if ids:
+        jobs = [client.get(job_id) for job_id in _expand_ids(client, ids)]
+        jobs = [j for j in jobs if wanted is None or j.state in wanted]
+    else:
+        jobs = client.list(state=wanted, owner=user)
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
@@ -223,6 +377,46 @@ def qstat(
             f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
             f"{_fmt_time(j.started_at):>8}  {j.reason}"
         )
+
+
+#: PBS's job state letters (``qselect -s QR``), as ebbtide's states.
+PBS_STATE_LETTERS = {
+    "Q": ("queued",),
+    "R": ("running",),
+    "H": ("held",),
+    "W": ("waiting",),
+    "E": ("evicting",),
+    "F": ("succeeded", "failed", "cancelled"),
+}
+
+
+def _states(states: Sequence[str]) -> list[Any] | None:
+    """``-s`` values (names, or PBS letters like ``QR``) as job states; None: all."""
+    from ebbtide.queue.states import JobState
+
+    wanted: list[JobState] = []
+    for text in states:
+        if text and all(ch in PBS_STATE_LETTERS for ch in text):
+            wanted.extend(JobState(s) for ch in text for s in PBS_STATE_LETTERS[ch])
+            continue
+        try:
+            wanted.append(JobState(text.lower()))
+        except ValueError:
+            raise UserError(
+                f"-s: expected one of {JOB_STATES_HELP}, or PBS letters (Q R H W E F), "
+                f"got {shown(text)}"
+            ) from None
+    return wanted or None
+
+
+def _shown_value(key: str, value: Any) -> Any:
+    """A ``qstat -f`` value for people: times (``*_at``, ``backoff_until``) as local ISO
+    timestamps."""
+    import datetime as dt
+
+    if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
+        return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+    return value
 
 
 def _state_text(j: Any) -> str:

@@ -47,6 +47,7 @@ def cli() -> None:
     Submit and watch jobs (PBS / Grid Engine style):
       ebb qsub -l gpu=25%,gpumem=4GiB train.sh     submit a script
       ebb qsub -N count -- python count.py 100     submit a command
+      ebb sbatch train.sbatch                      submit a Slurm script (#SBATCH)
       ebb qstat                                    list jobs
       ebb qstat -f 12                              one job in full
       ebb events 12                                what happened to a job
@@ -75,6 +76,7 @@ def cli() -> None:
 # -- commands -------------------------------------------------------------------------
 
 cli.add_command(jobs_cmd.qsub)
+cli.add_command(jobs_cmd.sbatch)
 cli.add_command(jobs_cmd.qstat)
 cli.add_command(jobs_cmd.qdel)
 cli.add_command(jobs_cmd.qhold)

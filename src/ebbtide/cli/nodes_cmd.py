@@ -20,7 +20,8 @@ from ebbtide.errors import UserError
     help="Also show, per device, who the online load is: its pods and other processes.",
 )
 def nodes(as_json: bool, full: bool) -> None:
-    """Show node agents and their devices: heartbeat age; per device the latest online
+    """Show node agents and their devices: heartbeat age (and "agent silent" past the
+    policy's heartbeat timeout); per device the latest online
     load, the slices ebbtide holds there, and its state: ok, out of service (the fault:
     the XID and what it means, and when), drained (by whom, why), cooling down after an
     eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
@@ -42,10 +43,13 @@ def nodes(as_json: bool, full: bool) -> None:
     for n in rows:
         age = f"{n['heartbeat_age_s']:.1f}s"
         if not n["devices"]:
-            click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices")
+            silent = " (agent silent)" if n.get("silent") else ""
+            click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices{silent}")
         for pos, d in enumerate(n["devices"]):
             name, shown_age = (n["name"][:16], age) if pos == 0 else ("", "")
             stopping = " (agent stopping)" if n["stopping"] and pos == 0 else ""
+            if n.get("silent") and pos == 0:
+                stopping += " (agent silent: its jobs are lost and requeued)"
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
                 f"{_slices(d):<22}  {_state(d, now)}{stopping}"

@@ -14,6 +14,7 @@ bound; a script must be a regular file of at most :data:`MAX_SCRIPT_BYTES`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -29,6 +30,7 @@ from ebbtide.errors import SpecError
 from ebbtide.queue.spec import (
     MAX_ARRAY_INDEX,
     MAX_ARRAY_TASKS,
+    MAX_CPUS,
     MAX_DEADLINE_S,
     MAX_DEPENDENCIES,
     MAX_SCRIPT_BYTES,
@@ -38,9 +40,28 @@ from ebbtide.queue.spec import (
 )
 
 #: Directive prefixes recognised at the top of a script.
-DIRECTIVE_PREFIXES = ("#EBB", "#PBS")
+DIRECTIVE_PREFIXES = ("#EBB", "#PBS", "#SBATCH")
 
-KNOWN_RESOURCES = ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval", "ngpus")
+KNOWN_RESOURCES = (
+    "gpu",
+    "gpumem",
+    "walltime",
+    "deadline",
+    "checkpoint_interval",
+    "ngpus",
+    "gpus",
+    "ncpus",
+    "mem",
+    "select",
+    "nodes",
+)
+#: PBS / Torque resources accepted without effect (each with a line for the submitter).
+_PBS_IGNORED_WORDS = """place host vnode vmem pmem pvmem file software arch naccesspolicy
+    nice cput pcput mpiprocs ompthreads accelerator accelerator_model gpu_model model feature
+    qos other opsys procs tpn epilogue prologue mppwidth mppnppn mppdepth partition ssinodes
+    preempt_targets nodect site min_walltime max_walltime scratch localscratch tmpdir jobfs
+    storage"""
+PBS_IGNORED_RESOURCES = frozenset(_PBS_IGNORED_WORDS.split())
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
 JOB_KINDS = ("training", "inference", "batch")
 #: Integer options: field → (lowest, highest) allowed, as JobSpec allows.
@@ -92,10 +113,26 @@ class QsubOptions:
     cwd: str | None = None
     max_attempts: str | None = None
     image: str | None = None
+    #: where stdout / stderr go (``-o``, ``-e``, ``--output``, ``--error``)
+    stdout: str | None = None
+    stderr: str | None = None
+    #: PBS ``-j oe`` / ``eo`` / ``n``
+    join: str | None = None
+    account: str | None = None
+    #: ``-V`` / ``--export``: ``ALL``, ``NONE``, or Slurm's ``[ALL,]VAR[=value],...``
+    export: str | None = None
+    #: PBS ``-S``: the shell for a script with no ``#!`` line
+    shell: str | None = None
+    #: Slurm's ``--signal=B:``: the warning goes to the script's shell alone
+    signal_shell_only: bool = False
+    #: ``pbs`` or ``slurm``: whose directives these are, whose variables the job sees
+    compat: str | None = None
     script: str | None = None
     command: list[str] | None = None
     args: list[str] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)
+    #: one line per directive accepted without effect, for the submitter to read
+    notes: list[str] = field(default_factory=list)
 
 
 # Directive options: option → (QsubOptions field, takes a value).
@@ -118,8 +155,46 @@ _DIRECTIVE_OPTIONS: dict[str, tuple[str, bool]] = {
     "--checkpoint-dir": ("checkpoint_dir", True),
     "--max-attempts": ("max_attempts", True),
     "--image": ("image", True),
+    # PBS Pro, OpenPBS and Torque
+    "-o": ("stdout", True),
+    "-e": ("stderr", True),
+    "-j": ("join", True),
+    "-A": ("account", True),
+    "-V": ("export", False),
+    "-S": ("shell", True),
+    "-t": ("array", True),  # Torque's array option
+    "-w": ("cwd", True),  # Torque's working directory
 }
-_LIST_FIELDS = frozenset({"resources", "depend", "env", "args"})
+#: PBS options accepted without effect, with what the submitter is told.
+PBS_IGNORED: dict[str, tuple[bool, str]] = {
+    "-m": (True, "mail is not sent; watch the job with ebb qstat or ebb events"),
+    "-M": (True, "mail is not sent; watch the job with ebb qstat or ebb events"),
+    "-r": (
+        True,
+        "ebbtide requeues a job it evicts whatever -r says; a failed job is rerun "
+        "only up to --max-attempts",
+    ),
+    "-k": (True, "output is written where it goes as the job runs, not kept and copied"),
+    "-P": (True, "projects are not used (-A records an account)"),
+    "-a": (True, "a start time is not honoured; submit held (-h) and release with qrls"),
+    "-c": (True, "checkpoints are the job's own (EBBTIDE_CHECKPOINT_DIR, exit 99)"),
+    "-u": (True, "jobs run as the user who submits them"),
+    "-C": (True, "the directive prefix is not changed"),
+    "-z": (False, "the job id is always printed"),
+}
+#: PBS ``-W`` attributes accepted without effect, with what the submitter is told.
+PBS_IGNORED_ATTRIBUTES = {
+    "group_list": "the job runs with its owner's groups",
+    "sandbox": "the job runs in its working directory",
+    "umask": "files are made with the job's own umask",
+    "block": "qsub returns at once; wait with ebb qstat",
+    "stagein": "files are not staged; the job reads them where they are",
+    "stageout": "files are not staged; the job writes them where they go",
+    "x": "extra scheduler attributes are not used",
+    "run_count": "runs are counted by ebbtide",
+    "tolerate_node_failures": "a job runs on one node",
+}
+_LIST_FIELDS = frozenset({"resources", "depend", "env", "args", "notes"})
 # How errors name each field's option.
 _FLAGS = {f: opt for opt, (f, _) in reversed(_DIRECTIVE_OPTIONS.items())}
 
@@ -152,13 +227,21 @@ def _check_resource(key: str, value: str, where: str | None, flag: str) -> None:
     _probe({key: value}, where, flag)
 
 
-def parse_resources(text: str, *, where: str | None = None) -> dict[str, str]:
+def parse_resources(
+    text: str, *, where: str | None = None, notes: list[str] | None = None
+) -> dict[str, Any]:
     """Parse one ``-l`` list (``gpu=25%,gpumem=4GiB``) into JobSpec kwargs.
 
-    ``ngpus=N`` is PBS's spelling of ``gpu=N`` (whole GPUs).  Values stay strings; each
-    is checked with its unit parser so a bad one is reported as ``-l gpumem: ...``.
+    Besides ebbtide's own resources, what PBS Pro, OpenPBS and Torque scripts carry:
+    ``ngpus=N`` / ``gpus=N`` (whole GPUs), ``ncpus=N`` and ``mem=SIZE`` (recorded as
+    ``cpus`` and ``host_memory_mib``), a one-chunk ``select=1:ncpus=…:ngpus=…:mem=…``
+    and Torque's ``nodes=1:ppn=…:gpus=…``.  More than one node is refused (a job runs on
+    one node); resources with no meaning here (PBS's ``place``, ``vmem``, ...; a site's
+    own, like ``system=polaris``) are accepted with a line in ``notes``, but a name close
+    to a known one (``gpumen``) is refused as the typo it likely is.  Values are
+    checked with their unit parsers, so a bad one is reported as ``-l gpumem: ...``.
     """
-    result: dict[str, str] = {}
+    result: dict[str, Any] = {}
     for item in text.split(","):
         item = item.strip()
         if not item:
@@ -167,24 +250,106 @@ def parse_resources(text: str, *, where: str | None = None) -> dict[str, str]:
         key, value = key.strip().lower(), value.strip()
         if not sep:
             raise _error(where, "-l", f"expected KEY=VALUE, got {item!r}")
-        if key not in KNOWN_RESOURCES:
+        if key in ("select", "nodes"):
+            result.update(_parse_chunk(key, value, where, notes))
+            continue
+        if key in KNOWN_RESOURCES:
+            result.update(_one_resource(key, value, where))
+            continue
+        close = difflib.get_close_matches(key, KNOWN_RESOURCES, n=1, cutoff=0.75)
+        if key in PBS_IGNORED_RESOURCES:
+            close = []
+        if close or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", key):
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise _error(
-                where, "-l", f"unknown resource {key!r}; known: {', '.join(KNOWN_RESOURCES)}"
+                where, "-l", f"unknown resource {key!r}; {hint}known: {', '.join(KNOWN_RESOURCES)}"
             )
-        flag = f"-l {key}"
-        if key == "ngpus":
-            try:
-                units.parse_int(value, 1, units.MAX_GPUS)
-            except ValueError:
-                raise _error(
-                    where,
-                    flag,
-                    f"expected a whole number of GPUs from 1 to {units.MAX_GPUS}, got {value!r}",
-                ) from None
-            key = "gpu"
-        _check_resource(key, value, where, flag)
-        result[key] = value
+        # PBS's own (place, vmem, ...) and a site's (system=..., filesystems=...)
+        why = "not used here" if key in PBS_IGNORED_RESOURCES else "a site resource, not used here"
+        _note(notes, where, f"-l {key}={value}", f"accepted, without effect: {why}")
     return result
+
+
+def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
+    """One checked ``-l KEY=VALUE`` as JobSpec kwargs (``ngpus``/``gpus`` → ``gpu``,
+    ``ncpus`` → ``cpus``, ``mem`` → ``host_memory_mib``)."""
+    flag = f"-l {key}"
+    if key in ("ngpus", "gpus"):
+        try:
+            units.parse_int(value, 1, units.MAX_GPUS)
+        except ValueError:
+            raise _error(
+                where,
+                flag,
+                f"expected a whole number of GPUs from 1 to {units.MAX_GPUS}, got {value!r}",
+            ) from None
+        key = "gpu"
+    if key == "ncpus":
+        try:
+            return {"cpus": units.parse_int(value, 1, MAX_CPUS)}
+        except ValueError:
+            raise _error(
+                where, flag, f"expected a whole number of CPUs from 1 to {MAX_CPUS}, got {value!r}"
+            ) from None
+    if key == "mem":
+        try:
+            mib = units.parse_memory_mib(value)
+        except ValueError as exc:
+            raise _error(where, flag, str(exc)) from None
+        if mib <= 0:
+            raise _error(where, flag, f"must be more than zero, got {value!r}")
+        return {"host_memory_mib": mib}
+    _check_resource(key, value, where, flag)
+    return {key: value}
+
+
+#: What a PBS ``select`` chunk or a Torque ``nodes`` spec may carry, as ``-l`` keys.
+_CHUNK_KEYS = {"ncpus": "ncpus", "ppn": "ncpus", "ngpus": "ngpus", "gpus": "ngpus", "mem": "mem"}
+
+
+def _parse_chunk(
+    key: str, value: str, where: str | None, notes: list[str] | None
+) -> dict[str, Any]:
+    """``select=1:ncpus=8:ngpus=1:mem=32gb`` (PBS Pro) or ``nodes=1:ppn=8:gpus=1``
+    (Torque): one node's worth, as JobSpec kwargs; more than one node is refused."""
+    flag = f"-l {key}"
+    if "+" in value:
+        raise _error(
+            where,
+            flag,
+            f"{units.shown(value, 60)} asks for several kinds of chunk; a job runs on one "
+            "node here, so give one chunk (select=1:ngpus=2:...)",
+        )
+    count, *parts = value.split(":")
+    if re.fullmatch(r"[0-9]{1,30}", count):
+        if int(count) != 1:
+            raise _error(
+                where,
+                flag,
+                f"asks for {int(count)} {'chunks' if key == 'select' else 'nodes'}; a job "
+                f"runs on one node here, so ask for 1 ({key}=1:...) with the GPUs it needs",
+            )
+    elif key == "nodes" and count:
+        _note(notes, where, f"-l nodes={count}", "a job runs on the node the scheduler picks")
+    else:
+        raise _error(where, flag, f"expected {key}=1:KEY=VALUE:..., got {units.shown(value, 60)}")
+    result: dict[str, Any] = {}
+    for part in parts:
+        name, sep, amount = part.partition("=")
+        name = name.strip().lower()
+        if name in _CHUNK_KEYS and sep:
+            result.update(_one_resource(_CHUNK_KEYS[name], amount.strip(), where))
+        elif key == "nodes" and not sep:
+            _note(notes, where, f"-l nodes=…:{name}", "node features are not matched")
+        else:
+            _note(notes, where, f"-l {key}=…:{part}", "accepted, without effect here")
+    return result
+
+
+def _note(notes: list[str] | None, where: str | None, what: str, why: str) -> None:
+    """One line for the submitter about something accepted without (full) effect."""
+    if notes is not None:
+        notes.append(f"{where}: {what}: {why}" if where else f"{what}: {why}")
 
 
 def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
@@ -343,13 +508,29 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def parse_directives(script_text: str, *, source: str = "script") -> list[tuple[int, list[str]]]:
-    """Find the ``#EBB`` / ``#PBS`` lines at the top of a script, as ``(lineno, tokens)``.
+def parse_directives(
+    script_text: str, *, source: str = "script", prefixes: tuple[str, ...] = ("#EBB", "#PBS")
+) -> list[tuple[int, list[str]]]:
+    """Find the directive lines (by default ``#EBB`` and ``#PBS``) at the top of a script,
+    as ``(lineno, tokens)``.
 
     Scanning skips an optional ``#!`` first line, blank lines and plain ``#`` comments,
-    and stops at the first line that is none of these (the first command).
+    and stops at the first line that is none of these (the first command), as PBS and
+    Slurm do.
     """
-    found: list[tuple[int, list[str]]] = []
+    return [
+        (lineno, tokens)
+        for lineno, prefix, tokens in directive_lines(script_text, source=source)
+        if prefix in prefixes
+    ]
+
+
+def directive_lines(
+    script_text: str, *, source: str = "script"
+) -> list[tuple[int, str, list[str]]]:
+    """Every ``#EBB``, ``#PBS`` and ``#SBATCH`` line at the top of a script, as
+    ``(lineno, prefix, tokens)`` (see :func:`parse_directives`)."""
+    found: list[tuple[int, str, list[str]]] = []
     # lines end at "\n" only, as for the shell (str.splitlines also splits at form feeds
     # and other separators, which would put errors on the wrong line)
     for lineno, line in enumerate(script_text.split("\n"), start=1):
@@ -368,7 +549,7 @@ def parse_directives(script_text: str, *, source: str = "script") -> list[tuple[
                 except ValueError as exc:
                     raise SpecError(f"{source} line {lineno}", f"cannot split: {exc}") from None
                 if tokens:
-                    found.append((lineno, tokens))
+                    found.append((lineno, prefix, tokens))
                 break
     return found
 
@@ -387,6 +568,18 @@ def parse_directive_tokens(tokens: list[str], where: str) -> QsubOptions:
             option, value = token.split("=", 1)
         elif token[:2] in _DIRECTIVE_OPTIONS and len(token) > 2 and not token.startswith("--"):
             option, value = token[:2], token[2:]
+        if token[:2] in PBS_IGNORED and not token.startswith("--"):
+            option, value = token[:2], token[2:] or None
+            takes, why = PBS_IGNORED[option]
+            if takes and value is None:
+                if i + 1 >= len(tokens):
+                    raise SpecError(where, f"{option} needs a value")
+                value = tokens[i + 1]
+                i += 1
+            i += 1
+            shown_value = f" {value}" if takes else ""
+            opts.notes.append(f"{where}: {option}{shown_value}: accepted, without effect: {why}")
+            continue
         if option not in _DIRECTIVE_OPTIONS:
             if token.startswith("-"):
                 raise SpecError(where, f"unknown directive option {option}")
@@ -397,6 +590,8 @@ def parse_directive_tokens(tokens: list[str], where: str) -> QsubOptions:
                 raise SpecError(where, f"{option} takes no value")
             if name == "pause":
                 opts.pause = option == "--pause"
+            elif name == "export":
+                opts.export = "ALL"
             else:
                 opts.hold = True
             opts.origin[name] = where
@@ -439,11 +634,44 @@ def _accumulate(base: QsubOptions, top: QsubOptions) -> QsubOptions:
     return merged
 
 
-def parse_script_directives(script_text: str, *, source: str = "script") -> QsubOptions:
-    """All directive lines of a script as one :class:`QsubOptions` (later lines win)."""
-    opts = QsubOptions()
-    for lineno, tokens in parse_directives(script_text, source=source):
-        opts = _accumulate(opts, parse_directive_tokens(tokens, f"{source} line {lineno}"))
+def parse_script_directives(
+    script_text: str, *, source: str = "script", dialect: str = "pbs"
+) -> QsubOptions:
+    """All directive lines of a script as one :class:`QsubOptions` (later lines win).
+
+    ``#EBB`` lines always count.  For ``ebb qsub`` (``dialect`` ``pbs``) the ``#PBS``
+    lines do; a script with ``#SBATCH`` lines and no ``#PBS`` line is read as Slurm's.
+    For ``ebb sbatch`` (``slurm``) the ``#SBATCH`` lines do.  Lines of the other kind are
+    left, with a note saying so.
+    """
+    from ebbtide.cli import slurm
+
+    lines = directive_lines(script_text, source=source)
+    kinds = {prefix for _, prefix, _ in lines}
+    if dialect == "pbs" and "#SBATCH" in kinds and "#PBS" not in kinds:
+        dialect = "slurm"
+    read = "#SBATCH" if dialect == "slurm" else "#PBS"
+    opts = QsubOptions(compat=dialect)
+    unread = [lineno for lineno, prefix, _ in lines if prefix not in ("#EBB", read)]
+    if unread:
+        other = "#PBS" if read == "#SBATCH" else "#SBATCH"
+        opts.notes.append(
+            f"{source} line{'s' if len(unread) > 1 else ''} {', '.join(map(str, unread))}: "
+            f"{other} lines not read; this is read as a "
+            f"{'Slurm' if dialect == 'slurm' else 'PBS'} script "
+            f"({'ebb qsub' if other == '#PBS' else 'ebb sbatch'} reads them)"
+        )
+    for lineno, prefix, tokens in lines:
+        where = f"{source} line {lineno}"
+        if prefix == "#EBB":
+            line_opts = parse_directive_tokens(tokens, where)
+        elif prefix != read:
+            continue
+        elif prefix == "#SBATCH":
+            line_opts = slurm.parse_sbatch_tokens(tokens, where)
+        else:
+            line_opts = parse_directive_tokens(tokens, where)
+        opts = _accumulate(opts, line_opts)
     return opts
 
 
@@ -468,8 +696,9 @@ def _check_regular(mode: int, size: int, name: str) -> None:
         )
 
 
-def load_script(path: str | os.PathLike[str]) -> tuple[str, QsubOptions]:
-    """Read a job script; return its text and its directives (errors name ``SCRIPT``).
+def load_script(path: str | os.PathLike[str], *, dialect: str = "pbs") -> tuple[str, QsubOptions]:
+    """Read a job script; return its text and its directives (errors name ``SCRIPT``),
+    read as ``dialect``'s (see :func:`parse_script_directives`).
 
     The file is looked at (``os.stat``) before it is read: a directory, a named pipe, a
     device or a file over :data:`MAX_SCRIPT_BYTES` is refused without reading a byte.
@@ -500,7 +729,7 @@ def load_script(path: str | os.PathLike[str]) -> tuple[str, QsubOptions]:
         raise SpecError("SCRIPT", f"{name!r} is not a text file (it is not UTF-8)") from None
     if not text.strip():
         raise SpecError("SCRIPT", f"{name!r} is empty")
-    return text, parse_script_directives(text, source=name)
+    return text, parse_script_directives(text, source=name, dialect=dialect)
 
 
 def _int(name: str, value: str, where: str | None, flag: str) -> int:
@@ -519,8 +748,11 @@ def build_spec_kwargs(
     cli: QsubOptions,
     directives: QsubOptions | None = None,
     environ: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, Any]:
     """Merge script directives under command-line options and convert to JobSpec kwargs.
+
+    Directives accepted without effect add a line each to ``notes``, for the submitter.
 
     The command line wins field by field; ``-l`` resources merge key by key (the command
     line winning), and within one source ``--deadline`` wins over ``-l deadline``.
@@ -528,7 +760,11 @@ def build_spec_kwargs(
     options that were given appear in the result, so JobSpec's defaults apply to the rest.
     """
     directives = directives if directives is not None else QsubOptions()
+    notes = [] if notes is None else notes
+    notes.extend(directives.notes)
+    notes.extend(cli.notes)
     kwargs: dict[str, Any] = {}
+    compat = cli.compat or directives.compat or "pbs"
 
     def pick(name: str) -> tuple[Any, str | None]:
         value = getattr(cli, name)
@@ -536,7 +772,7 @@ def build_spec_kwargs(
             return value, cli.origin.get(name)
         return getattr(directives, name), directives.origin.get(name)
 
-    for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd", "image"):
+    for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd", "image", "account"):
         value, where = pick(name)
         if value is None:
             continue
@@ -557,7 +793,8 @@ def build_spec_kwargs(
     resources: dict[str, str] = {}
     for src in (directives, cli):
         for i, text in enumerate(src.resources):
-            resources.update(parse_resources(text, where=src.origin.get(f"resources.{i}")))
+            where = src.origin.get(f"resources.{i}")
+            resources.update(parse_resources(text, where=where, notes=notes))
         if src.deadline is not None:
             where = src.origin.get("deadline")
             _check_resource("deadline", src.deadline, where, "--deadline")
@@ -572,6 +809,10 @@ def build_spec_kwargs(
     depends: list[dict[str, Any]] = []
     for i, text in enumerate(src.depend):
         where = src.origin.get(f"depend.{i}")
+        attr = text.strip().partition("=")[0].strip()
+        if attr in PBS_IGNORED_ATTRIBUTES:
+            _note(notes, where, f"-W {text.strip()}", PBS_IGNORED_ATTRIBUTES[attr])
+            continue
         for dep in parse_depend(text, where=where):
             if dep not in depends:
                 depends.append(dep)
@@ -579,8 +820,11 @@ def build_spec_kwargs(
     if depends:
         kwargs["depends"] = depends
 
+    export, where = pick("export")
+    if export is None and compat == "slurm":
+        export = "ALL"  # Slurm's default: the job starts with the submitter's environment
+    env: dict[str, str] = export_env(export, environ, where=where) if export else {}
     src = cli if cli.env else directives
-    env: dict[str, str] = {}
     for i, text in enumerate(src.env):
         env.update(parse_env(text, environ, where=src.origin.get(f"env.{i}")))
     if env:
@@ -591,10 +835,128 @@ def build_spec_kwargs(
     pause = cli.pause if cli.pause is not None else directives.pause
     if pause is not None:
         kwargs["pause"] = pause
+    kwargs.update(_outputs(cli, directives, compat, array="array" in kwargs, notes=notes))
+    shell_only = (cli if cli.signal is not None else directives).signal_shell_only
+    if shell_only:
+        kwargs["signal_shell_only"] = True
+    if compat != "pbs":
+        kwargs["compat"] = compat
     if cli.script is not None:
-        kwargs["script"] = cli.script
+        kwargs["script"] = _with_shell(cli.script, *pick("shell"), notes)
     if cli.command is not None:
         kwargs["command"] = cli.command
     if cli.args:
         kwargs["args"] = cli.args
     return kwargs
+
+
+#: Variables of the submitting environment never copied into a job by ``-V`` or
+#: ``--export=ALL``: ebbtide's own settings and credentials, the scheduler variables the
+#: job gets afresh, and the shell's own bookkeeping.
+_NOT_EXPORTED_PREFIXES = ("EBBTIDE_", "PBS_", "SLURM_")
+_NOT_EXPORTED = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "PGPASSWORD", "PGPASSFILE"})
+
+
+def export_env(
+    text: str, environ: Mapping[str, str] | None = None, *, where: str | None = None
+) -> dict[str, str]:
+    """``-V`` / ``--export=ALL|NONE|[ALL,]VAR[=value],...`` as the variables to give the
+    job: ``ALL`` copies the submitting environment (less ebbtide's settings and
+    credentials, ``PBS_*``/``SLURM_*`` and the shell's own); ``NONE`` nothing; named
+    variables as ``-v`` takes them."""
+    from ebbtide.config.settings import PRIVATE_VARIABLES
+
+    environ = os.environ if environ is None else environ
+    first, _, rest = text.partition(",")
+    result: dict[str, str] = {}
+    if first.strip().upper() == "ALL":
+        for name, value in environ.items():
+            if (
+                _ENV_NAME_RE.fullmatch(name)
+                and name not in PRIVATE_VARIABLES
+                and name not in _NOT_EXPORTED
+                and not name.startswith(_NOT_EXPORTED_PREFIXES)
+                and "\0" not in value
+            ):
+                result[name] = value
+    elif first.strip().upper() != "NONE":
+        rest = text
+    if rest.strip():
+        result.update(parse_env(rest, environ, where=where))
+    return result
+
+
+def _outputs(
+    cli: QsubOptions, directives: QsubOptions, compat: str, *, array: bool, notes: list[str]
+) -> dict[str, str]:
+    """Where stdout and stderr go: ``-o``/``-e``/``-j`` (PBS), ``--output``/``--error``
+    (Slurm, ``slurm-%j.out`` by default, stderr with stdout unless ``--error``)."""
+
+    def pick(name: str) -> tuple[str | None, str | None]:
+        value = getattr(cli, name)
+        if value is not None:
+            return value, cli.origin.get(name)
+        return getattr(directives, name), directives.origin.get(name)
+
+    (stdout, out_where), (stderr, err_where) = pick("stdout"), pick("stderr")
+    join, join_where = pick("join")
+    if compat == "slurm":
+        stdout = stdout or ("slurm-%A_%a.out" if array else "slurm-%j.out")
+        stderr = stderr or stdout
+    else:
+        stdout = _pbs_path(stdout, "o", out_where, notes)
+        stderr = _pbs_path(stderr, "e", err_where, notes)
+        if join is not None:
+            join = join.strip().lower()
+            if join not in ("oe", "eo", "n"):
+                raise _error(
+                    join_where, "-j", f"expected oe (stderr into stdout), eo or n, got {join!r}"
+                )
+            target = stdout if join == "oe" else stderr
+            if join != "n" and target is None:
+                _note(
+                    notes,
+                    join_where,
+                    f"-j {join}",
+                    "with no -o/-e path, stdout and stderr stay with the attempt "
+                    "(ebb logs ID, ebb logs ID --stderr)",
+                )
+            elif join != "n":
+                stdout = stderr = target
+    result: dict[str, str] = {}
+    for field_name, value, where, flag in (
+        ("stdout", stdout, out_where, "-o"),
+        ("stderr", stderr, err_where, "-e"),
+    ):
+        if value is not None:
+            _probe({field_name: value}, where, flag)
+            result[field_name] = value
+    return result
+
+
+def _pbs_path(value: str | None, letter: str, where: str | None, notes: list[str]) -> str | None:
+    """A PBS ``-o``/``-e`` path: ``[host:]path``; a directory gets PBS's file name in it
+    (``NAME.oID``)."""
+    if value is None:
+        return None
+    host, sep, path = value.partition(":")
+    if sep and path and "/" not in host:
+        value = path
+        _note(notes, where, f"-{letter} {host}:", "written on the node that runs the job")
+    if value.endswith("/") or os.path.isdir(os.path.expanduser(value)):
+        value = os.path.join(value, f"%x.{letter}%j")
+    return value
+
+
+def _with_shell(script: str, shell: str | None, where: str | None, notes: list[str]) -> str:
+    """PBS ``-S SHELL``: the interpreter of a script with no ``#!`` line."""
+    if shell is None:
+        return script
+    if not shell.startswith("/") or any(ch.isspace() for ch in shell):
+        raise _error(where, "-S", f"expected an absolute path like /bin/bash, got {shell!r}")
+    if script.startswith("#!"):
+        first = script.split("\n", 1)[0][2:].strip()
+        if first.split()[:1] != [shell]:
+            _note(notes, where, f"-S {shell}", f"the script's own #! line ({first}) is used")
+        return script
+    return f"#!{shell}\n{script}"

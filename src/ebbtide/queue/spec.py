@@ -57,6 +57,13 @@ MAX_ARRAY_INDEX = 2**31 - 1
 MAX_ARRAY_TASKS = 100_000
 #: Most jobs one job may depend on.
 MAX_DEPENDENCIES = 1000
+#: Most CPUs a job may record (``ncpus``, ``--cpus-per-task``).
+MAX_CPUS = 4096
+#: Longest account or submit-host name, in characters.
+MAX_LABEL_CHARS = 255
+#: Which scheduler's variables a job sees besides ``EBBTIDE_*`` (``PBS_JOBID`` and
+#: friends, or ``SLURM_JOB_ID`` and friends).
+Compat = Literal["pbs", "slurm"]
 #: Longest container image reference, in characters (a registry host, a path, a tag and
 #: a digest fit in far less).
 MAX_IMAGE_CHARS = 512
@@ -147,6 +154,27 @@ class JobSpec(BaseModel):
     #: the container image the job runs in under the Kubernetes executor
     #: (``registry.example.com/team/train:1.4``); None: the queue's or the policy's
     image: str | None = None
+    #: the account (project) the job is charged to (``-A``, ``--account``): recorded and
+    #: shown, not enforced
+    account: str | None = None
+    #: CPUs and host memory the job asked for (``ncpus``, ``mem``, ``--cpus-per-task``,
+    #: ``--mem``): recorded and shown; not enforced by the process executor
+    cpus: Annotated[int, Field(ge=1, le=MAX_CPUS)] | None = None
+    host_memory_mib: Annotated[int, Field(gt=0, le=MAX_MEMORY_MIB)] | None = None
+    #: where the job's standard output and error go, as a path (relative to ``cwd``) that
+    #: may hold ``%j`` (job id), ``%A`` (array id), ``%a`` (array index), ``%x`` (name),
+    #: ``%u`` (user), ``%N`` (node) and ``%%``; the same path for both joins them.  None:
+    #: the attempt's own log (``ebb logs``).  The first attempt starts the file afresh;
+    #: later attempts append to it
+    stdout: str | None = None
+    stderr: str | None = None
+    #: the warning signal goes to the script's shell alone (Slurm's ``--signal=B:``), which
+    #: passes it on with a ``trap``; False: to every process of the job
+    signal_shell_only: bool = False
+    #: which scheduler's variables the job sees besides ``EBBTIDE_*``
+    compat: Compat = "pbs"
+    #: the host it was submitted from (``PBS_O_HOST``, ``SLURM_SUBMIT_HOST``)
+    submit_host: str | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -253,13 +281,25 @@ class JobSpec(BaseModel):
     def _image(cls, value: str | None) -> str | None:
         return None if value is None else check_image(value)
 
-    @field_validator("cwd", "checkpoint_dir")
+    @field_validator("cwd", "checkpoint_dir", "stdout", "stderr")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is not None:
             if not value:
                 raise ValueError("must not be empty (leave it unset instead)")
             _check_os_text(value, MAX_PATH_BYTES, "the path")
+        return value
+
+    @field_validator("account", "submit_host")
+    @classmethod
+    def _label(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(
+            rf"[A-Za-z0-9_.@+\-]{{1,{MAX_LABEL_CHARS}}}", value
+        ):
+            raise ValueError(
+                f"use 1-{MAX_LABEL_CHARS} letters, digits, '_', '-', '.', '@' or '+', got "
+                f"{shown(value, 60)}"
+            )
         return value
 
     @model_validator(mode="after")

@@ -86,6 +86,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "memory_mib": job.memory_mib,
     }
     data["checkpoint"] = job.checkpoint_path
+    if job.state not in FINAL_STATES:
+        # the job has not ended: an exit code is its last attempt's, not the job's
+        data["last_exit_code"] = data["exit_code"]
+        data["exit_code"] = None
     return data
 
 

@@ -730,8 +730,9 @@ class NodeAgent:
             job_id=job_id,
             attempt=attempt,
             pid=handle.pid or None,
-            stdout_path=str(launch.stdout_path),
-            stderr_path=str(launch.stderr_path),
+            # where ebb logs finds its output: the files the job named, else the attempt's
+            stdout_path=str(launch.job_stdout or launch.stdout_path),
+            stderr_path=str(launch.job_stderr or launch.stderr_path),
         )
         where = self.executor.describe(handle)
         if identity is not None and identity.switch:

@@ -137,6 +137,11 @@ def write_script(path: Path, text: str, identity: Identity | None) -> Path:
     """Write the job's script to ``path`` (0755, the job user's) under a fresh name, then
     rename it into place: whatever was at ``path`` (a planted link) is replaced, not
     followed."""
+    return write_file(path, text, identity, SCRIPT_MODE)
+
+
+def write_file(path: Path, text: str, identity: Identity | None, mode: int) -> Path:
+    """Write ``text`` to ``path`` (``mode``, the job user's) as :func:`write_script` does."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -144,7 +149,7 @@ def write_script(path: Path, text: str, identity: Identity | None) -> Path:
             data = text.encode()
             while data:
                 data = data[os.write(fd, data) :]
-            _take_over(fd, tmp, identity, SCRIPT_MODE)
+            _take_over(fd, tmp, identity, mode)
         finally:
             os.close(fd)
         os.replace(tmp, path)

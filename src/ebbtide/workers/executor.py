@@ -100,6 +100,14 @@ class Launch:
     #: directories the job's user makes before the job starts (a checkpoint directory it
     #: named, where the agent is not that user: never made by the agent)
     make_dirs: tuple[str, ...] = ()
+    #: files the job's own stdout and stderr go to (``-o``/``--output``), opened by the
+    #: job's user; None: the attempt's logs above.  The same path for both joins them
+    job_stdout: str | None = None
+    job_stderr: str | None = None
+    #: start those files afresh (the first attempt) rather than append to them
+    truncate_output: bool = False
+    #: the warning signal goes to the job's leader (its script's shell) alone
+    signal_shell_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,8 @@ class Handle:
     record_path: Path | None = None
     #: ebbtide killed it (a deadline, a sweep): that, not the shim's report, is how it ended
     swept: bool = False
+    #: a warning goes to the job's leader alone (Slurm's ``--signal=B:``)
+    signal_shell_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,6 +280,9 @@ class LocalExecutor:
             *(["--cwd", launch.cwd] if launch.cwd else []),
             *(identity.shim_args() if identity is not None else []),
             *(arg for d in launch.make_dirs for arg in ("--mkdir", d)),
+            *(["--stdout", launch.job_stdout] if launch.job_stdout else []),
+            *(["--stderr", launch.job_stderr] if launch.job_stderr else []),
+            *(["--truncate-output"] if launch.truncate_output else []),
         ]
         fds = [open_log(launch.stdout_path, identity)]
         lease_w = env_w = None
@@ -311,6 +324,7 @@ class LocalExecutor:
             popen=popen,
             lease_fd=lease_w,
             status_path=status_path,
+            signal_shell_only=launch.signal_shell_only,
         )
         if self.run_dir is not None:
             handle.record_path = self.run_dir / f"{launch.job_id}.{launch.attempt}.json"
@@ -358,7 +372,9 @@ class LocalExecutor:
     def signal(self, handle: Handle, signum: int) -> None:
         if not self._unreaped(handle):
             return
-        pids = shim.tree(handle.pid)
+        # the script's shell alone (it passes the warning on with a trap), or, once it
+        # ended, what it left behind; else every process of the job
+        pids = shim.children(handle.pid) if handle.signal_shell_only else shim.tree(handle.pid)
         if not pids and signum in shim.FORWARDED:
             # the job is not forked yet (a warning right after the start): the shim
             # forwards a warning signal to it once it is

@@ -9,6 +9,7 @@ directories are (:mod:`ebbtide.workers.attempt_files`).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,12 +48,14 @@ def env_for(
     mps: bool = False,
     inherit_env: bool = True,
     identity: Identity | None = None,
+    nodefile: Path | None = None,
 ) -> dict[str, str]:
     """The attempt's environment: the agent's less its credentials and settings
     (``PRIVATE_VARIABLES``; with ``inherit_env`` False, as for a pod, nothing of the
     agent's), the spec's, then ebbtide's contract.  Run as its owner (``identity``): only
     what :func:`~ebbtide.workers.runas.base_env` passes on, the spec's and the owner's
-    login variables, then the contract."""
+    login variables, then the contract and the variables of PBS or Slurm the spec
+    asks for (:func:`scheduler_env`)."""
     if identity is not None:
         env = base_env(identity, spec.env, os.environ)
     else:
@@ -79,6 +82,7 @@ def env_for(
     )
     if job.array_index is not None:
         env["EBBTIDE_ARRAY_INDEX"] = str(job.array_index)
+    env.update(scheduler_env(spec, job, attempt, node=node, devices=devices, nodefile=nodefile))
     if mps:
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(job.compute_pct)))
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
@@ -117,6 +121,16 @@ def launch_for(
     cwd = spec.cwd
     if cwd is not None and identity is not None:
         cwd = str(job_path(cwd, identity))
+    nodefile = None
+    if spec.compat == "pbs" and spec.image is None:
+        nodefile = attempt_files.write_file(
+            attempt_dir / "nodefile", f"{node}\n", identity, attempt_files.LOG_MODE
+        )
+    outputs = {
+        name: output_path(template, spec, job, node=node, cwd=cwd, identity=identity)
+        for name, template in (("stdout", spec.stdout), ("stderr", spec.stderr))
+        if template is not None
+    }
     return Launch(
         job_id=job.id,
         attempt=attempt,
@@ -132,6 +146,7 @@ def launch_for(
             mps=mps,
             inherit_env=inherit_env,
             identity=identity,
+            nodefile=nodefile,
         ),
         cwd=cwd,
         stdout_path=attempt_dir / "stdout.log",
@@ -148,7 +163,119 @@ def launch_for(
         device_uuids=tuple(d.uuid or d.visible_id for d in devices),
         identity=identity,
         make_dirs=make_dirs,
+        job_stdout=outputs.get("stdout"),
+        job_stderr=outputs.get("stderr"),
+        truncate_output=attempt == 1,
+        signal_shell_only=spec.signal_shell_only,
     )
+
+
+def scheduler_env(
+    spec: JobSpec,
+    job: Any,
+    attempt: int,
+    *,
+    node: str,
+    devices: Sequence[DeviceInfo],
+    nodefile: Path | None = None,
+) -> dict[str, str]:
+    """The variables PBS (``spec.compat`` ``pbs``) or Slurm (``slurm``) sets in a job,
+    for scripts written for them: its id, name, queue, submit directory and host, array
+    index, node.  An array task's id is its own (what ``ebb qstat``/``qdel`` take); the
+    array's id is its first task's."""
+    job_id, name, queue = str(job.id), spec.display_name(), str(job.queue)
+    workdir, host = spec.cwd or "", spec.submit_host or ""
+    env: dict[str, str]
+    if spec.compat == "slurm":
+        env = {
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOBID": job_id,
+            "SLURM_JOB_NAME": name,
+            "SLURM_JOB_USER": str(job.owner),
+            "SLURM_SUBMIT_DIR": workdir,
+            "SLURM_SUBMIT_HOST": host,
+            "SLURM_JOB_PARTITION": queue,
+            "SLURM_JOB_NODELIST": node,
+            "SLURM_NODELIST": node,
+            "SLURMD_NODENAME": node,
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_NNODES": "1",
+            "SLURM_RESTART_COUNT": str(attempt - 1),
+        }
+        if spec.account:
+            env["SLURM_JOB_ACCOUNT"] = spec.account
+        if spec.cpus:
+            env["SLURM_CPUS_PER_TASK"] = env["SLURM_CPUS_ON_NODE"] = str(spec.cpus)
+        if job.gpus:
+            env["SLURM_GPUS_ON_NODE"] = str(len(devices))
+        if job.array_index is not None and spec.array is not None:
+            indices = spec.array.indices()
+            env.update(
+                {
+                    "SLURM_ARRAY_JOB_ID": str(job.array_id or job.id),
+                    "SLURM_ARRAY_TASK_ID": str(job.array_index),
+                    "SLURM_ARRAY_TASK_MIN": str(indices[0]),
+                    "SLURM_ARRAY_TASK_MAX": str(indices[-1]),
+                    "SLURM_ARRAY_TASK_STEP": str(spec.array.step),
+                    "SLURM_ARRAY_TASK_COUNT": str(len(indices)),
+                }
+            )
+        return env
+    env = {
+        "PBS_JOBID": job_id,
+        "PBS_JOBNAME": name,
+        "PBS_QUEUE": queue,
+        "PBS_O_QUEUE": queue,
+        "PBS_O_WORKDIR": workdir,
+        "PBS_O_HOST": host,
+        "PBS_O_LOGNAME": str(job.owner),
+        "PBS_ENVIRONMENT": "PBS_BATCH",
+        "PBS_NUM_NODES": "1",
+    }
+    if nodefile is not None:
+        env["PBS_NODEFILE"] = str(nodefile)
+    if spec.cpus:
+        env["NCPUS"] = env["PBS_NUM_PPN"] = str(spec.cpus)
+    if job.array_index is not None:
+        env["PBS_ARRAY_INDEX"] = env["PBS_ARRAYID"] = str(job.array_index)
+        env["PBS_ARRAY_ID"] = f"{job.array_id or job.id}[]"
+    return env
+
+
+_OUTPUT_FIELD = re.compile(r"%(%|[jJAaxuNst])")
+
+
+def output_path(
+    template: str,
+    spec: JobSpec,
+    job: Any,
+    *,
+    node: str,
+    cwd: str | None,
+    identity: Identity | None = None,
+) -> str:
+    """Where an output template (``spec.stdout``/``stderr``) points for this attempt:
+    ``%j`` (and ``%J``) the job id, ``%A`` the array's id, ``%a`` the index, ``%x`` the
+    name, ``%u`` the owner, ``%N`` the node, ``%s``/``%t`` 0, ``%%`` a ``%``; relative to
+    the job's directory (else its user's home, or the agent's directory)."""
+    values = {
+        "%": "%",
+        "j": str(job.id),
+        "J": str(job.id),
+        "A": str(job.array_id or job.id),
+        "a": str(job.array_index if job.array_index is not None else 0),
+        "x": spec.display_name(),
+        "u": str(job.owner),
+        "N": node,
+        "s": "0",
+        "t": "0",
+    }
+    path = _OUTPUT_FIELD.sub(lambda m: values[m.group(1)], template)
+    path = str(job_path(path, identity)) if path.startswith("~") else path
+    if not os.path.isabs(path):
+        base = cwd or (identity.home if identity is not None else os.getcwd())
+        path = os.path.join(base, path)
+    return os.path.normpath(path)
 
 
 def status_path_for(home: Path, job_id: int, attempt: int) -> Path:

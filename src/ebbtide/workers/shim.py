@@ -131,6 +131,33 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def children(root: int) -> list[int]:
+    """The live children of ``root`` (for a shim: the job's leader, and what it left
+    behind once it ended, which the shim adopts)."""
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{root}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{root}/task/{tid}/children") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except (OSError, ValueError):
+            continue
+    if not kids and not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return [pid for pid in descendants(root) if _parent(pid) == root]
+    return kids
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def tree(root: int) -> list[int]:
     """Every live descendant of ``root`` by the kernel's own child lists
     (``/proc/PID/task/TID/children``): the cost of the tree, not of the host's process
@@ -240,30 +267,68 @@ class _NotStarted(Exception):
     """The job's process could not be made ready as its user (said on the report pipe)."""
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """Files the job's stdout and stderr go to (the same path for both joins them)."""
+
+    stdout: str | None = None
+    stderr: str | None = None
+    #: start them afresh (a job's first attempt) rather than append
+    truncate: bool = False
+
+
 def _child_setup(
     user: User | None = None,
     make_dirs: Sequence[str] = (),
     cwd: str | None = None,
     report_fd: int | None = None,
+    outputs: Outputs | None = None,
 ) -> None:  # pragma: no cover - runs in the child before exec
     """In the job's process before exec (and, with ``user``, after ``subprocess`` made it
     that user): die with the shim (set now: a change of user clears it); as the user, make
-    ``make_dirs`` and enter ``cwd`` (or the user's home, or ``/``), telling ``report_fd``
-    why not if that fails; then take back the default action of the signals the shim
-    catches before letting them in, so a warning sent between fork and exec ends the job
-    as it would a moment later (the shim's own handlers would swallow it)."""
+    ``make_dirs`` and enter ``cwd`` (or the user's home, or ``/``), then open the files
+    its output goes to (``outputs``), telling ``report_fd`` why not if that fails; then
+    take back the default action of the signals the shim catches before letting them in,
+    so a warning sent between fork and exec ends the job as it would a moment later (the
+    shim's own handlers would swallow it)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if user is not None:
-        try:
+    try:
+        if user is not None:
             _enter(user, make_dirs, cwd)
-        except _NotStarted as exc:
-            if report_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.write(report_fd, str(exc).encode())
-            raise
+        if outputs is not None:
+            _redirect(outputs, user)
+    except _NotStarted as exc:
+        if report_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(report_fd, str(exc).encode())
+        raise
     for signum in FORWARDED:
         signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+
+def _redirect(outputs: Outputs, user: User | None) -> None:  # pragma: no cover - in the child
+    """Point stdout and stderr at ``outputs``' files, opened as the job's user (a path
+    relative to its working directory, which it is in), saying so in the attempt's logs."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if outputs.truncate else 0)
+    opened: dict[str, int] = {}
+    for path, target in ((outputs.stdout, 1), (outputs.stderr, 2)):
+        if path is None:
+            continue
+        if path not in opened:
+            try:
+                opened[path] = os.open(path, flags, 0o644)
+            except OSError as exc:
+                who = f" as {user.name}" if user is not None else ""
+                raise _NotStarted(
+                    f"could not open {path} for the job's output{who}: {exc.strerror}"
+                ) from None
+        with contextlib.suppress(OSError):
+            name = "stdout" if target == 1 else "stderr"
+            os.write(target, f"ebbtide: the job's {name} goes to {path}\n".encode())
+        os.dup2(opened[path], target)
+    for fd in opened.values():
+        os.close(fd)
 
 
 def _enter(user: User, make_dirs: Sequence[str], cwd: str | None) -> None:  # pragma: no cover
@@ -297,10 +362,12 @@ def run(
     user: User | None = None,
     make_dirs: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    outputs: Outputs | None = None,
 ) -> int:
     """Supervise one attempt (see the module doc); return the shim's exit code.  With
     ``user``, the job runs as that user, who makes ``make_dirs`` first; ``env`` is the
-    job's environment (None: the shim's own)."""
+    job's environment (None: the shim's own); ``outputs`` where its output goes (None:
+    the shim's own stdout and stderr)."""
     me = os.getpid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
@@ -314,9 +381,10 @@ def run(
     # the job is forked with the caught signals blocked; it lets them in only once their
     # default action is back (see _child_setup)
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    # as another user, the child says on this pipe why it could not get ready (subprocess
-    # itself only says that something failed); it closes on the exec
-    report_r, report_w = os.pipe() if user is not None else (None, None)
+    # the child says on this pipe why it could not get ready (as another user, or with its
+    # output files: subprocess itself only says that something failed); it closes on exec
+    needs_report = user is not None or outputs is not None
+    report_r, report_w = os.pipe() if needs_report else (None, None)
     try:
         # a single-threaded process: preexec_fn is safe here
         leader = subprocess.Popen(
@@ -324,7 +392,7 @@ def run(
             env=env,
             # as another user the child enters it itself, once it is that user
             cwd=(cwd or None) if user is None else None,
-            preexec_fn=functools.partial(_child_setup, user, make_dirs, cwd, report_w),
+            preexec_fn=functools.partial(_child_setup, user, make_dirs, cwd, report_w, outputs),
             close_fds=True,
             process_group=0,  # the job's own group: killed in one call, the shim spared
             # subprocess does setgroups, setregid, setreuid in this order, before preexec_fn
@@ -511,6 +579,11 @@ def main(args: Sequence[str] | None = None) -> int:
         "own stays the agent's minimal one, so nothing the job sets (LD_PRELOAD, ...) acts "
         "on the shim",
     )
+    parser.add_argument("--stdout", help="the file the job's stdout goes to")
+    parser.add_argument("--stderr", help="the file the job's stderr goes to")
+    parser.add_argument(
+        "--truncate-output", action="store_true", help="start those files afresh, not append"
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- the job's command")
     ns = parser.parse_args(args)
     argv = ns.argv[1:] if ns.argv[:1] == ["--"] else ns.argv
@@ -541,6 +614,9 @@ def main(args: Sequence[str] | None = None) -> int:
         user=user,
         make_dirs=ns.mkdir,
         env=env,
+        outputs=(
+            Outputs(ns.stdout, ns.stderr, ns.truncate_output) if ns.stdout or ns.stderr else None
+        ),
     )
 
 

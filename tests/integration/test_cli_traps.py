@@ -1,0 +1,78 @@
+"""First-day traps of ``ebb qstat`` and ``ebb nodes``, as a PBS user meets them:
+``qstat ID``, PBS state letters, readable times, no stale exit code while a job runs,
+and agents that went silent marked as such."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ebbtide.cli.main import cli
+from ebbtide.clock import FakeClock
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store, job_to_dict
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"
+
+
+def ebb(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_qstat_takes_ids_arrays_and_pbs_state_letters(home: Path) -> None:
+    ebb("qsub", "-h", "--", "true")  # 1, held
+    ebb("qsub", "-J", "1-3", "--", "true")  # 2..4, queued
+    rows = ebb("qstat", "1", "2[]").splitlines()[1:]
+    assert [int(r.split()[0]) for r in rows] == [1, 2, 3, 4]
+    assert [int(r.split()[0]) for r in ebb("qstat", "-s", "H").splitlines()[1:]] == [1]
+    assert len(ebb("qstat", "-s", "QH").splitlines()[1:]) == 4
+    assert ebb("qstat", "-s", "F").splitlines()[1:] == []
+    result = CliRunner().invoke(cli, ["qstat", "-s", "Z"])
+    assert result.exit_code == 1 and "PBS letters (Q R H W E F)" in result.output
+
+
+def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
+    ebb("qsub", "-h", "-l", "walltime=1:00:00", "--", "python", "train.py")
+    text = ebb("qstat", "-f", "1")
+    submitted = next(line for line in text.splitlines() if "submitted_at" in line)
+    stamp = submitted.split(": ", 1)[1]
+    assert stamp[:4].isdigit() and "T" in stamp and stamp[-6] in "+-"  # 2026-...T..+00:00
+    assert "['python', 'train.py']" in text and "walltime_s: 3600.0" in text
+    assert "signal_name: TERM" in text and f"cwd: {home.parent}" in text
+    data = json.loads(ebb("qstat", "-f", "1", "--json"))
+    assert isinstance(data["submitted_at"], float)  # --json keeps Unix seconds
+
+
+def test_a_job_that_has_not_ended_shows_no_exit_code(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}")
+    job_id = store.submit(JobSpec(command=["true"]), "alice", defaults_deadline_s=30)[0]
+    job = store.get(job_id).model_copy(update={"exit_code": 137, "state": "queued"})
+    data = job_to_dict(job)
+    assert data["exit_code"] is None and data["last_exit_code"] == 137
+    done = job_to_dict(job.model_copy(update={"state": "failed"}))
+    assert done["exit_code"] == 137 and "last_exit_code" not in done
+
+
+def test_ebb_nodes_marks_an_agent_that_went_silent(home: Path) -> None:
+    clock = FakeClock(start=time.time() - 120)
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}", clock=clock)
+    store.heartbeat("old-box", started_at=clock.time(), devices=[])
+    Store(f"sqlite:///{home / 'ebbtide.db'}").heartbeat(
+        "live-box", started_at=time.time(), devices=[]
+    )
+    nodes = {n["name"]: n for n in json.loads(ebb("nodes", "--json"))}
+    assert nodes["old-box"]["silent"] and not nodes["live-box"]["silent"]
+    text = ebb("nodes")
+    assert "old-box" in text and "(agent silent)" in text.split("old-box", 1)[1].splitlines()[0]
