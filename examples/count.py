@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             job.requeue()
 
     print(f"counted to {state['count']}", flush=True)
+    job.result({"count": state["count"], "attempts": len(state["attempts_seen"])})
     if args.out is not None:
         result = {"count": state["count"], "attempts_seen": state["attempts_seen"]}
         args.out.write_text(json.dumps(result) + "\n")

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ebbtide.errors import EbbtideError, SpecError, UserError
+from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.handle import JobFailed, JobHandle
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 
 __version__ = "0.1.0"
-__all__ = ["Client", "EbbtideError", "JobSpec", "JobState", "SpecError", "UserError", "__version__"]
+__all__ = [
+    "Client",
+    "EbbtideError",
+    "JobFailed",
+    "JobHandle",
+    "JobSpec",
+    "JobState",
+    "PermissionDenied",
+    "SpecError",
+    "UserError",
+    "WaitTimeout",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from ebbtide.client import Client
+    from ebbtide.client_base import WaitTimeout
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +39,8 @@ def __getattr__(name: str) -> Any:
         from ebbtide.client import Client
 
         return Client
+    if name == "WaitTimeout":
+        from ebbtide.client_base import WaitTimeout
+
+        return WaitTimeout
     raise AttributeError(name)

@@ -249,7 +249,15 @@ class Client(ClientBase):
         return [self._shown(job) for job in jobs]
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
-        return self.store.events(whole(job_id, "job_id"))
+        """What happened to the job, oldest first; a result's value only for the job's
+        owner and admins (``***`` for others, as its environment's values)."""
+        job_id = whole(job_id, "job_id")
+        events = self.store.events(job_id)
+        if not self.caller.may_act_on(self.store.get(job_id).owner):
+            for event in events:
+                if event["type"] == "result":
+                    event["value"] = "***"
+        return events
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Jobs per queue and state (``ebb qstat -Q``)."""

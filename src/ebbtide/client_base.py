@@ -14,6 +14,7 @@ from typing import Any, Self
 from ebbtide.args import whole
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
 from ebbtide.errors import EbbtideError, SpecError
+from ebbtide.handle import JobHandle
 from ebbtide.identity import Caller
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
@@ -74,6 +75,14 @@ class ClientBase(ABC):
         more of it was left unread."""
 
     @abstractmethod
+    def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
+        """What happened to the job, oldest first (``ebb events``)."""
+
+    @abstractmethod
+    def cancel(self, job_id: int) -> Job:
+        """Cancel the job (its owner or an admin)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
     def __enter__(self) -> Self:
@@ -82,12 +91,20 @@ class ClientBase(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, spec: JobSpec | None = None, **fields: Any) -> int:
-        """Submit a job; return its id (for an array, the array id = its first task's id).
+    def submit(self, spec: JobSpec | None = None, **fields: Any) -> JobHandle:
+        """Submit a job; return its :class:`~ebbtide.handle.JobHandle` — its id (for an
+        array, the array id = its first task's id), with ``state``, ``wait()``,
+        ``cancel()``, ``logs()``, ``events()`` and ``result()``.
 
-        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``).
+        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``,
+        ``array="1-4%2"``).  Raises :class:`~ebbtide.errors.SpecError` for a bad spec,
+        :class:`~ebbtide.errors.PermissionDenied` for a queue the caller may not use.
         """
-        return self.submit_many(spec, **fields)[0]
+        return JobHandle(self.submit_many(spec, **fields)[0], self)
+
+    def handle(self, job_id: int) -> JobHandle:
+        """A :class:`~ebbtide.handle.JobHandle` for a job submitted before (it must exist)."""
+        return JobHandle(self.get(job_id).id or 0, self)
 
     def logs(
         self,

@@ -34,8 +34,9 @@ directly, see ``examples/count.sh``):
 ``EBBTIDE_STATUS_FILE``     a file the job appends JSON lines to, one object per line
 =========================== ================================================================
 
-Status lines are ``{"type": "checkpoint", "path", "size_bytes", "duration_s", "time"}``
-and ``{"type": "progress", "done", "total", "time"}`` (``time`` in Unix seconds).  Exit
+Status lines are ``{"type": "checkpoint", "path", "size_bytes", "duration_s", "time"}``,
+``{"type": "progress", "done", "total", "time"}`` (``time`` in Unix seconds) and
+``{"type": "result", "value"}`` (:func:`result`: what ``JobHandle.result()`` returns).  Exit
 code :data:`REQUEUE_EXIT_CODE` (99) means "checkpointed, requeue me".
 
 Outside ebbtide (none of these variables set) everything still works for local runs:
@@ -87,6 +88,9 @@ __all__ = [
 DEFAULT_CHECKPOINT_DIR = ".ebbtide-checkpoints"
 #: The file :func:`checkpoint` writes in the checkpoint directory (a pickle).
 STATE_FILE_NAME = "state.pkl"
+#: The largest result a job may give (``result``), in bytes of JSON: it travels in one
+#: status line, which the node agent reads up to 4 KiB.
+MAX_RESULT_BYTES = 3072
 
 _TMP_PREFIX = f".{STATE_FILE_NAME}."
 _TMP_SUFFIX = ".tmp"
@@ -281,6 +285,22 @@ def progress(done: float, total: float | None = None) -> None:
             "time": time.time(),
         }
     )
+
+
+def result(value: Any) -> None:
+    """Give ``value`` as the job's result, for ``JobHandle.result()``: a small JSON value
+    (a metric, a path to the output), at most :data:`MAX_RESULT_BYTES` as JSON.  The last
+    one given wins.  Raises ``TypeError`` or ``ValueError`` for what cannot be one."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"a job's result must be a JSON value: {exc}") from None
+    if len(text.encode()) > MAX_RESULT_BYTES:
+        raise ValueError(
+            f"a job's result is at most {MAX_RESULT_BYTES} bytes as JSON; give a path to a "
+            "file instead"
+        )
+    _status({"type": "result", "value": value})
 
 
 # ---------------------------------------------------------------------------- helpers

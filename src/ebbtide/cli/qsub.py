@@ -28,8 +28,6 @@ from pydantic import ValidationError
 from ebbtide import units
 from ebbtide.errors import SpecError
 from ebbtide.queue.spec import (
-    MAX_ARRAY_INDEX,
-    MAX_ARRAY_TASKS,
     MAX_CPUS,
     MAX_DEADLINE_S,
     MAX_DEPENDENCIES,
@@ -37,6 +35,7 @@ from ebbtide.queue.spec import (
     MIN_DEADLINE_S,
     ArraySpec,
     JobSpec,
+    parse_array_text,
 )
 
 #: Directive prefixes recognised at the top of a script.
@@ -67,11 +66,9 @@ JOB_KINDS = ("training", "inference", "batch")
 #: Integer options: field → (lowest, highest) allowed, as JobSpec allows.
 _INT_RANGES = {"priority": (-1024, 1023), "max_attempts": (1, 100)}
 
-ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
 DEPEND_FORMS = "depend=TYPE:ID[:ID...][,TYPE:ID...] with TYPE one of afterok, afternotok, afterany"
 
 # Numbers are ASCII digits, at most 30 of them (more is never a sane value).
-_ARRAY_RE = re.compile(r"([0-9]{1,30})(?:-([0-9]{1,30}))?(?::([0-9]{1,30}))?(?:%([0-9]{1,30}))?")
 _JOB_ID_RE = re.compile(r"([0-9]{1,30})(?:\[\])?(?:\.[A-Za-z0-9_.\-]+)?")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -354,38 +351,13 @@ def _note(notes: list[str] | None, where: str | None, what: str, why: str) -> No
 
 def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
     """Parse ``-J 1-100:2%4`` into ArraySpec kwargs; a single ``N`` means ``N-N``."""
-    m = _ARRAY_RE.fullmatch(text.strip())
-    if not m:
-        raise _error(where, "-J", f"expected {ARRAY_FORMS}, got {text!r}")
-    start = int(m.group(1))
-    end = int(m.group(2)) if m.group(2) is not None else start
-    result = {"start": start, "end": end}
-    if max(start, end) > MAX_ARRAY_INDEX:
-        raise _error(where, "-J", f"array indices go up to {MAX_ARRAY_INDEX}, got {text!r}")
-    if m.group(3) is not None:
-        result["step"] = int(m.group(3))
-        if result["step"] < 1:
-            raise _error(where, "-J", f"the :step must be at least 1, got {text!r}")
-        if result["step"] > MAX_ARRAY_INDEX:
-            raise _error(where, "-J", f"the :step must be at most {MAX_ARRAY_INDEX}, got {text!r}")
-    if m.group(4) is not None:
-        result["limit"] = int(m.group(4))
-        if result["limit"] < 1:
-            raise _error(
-                where, "-J", f"the %limit (tasks at once) must be at least 1, got {text!r}"
-            )
-        if result["limit"] > MAX_ARRAY_TASKS:
-            raise _error(
-                where,
-                "-J",
-                f"the %limit (tasks at once) must be at most {MAX_ARRAY_TASKS}, got {text!r}",
-            )
-    if end < start:
-        raise _error(where, "-J", f"the range ends ({end}) before it starts ({start}) in {text!r}")
     try:
+        result = parse_array_text(text)
         ArraySpec(**result)
-    except ValidationError as exc:
-        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+    except ValueError as exc:
+        message = str(exc)
+        if isinstance(exc, ValidationError):
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
         raise _error(where, "-J", message) from None
     return result
 

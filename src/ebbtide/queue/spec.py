@@ -79,10 +79,51 @@ class Dependency(BaseModel):
     job_id: Annotated[int, Field(gt=0, le=MAX_INT64)]
 
 
+ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
+# Numbers are ASCII digits, at most 30 of them (more is never a sane value).
+_ARRAY_RE = re.compile(r"([0-9]{1,30})(?:-([0-9]{1,30}))?(?::([0-9]{1,30}))?(?:%([0-9]{1,30}))?")
+
+
+def parse_array_text(text: str) -> dict[str, int]:
+    """``1-100:2%4`` as :class:`ArraySpec` fields (a single ``N`` means ``N-N``); a
+    ``ValueError`` saying what is wrong otherwise."""
+    m = _ARRAY_RE.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"expected {ARRAY_FORMS}, got {shown(text, 60)}")
+    start = int(m.group(1))
+    end = int(m.group(2)) if m.group(2) is not None else start
+    result = {"start": start, "end": end}
+    if max(start, end) > MAX_ARRAY_INDEX:
+        raise ValueError(f"array indices go up to {MAX_ARRAY_INDEX}, got {text!r}")
+    if m.group(3) is not None:
+        result["step"] = int(m.group(3))
+        if result["step"] < 1:
+            raise ValueError(f"the :step must be at least 1, got {text!r}")
+        if result["step"] > MAX_ARRAY_INDEX:
+            raise ValueError(f"the :step must be at most {MAX_ARRAY_INDEX}, got {text!r}")
+    if m.group(4) is not None:
+        result["limit"] = int(m.group(4))
+        if result["limit"] < 1:
+            raise ValueError(f"the %limit (tasks at once) must be at least 1, got {text!r}")
+        if result["limit"] > MAX_ARRAY_TASKS:
+            raise ValueError(
+                f"the %limit (tasks at once) must be at most {MAX_ARRAY_TASKS}, got {text!r}"
+            )
+    if end < start:
+        raise ValueError(f"the range ends ({end}) before it starts ({start}) in {text!r}")
+    return result
+
+
 class ArraySpec(BaseModel):
-    """``-J 1-100:2%4``: indices ``start..end`` by ``step``, at most ``limit`` at once."""
+    """``-J 1-100:2%4``: indices ``start..end`` by ``step``, at most ``limit`` at once.
+    The text form (``array="1-100%4"``) is accepted wherever an ArraySpec is."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_form(cls, data: Any) -> Any:
+        return parse_array_text(data) if isinstance(data, str) else data
 
     start: Annotated[int, Field(ge=0, le=MAX_ARRAY_INDEX)]
     end: Annotated[int, Field(ge=0, le=MAX_ARRAY_INDEX)]

@@ -96,6 +96,8 @@ class EventType(StrEnum):
     STARTED = "started"
     CHECKPOINTED = "checkpointed"
     PROGRESS = "progress"
+    #: the value a job gave as its result (``ebbtide.job.result``)
+    RESULT = "result"
     PAUSED = "paused"
     THAWED = "thawed"
     EVICT_REQUESTED = "evict_requested"

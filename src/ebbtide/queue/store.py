@@ -808,6 +808,12 @@ class Store:
         with self._tx() as conn:
             self._fenced_update(conn, job_id, attempt, progress_done=done, progress_total=total)
 
+    def record_result(self, job_id: int, attempt: int, value: Any) -> None:
+        """The value attempt ``attempt`` gave as the job's result (an event; the last
+        one is the job's)."""
+        with self._tx() as conn:
+            self._event(conn, job_id, EventType.RESULT, attempt=attempt, data={"value": value})
+
     def begin_eviction(
         self,
         job_id: int,

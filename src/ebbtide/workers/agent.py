@@ -86,7 +86,7 @@ from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
 from ebbtide.workers.runas import RUN_AS_AGENT, RUN_AS_OWNER, Identity, RunAsRefused, resolve
 from ebbtide.workers.shim import tree as shim_tree
-from ebbtide.workers.status import Checkpoint, StatusReader
+from ebbtide.workers.status import Checkpoint, Result, StatusReader
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
 from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
 
@@ -820,6 +820,10 @@ class NodeAgent:
                     at=at,
                     size_bytes=rec.size_bytes,
                     duration_s=rec.duration_s,
+                )
+            elif isinstance(rec, Result):
+                self.journal.append(
+                    "record_result", job_id=local.job_id, attempt=local.attempt, value=rec.value
                 )
             else:
                 self.journal.append(

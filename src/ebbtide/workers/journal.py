@@ -34,6 +34,7 @@ REPORTS = frozenset(
         "begin_eviction",
         "record_checkpoint",
         "record_progress",
+        "record_result",
         "record_pause",
         "record_thaw",
         "finish_attempt",

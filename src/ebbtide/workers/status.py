@@ -1,7 +1,8 @@
 """An attempt's status file: the JSON lines a job appends (``ebbtide.job`` writes them).
 
-``{"type": "checkpoint", "path": …, "time": …, "size_bytes": …, "duration_s": …}`` and
-``{"type": "progress", "done": …, "total": …}``.  The file is the job's to write, so it
+``{"type": "checkpoint", "path": …, "time": …, "size_bytes": …, "duration_s": …}``,
+``{"type": "progress", "done": …, "total": …}`` and ``{"type": "result", "value": …}``
+(what ``JobHandle.result()`` returns).  The file is the job's to write, so it
 is read defensively: at most ``MAX_READ_BYTES`` a tick, lines longer than
 ``MAX_LINE_BYTES`` skipped, and anything that is not one of the records above counted
 as garbage and ignored.  A job that writes nonsense harms nobody but its own record.
@@ -40,7 +41,15 @@ class Progress:
     total: float | None = None
 
 
-Record = Checkpoint | Progress
+@dataclass(frozen=True)
+class Result:
+    """A small JSON value the job gives as its result (a line holds at most
+    ``MAX_LINE_BYTES``)."""
+
+    value: object
+
+
+Record = Checkpoint | Progress | Result
 
 
 class StatusReader:
@@ -122,6 +131,8 @@ def parse(line: bytes) -> Record | None:
         if not isinstance(done, float):
             return None
         return Progress(done=done, total=total if isinstance(total, float) else None)
+    if kind == "result" and "value" in rec:
+        return Result(value=rec["value"])
     return None
 
 
