@@ -70,6 +70,25 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
     return grant_for(spec, settings)
 
 
+#: What ``Client.alter`` (``ebb qalter``) may change, and the spec fields each replaces.
+ALTERABLE_FIELDS = (
+    "name",
+    "priority",
+    "kind",
+    "gpu",
+    "gpumem",
+    "walltime",
+    "deadline",
+    "checkpoint_interval",
+)
+REPLACED_BY = {
+    "gpu": ("compute_pct", "gpus"),
+    "gpumem": ("memory_mib",),
+    "walltime": ("walltime_s",),
+    "deadline": ("deadline_s",),
+    "checkpoint_interval": ("checkpoint_interval_s",),
+}
+
 #: What ``qstat -f`` shows of a job as it was submitted, beside the job's state.
 SUBMITTED_FIELDS = (
     "command",
@@ -178,12 +197,7 @@ class Client(ClientBase):
             )
         if "priority" not in spec.model_fields_set and queue.priority:
             spec = spec.model_copy(update={"priority": queue.priority})
-        if queue.max_deadline_s is not None and (spec.deadline_s or 0) > queue.max_deadline_s:
-            raise SpecError(
-                "deadline",
-                f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
-                f"(max_deadline_s {queue.max_deadline_s:g}s)",
-            )
+        self._check_deadline(spec)
         grant = kubernetes_grant(spec, self.policy)
         return self.store.submit(
             spec,
@@ -328,6 +342,53 @@ class Client(ClientBase):
         job_id = whole(job_id, "job_id")
         return self.store.cancel(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
+        )
+
+    def _check_deadline(self, spec: JobSpec) -> None:
+        """A deadline no longer than the spec's queue allows (``max_deadline_s``)."""
+        queue = self.policy.queues.get(spec.queue)
+        limit = None if queue is None else queue.max_deadline_s
+        if limit is not None and (spec.deadline_s or 0) > limit:
+            raise SpecError(
+                "deadline",
+                f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
+                f"(max_deadline_s {limit:g}s)",
+            )
+
+    def alter(self, job_id: int, **changes: Any) -> Job:
+        """Change a job that has not started (``qalter``): ``name``, ``priority``,
+        ``kind`` and its resources (``gpu``, ``gpumem``, ``walltime``, ``deadline``,
+        ``checkpoint_interval``), in the forms :class:`JobSpec` takes.  Its owner or
+        admins; checked as at submission (the queue's deadline limit, the fleet's
+        resource profile)."""
+        job_id = whole(job_id, "job_id")
+        unknown = sorted(set(changes) - set(ALTERABLE_FIELDS))
+        if unknown:
+            raise SpecError(
+                unknown[0],
+                f"cannot be altered; what can: {', '.join(ALTERABLE_FIELDS)}",
+            )
+        if not changes:
+            raise SpecError("changes", "nothing to alter; give at least one field")
+        spec = self.store.spec(job_id)
+        kept = spec.model_dump(exclude_unset=True)
+        for field in changes:
+            kept.pop(field, None)
+            for replaced in REPLACED_BY.get(field, ()):
+                kept.pop(replaced, None)
+        spec = JobSpec(**kept, **changes)
+        self._check_deadline(spec)
+        return self._shown(
+            self.store.alter(
+                job_id,
+                spec,
+                user=self.user,
+                admin=self.is_admin,
+                defaults_deadline_s=self.policy.deadline_for(spec.queue),
+                grant=kubernetes_grant(spec, self.policy),
+                changes={k: str(v) for k, v in changes.items()},
+                attribution=self.caller.attribution(),
+            )
         )
 
     def hold(self, job_id: int) -> Job:

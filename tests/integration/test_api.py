@@ -461,3 +461,27 @@ def test_the_sdk_through_the_server_raises_what_the_store_would(
         Client(Settings.from_env({**env, "EBBTIDE_TOKEN": "x"})) as c,
     ):
         c.list()
+
+
+# -- qalter -------------------------------------------------------------------------------
+
+
+def test_alter_changes_a_waiting_job_for_its_owner_and_admins_only(api: Api) -> None:
+    job_id = api.submit("alice", gpu="10%", walltime="1:00:00")
+    body = {"gpu": "50%", "walltime": "2:00:00", "priority": 5}
+    assert api.call("POST", f"/jobs/{job_id}/alter", "bob", json=body).status_code == 403
+    response = api.call("POST", f"/jobs/{job_id}/alter", "carol", json=body)
+    assert response.status_code == 200, response.text
+    job = api.store.get(job_id)
+    assert (job.compute_pct, job.priority) == (50.0, 5)
+    assert api.store.spec(job_id).walltime_s == 7200
+    altered = [e for e in api.store.events(job_id) if e["type"] == "altered"]
+    assert altered[0]["changes"]["gpu"] == "50%" and altered[0]["by"] == "carol"
+    bad = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"gpu": "lots"})
+    assert bad.status_code == 422 and "gpu" in bad.text
+    bad = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"command": ["rm"]})
+    assert bad.status_code == 422 and "cannot be altered" in bad.text
+    api.start(job_id)
+    late = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"gpu": "20%"})
+    assert late.status_code in (400, 409) and "only held, waiting or queued" in late.text
+    assert api.store.get(job_id).compute_pct == 50.0  # nothing changed

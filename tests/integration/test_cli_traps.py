@@ -76,3 +76,25 @@ def test_ebb_nodes_marks_an_agent_that_went_silent(home: Path) -> None:
     assert nodes["old-box"]["silent"] and not nodes["live-box"]["silent"]
     text = ebb("nodes")
     assert "old-box" in text and "(agent silent)" in text.split("old-box", 1)[1].splitlines()[0]
+
+
+def test_qalter_changes_queued_jobs_and_whole_arrays(home: Path) -> None:
+    ebb("qsub", "-J", "1-3", "-l", "gpu=10%", "--", "true")  # 1..3
+    out = ebb("qalter", "1[]", "-l", "gpu=50%,walltime=2:00:00", "-p", "7", "-N", "big")
+    assert out.splitlines()[0].startswith("1: altered (gpu=50%")
+    jobs = json.loads(ebb("qstat", "--json"))
+    assert [(j["name"], j["compute_pct"], j["priority"]) for j in jobs] == [
+        ("big[1]", 50.0, 7),
+        ("big[2]", 50.0, 7),
+        ("big[3]", 50.0, 7),
+    ]
+    for args, says in (
+        (["qalter", "2"], "qalter needs something to change"),
+        (["qalter", "2", "-l", "ncpus=4"], "cannot be altered"),
+        (["qalter", "2", "-l", "gpumem=4"], "needs a unit"),
+        (["qalter", "2", "-p", "5000"], "-p: expected a whole number from -1024 to 1023"),
+        (["qalter", "99", "-p", "1"], "99"),
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1 and says in result.output, (args, result.output)
+        assert "Traceback" not in result.output

@@ -117,6 +117,25 @@ def cancel(client: Caller, job_id: int) -> JobObject:
     return _job(client, client.cancel(job_id))
 
 
+@router.post(
+    "/jobs/{job_id}/alter", summary="Change a job that has not started (qalter)", tags=["jobs"]
+)
+def alter(
+    client: Caller,
+    job_id: int,
+    changes: Annotated[
+        dict[str, Any],
+        Body(
+            description="What to change: name, priority, kind, gpu, gpumem, walltime, "
+            "deadline, checkpoint_interval, in the forms a job spec takes.",
+            examples=[{"gpu": "50%", "walltime": "02:00:00"}],
+        ),
+    ],
+) -> JobObject:
+    """Its owner or admins; checked as at submission."""
+    return _job(client, client.alter(job_id, **changes))
+
+
 @router.post("/jobs/{job_id}/hold", summary="Hold a queued or waiting job (qhold)", tags=["jobs"])
 def hold(client: Caller, job_id: int) -> JobObject:
     return _job(client, client.hold(job_id))

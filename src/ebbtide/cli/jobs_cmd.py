@@ -424,6 +424,134 @@ def _state_text(j: Any) -> str:
     return "paused" if j.state == "running" and getattr(j, "paused_at", None) else str(j.state)
 
 
+#: How often ``ebb logs -f`` looks for more output, in seconds.
+FOLLOW_POLL_S = 0.5
+
+
+def _follow(client: Any, job_id: int, options: dict[str, Any]) -> None:
+    """``ebb logs -f``: print each attempt's output as it grows, from the attempt asked
+    for (or the latest) on, until the job ends and nothing more comes."""
+    import time
+
+    from ebbtide.attempt_logs import MAX_TAIL_BYTES
+    from ebbtide.queue.states import FINAL_STATES
+
+    final = {s.value for s in FINAL_STATES}
+    only = options.get("attempt")
+    number, printed, said_waiting = only, 0, False
+    try:
+        while True:
+            job = client.get(job_id)
+            if number is None and job.attempts:
+                number = job.attempts
+            if number is None:
+                if job.state in final:
+                    return  # ended before it ever started
+                if not said_waiting:
+                    click.echo(
+                        f"ebb: job {job_id} is {job.state}; waiting for it to start", err=True
+                    )
+                    said_waiting = True
+                time.sleep(FOLLOW_POLL_S)
+                continue
+            grown = _new_output(client, job_id, number, printed, options["stderr"], MAX_TAIL_BYTES)
+            if grown is not None:
+                click.echo(grown[0], nl=False)
+                printed = grown[1]
+            if job.attempts > number and only is None:
+                number, printed = number + 1, 0
+                click.echo(f"ebb: --- job {job_id} attempt {number} ---", err=True)
+                continue
+            if (job.state in final or (only is not None and job.attempts > only)) and not grown:
+                return
+            time.sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        click.echo(f"ebb: stopped following; job {job_id} goes on", err=True)
+
+
+def _new_output(
+    client: Any, job_id: int, attempt: int, printed: int, stderr: bool, most: int
+) -> tuple[str, int] | None:
+    """What attempt ``attempt``'s log holds past its first ``printed`` bytes, and its
+    size; None while there is nothing new (or no log yet)."""
+    try:
+        size = client.log_tail(job_id, attempt=attempt, stderr=stderr, tail_bytes=1).size
+        if size <= printed:
+            return None
+        for _ in range(3):  # the end of the log as it was when its size was taken
+            grown = client.log_tail(
+                job_id, attempt=attempt, stderr=stderr, tail_bytes=min(size - printed, most)
+            )
+            if grown.size == size:
+                break
+            size = grown.size  # it grew meanwhile: ask again for all that is new
+    except UserError as exc:
+        if "no output yet" in str(exc) or "has not started" in str(exc):
+            return None
+        raise
+    return grown.text, grown.size
+
+
+# -- qalter -----------------------------------------------------------------------------
+
+
+@click.command("qalter", context_settings={"help_option_names": ["--help"]})
+@click.argument("ids", nargs=-1, required=True)
+@click.option("-N", "name", help="New job name.")
+@click.option("-p", "priority", help="New priority, -1024..1023.")
+@click.option(
+    "-l",
+    "resources",
+    multiple=True,
+    help="New resources: gpu=, gpumem=, walltime=, deadline=, checkpoint_interval= (as qsub).",
+)
+@click.option("--deadline", help="New eviction deadline, 1s..1h.")
+@click.option("--kind", type=click.Choice(["training", "inference", "batch"]))
+@click.option("--json", "as_json", is_flag=True, help="Print the altered jobs as qstat --json.")
+def qalter(
+    ids: Sequence[str],
+    name: str | None,
+    priority: str | None,
+    resources: Sequence[str],
+    deadline: str | None,
+    kind: str | None,
+    as_json: bool,
+) -> None:
+    """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
+    gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array. A running job
+    keeps the slice it was given; qdel and qsub again to change it."""
+    from ebbtide.cli.qsub import parse_resources
+    from ebbtide.units import parse_int
+
+    changes: dict[str, Any] = {}
+    for text in resources:
+        for key, value in parse_resources(text).items():
+            if key not in ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval"):
+                raise UserError(f"-l: {key} cannot be altered; give gpu, gpumem, walltime, "
+                                "deadline or checkpoint_interval")  # fmt: skip
+            changes[key] = value
+    if deadline is not None:
+        changes["deadline"] = deadline
+    if name is not None:
+        changes["name"] = name
+    if kind is not None:
+        changes["kind"] = kind
+    if priority is not None:
+        try:
+            changes["priority"] = parse_int(priority, -1024, 1023)
+        except ValueError as exc:
+            raise UserError(f"-p: {exc}") from None
+    if not changes:
+        raise UserError("qalter needs something to change: -N, -p, -l, --deadline or --kind")
+    client = _client()
+    altered = [client.alter(job_id, **changes) for job_id in _expand_ids(client, ids)]
+    if as_json:
+        _echo_json([client.as_dict(j) for j in altered])
+        return
+    for job in altered:
+        click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
+
+
 # -- qdel / qhold / qrls ----------------------------------------------------------------
 
 
@@ -535,10 +663,25 @@ def events(job_id: str, as_json: bool) -> None:
 @click.option("-e", "--stderr", is_flag=True, help="Show stderr instead of stdout.")
 @click.option("--attempt", metavar="N", help="Which attempt (default: the latest).")
 @click.option("--tail", metavar="BYTES", help="How much of the end to show (default 1048576).")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing what the job writes, across its attempts (a requeued job's next "
+    "attempt follows under a header), until it ends. Ctrl-C stops following, not the job.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the text with its attempt and size.")
-def logs(job_id: str, stderr: bool, attempt: str | None, tail: str | None, as_json: bool) -> None:
-    """Show what a job wrote: the end of its latest attempt's stdout (or -e stderr).
-    Its owner and admins only."""
+def logs(
+    job_id: str,
+    stderr: bool,
+    attempt: str | None,
+    tail: str | None,
+    follow: bool,
+    as_json: bool,
+) -> None:
+    """Show what a job wrote: the end of its latest attempt's stdout (or -e stderr), or,
+    with -f, all of it as it comes. Its owner and admins only. A job whose output goes
+    to a file (-o, --output) says where in this log."""
     from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES
     from ebbtide.units import parse_int
 
@@ -552,6 +695,11 @@ def logs(job_id: str, stderr: bool, attempt: str | None, tail: str | None, as_js
                 options[key] = parse_int(value, 1, high)
             except ValueError as exc:
                 raise UserError(f"{flag}: {exc}") from None
+    if follow:
+        if as_json:
+            raise UserError("-f and --json do not go together: follow prints text as it comes")
+        _follow(_client(), parse_job_id(job_id, "ID"), options)
+        return
     log_tail = _client().log_tail(parse_job_id(job_id, "ID"), **options)
     if as_json:
         _echo_json(log_tail.to_dict())

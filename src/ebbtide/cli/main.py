@@ -51,8 +51,9 @@ def cli() -> None:
       ebb qstat                                    list jobs
       ebb qstat -f 12                              one job in full
       ebb events 12                                what happened to a job
-      ebb logs 12 / ebb logs -e 12                 what it wrote (stdout / stderr)
+      ebb logs [-e] [-f] 12                        what it wrote (-e stderr, -f as it comes)
       ebb qdel 12 / ebb qhold 12 / ebb qrls 12     cancel, hold, release
+      ebb qalter 12 -l gpu=50%,walltime=4:00:00    change a job that has not started
       ebb nodes                                    node agents, device load and health
       ebb node drain gpu-a/3                       take a device out of service (admins)
 
@@ -78,6 +79,7 @@ def cli() -> None:
 cli.add_command(jobs_cmd.qsub)
 cli.add_command(jobs_cmd.sbatch)
 cli.add_command(jobs_cmd.qstat)
+cli.add_command(jobs_cmd.qalter)
 cli.add_command(jobs_cmd.qdel)
 cli.add_command(jobs_cmd.qhold)
 cli.add_command(jobs_cmd.qrls)

@@ -91,6 +91,8 @@ class EventType(StrEnum):
     SUBMITTED = "submitted"
     HELD = "held"
     RELEASED = "released"
+    #: its name, priority or resources were changed before it started (``qalter``)
+    ALTERED = "altered"
     DEPENDENCIES_MET = "dependencies_met"
     DISPATCHED = "dispatched"
     STARTED = "started"

@@ -452,6 +452,55 @@ class Store:
         )
         return self.get(job_id)
 
+    def alter(
+        self,
+        job_id: int,
+        spec: JobSpec,
+        *,
+        user: str,
+        admin: bool = False,
+        defaults_deadline_s: float,
+        grant: SliceGrant | None = None,
+        changes: dict[str, Any] | None = None,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
+        """Give a job that has not started (held, waiting or queued) ``spec`` instead of
+        its own: its name, priority, slice, walltime and deadline (``qalter``)."""
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        granted = spec if grant is None else grant
+        name = spec.display_name()
+        alterable = [JobState.HELD.value, JobState.WAITING.value, JobState.QUEUED.value]
+        with self._tx() as conn:
+            result = conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id, JOBS.c.state.in_(alterable))
+                .values(
+                    name=name if job.array_index is None else f"{name}[{job.array_index}]",
+                    priority=spec.priority,
+                    kind=spec.kind,
+                    spec_json=spec.model_dump_json(),
+                    compute_pct=granted.compute_pct,
+                    gpus=granted.gpus,
+                    memory_mib=granted.memory_mib,
+                    deadline_s=spec.deadline_s or defaults_deadline_s,
+                    first_checkpoint_s=spec.checkpoint_interval_s or spec.walltime_s,
+                )
+            )
+            if result.rowcount != 1:
+                state = self.get(job_id).state
+                raise UserError(
+                    f"job {job_id} is {state}; only held, waiting or queued jobs can be "
+                    "altered (a running job keeps the slice it was given)"
+                )
+            self._event(
+                conn,
+                job_id,
+                EventType.ALTERED,
+                data={"changes": changes or {}, **(attribution or {"by": user})},
+            )
+        return self.get(job_id)
+
     def release(
         self,
         job_id: int,

@@ -1,0 +1,82 @@
+"""``ebb logs -f``: what a job writes, as it comes, across its attempts, until it ends."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ebbtide.attempt_logs import LogTail
+from ebbtide.cli import jobs_cmd
+from ebbtide.errors import UserError
+
+
+class GrowingJob:
+    """A job whose state and logs move on one step each time it is looked at."""
+
+    def __init__(self, steps: list[tuple[str, int, dict[int, str]]]) -> None:
+        self.steps = steps  # (state, attempts, {attempt: log so far})
+        self.now = 0
+
+    def get(self, job_id: int) -> Any:
+        self.now = min(self.now + 1, len(self.steps) - 1)
+        state, attempts, _ = self.steps[self.now]
+        return SimpleNamespace(state=state, attempts=attempts)
+
+    def log_tail(self, job_id: int, *, attempt: int, stderr: bool, tail_bytes: int) -> LogTail:
+        text = self.steps[self.now][2].get(attempt)
+        if text is None:
+            raise UserError(f"job {job_id} attempt {attempt} has no stdout log (no output yet)")
+        data = text.encode()
+        cut = data[max(0, len(data) - tail_bytes) :]
+        return LogTail(job_id, attempt, "stdout", cut.decode(), len(data), len(cut) < len(data))
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs_cmd, "FOLLOW_POLL_S", 0)
+
+
+def test_follow_prints_each_attempt_once_and_stops_when_the_job_ends(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = GrowingJob(
+        [
+            ("queued", 0, {}),
+            ("queued", 0, {}),
+            ("running", 1, {}),
+            ("running", 1, {1: "a1\n"}),
+            ("running", 1, {1: "a1\na2\n"}),
+            ("queued", 1, {1: "a1\na2\nwarned\n"}),  # evicted and requeued
+            ("running", 2, {1: "a1\na2\nwarned\n", 2: "b1\n"}),
+            ("succeeded", 2, {1: "a1\na2\nwarned\n", 2: "b1\ndone\n"}),
+        ]
+    )
+    jobs_cmd._follow(job, 12, {"stderr": False, "attempt": None})
+    out, err = capsys.readouterr()
+    assert out == "a1\na2\nwarned\nb1\ndone\n"
+    assert "job 12 is queued; waiting for it to start" in err
+    assert "--- job 12 attempt 2 ---" in err
+
+
+def test_follow_of_one_attempt_stops_when_the_next_begins(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = GrowingJob(
+        [
+            ("running", 1, {1: "a1\n"}),
+            ("running", 1, {1: "a1\n"}),
+            ("running", 2, {1: "a1\nend\n", 2: "b1\n"}),
+            ("running", 2, {1: "a1\nend\n", 2: "b1\nb2\n"}),
+        ]
+    )
+    jobs_cmd._follow(job, 12, {"stderr": False, "attempt": 1})
+    assert capsys.readouterr().out == "a1\nend\n"
+
+
+def test_follow_of_a_job_that_never_started_ends_quietly(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    jobs_cmd._follow(GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False})
+    assert capsys.readouterr().out == ""
