@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
 from ebbtide.handle import JobFailed, JobHandle
-from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 
 __version__ = "0.1.0"
@@ -31,10 +30,16 @@ __all__ = [
 if TYPE_CHECKING:
     from ebbtide.client import Client
     from ebbtide.client_base import WaitTimeout
+    from ebbtide.queue.spec import JobSpec
 
 
 def __getattr__(name: str) -> Any:
-    # the SDK pulls in the store; ``import ebbtide.job`` inside a job should stay light
+    # the SDK pulls in the store, and JobSpec pydantic: ``import ebbtide.job`` inside a job
+    # and ``ebb`` commands that need neither stay light
+    if name == "JobSpec":
+        from ebbtide.queue.spec import JobSpec
+
+        return JobSpec
     if name == "Client":
         from ebbtide.client import Client
 

@@ -20,7 +20,7 @@ import builtins
 import json
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ebbtide.args import filter_name, flag, text, whole
@@ -36,7 +36,7 @@ from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
-from ebbtide.units import shown, signal_name
+from ebbtide.units import format_mib, shown, signal_name
 from ebbtide.workdir import with_submit_host, with_workdir
 
 #: Longest reason for a drain, in characters.
@@ -68,6 +68,35 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
             "JobSpec(image=...))",
         )
     return grant_for(spec, settings)
+
+
+def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
+    """Refuse, saying what the fleet offers, a job no node that has reported could ever
+    hold: more GPUs than any node has, or more memory per GPU than any card.  With no
+    node reported yet there is nothing to compare with, so nothing is refused."""
+    fleet = []
+    for node in nodes:
+        memories = sorted(
+            (int(d.get("memory_mib") or 0) for d in json.loads(node.devices_json or "[]")),
+            reverse=True,
+        )
+        if memories:
+            fleet.append((node.name, memories))
+    need = max(spec.gpus, 1)
+    if not fleet or any(
+        sum(1 for m in memories if m >= spec.memory_mib) >= need for _, memories in fleet
+    ):
+        return
+    largest = sorted(fleet, key=lambda n: (len(n[1]), n[1][0]), reverse=True)[:3]
+    offers = ", ".join(f"{name}: {len(mems)} × {format_mib(mems[0])}" for name, mems in largest)
+    more = f" (and {len(fleet) - 3} more)" if len(fleet) > 3 else ""
+    asked = f"{need} GPU{'s' if need > 1 else ''} with {format_mib(spec.memory_mib)} each"
+    raise SpecError(
+        "gpu" if need > max(len(m) for _, m in fleet) else "gpumem",
+        f"no node could ever hold it: it asks for {asked} on one node, and the largest "
+        f"nodes are {offers}{more}; give --allow-future (allow_future=True) if such a "
+        "node will join",
+    )
 
 
 #: What ``Client.alter`` (``ebb qalter``) may change, and the spec fields each replaces.
@@ -182,7 +211,9 @@ class Client(ClientBase):
 
     # -- submitting ---------------------------------------------------------------------
 
-    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+    def submit_many(
+        self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
+    ) -> builtins.list[int]:
         """Like :meth:`submit` but returns every task id of an array."""
         spec = spec_from(spec, fields)
         # under Kubernetes, a job with no cwd runs in its image's working directory
@@ -198,6 +229,8 @@ class Client(ClientBase):
         if "priority" not in spec.model_fields_set and queue.priority:
             spec = spec.model_copy(update={"priority": queue.priority})
         self._check_deadline(spec)
+        if not flag(allow_future, "allow_future"):
+            check_fits_fleet(spec, self.store.nodes())
         grant = kubernetes_grant(spec, self.policy)
         return self.store.submit(
             spec,

@@ -56,7 +56,9 @@ class ClientBase(ABC):
         return self.caller.admin
 
     @abstractmethod
-    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+    def submit_many(
+        self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
+    ) -> builtins.list[int]:
         """Like :meth:`submit` but returns every task id of an array."""
 
     @abstractmethod
@@ -91,7 +93,9 @@ class ClientBase(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, spec: JobSpec | None = None, **fields: Any) -> JobHandle:
+    def submit(
+        self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
+    ) -> JobHandle:
         """Submit a job; return its :class:`~ebbtide.handle.JobHandle` — its id (for an
         array, the array id = its first task's id), with ``state``, ``wait()``,
         ``cancel()``, ``logs()``, ``events()`` and ``result()``.
@@ -99,8 +103,11 @@ class ClientBase(ABC):
         Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``,
         ``array="1-4%2"``).  Raises :class:`~ebbtide.errors.SpecError` for a bad spec,
         :class:`~ebbtide.errors.PermissionDenied` for a queue the caller may not use.
+        A job no node that has reported could ever hold (more GPUs than any node has, more
+        memory than any card) is refused, saying what the fleet offers, unless
+        ``allow_future`` (such a node will join).
         """
-        return JobHandle(self.submit_many(spec, **fields)[0], self)
+        return JobHandle(self.submit_many(spec, allow_future=allow_future, **fields)[0], self)
 
     def handle(self, job_id: int) -> JobHandle:
         """A :class:`~ebbtide.handle.JobHandle` for a job submitted before (it must exist)."""

@@ -49,6 +49,12 @@ class JobHandle(int):
     def __repr__(self) -> str:
         return f"JobHandle({int(self)})"
 
+    def __str__(self) -> str:  # as an id is written: "12" (in paths, messages, f-strings)
+        return int.__repr__(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(int(self), spec)
+
     def __reduce__(self) -> tuple[type[int], tuple[int]]:
         return (int, (int(self),))  # pickled (or copied) as the plain id: a client does not travel
 

@@ -143,3 +143,24 @@ def test_pause_latency_text() -> None:
     assert "2/2" in out  # both processes stopped and resumed
     assert "cgroup freezer: skipped: not asked for (--cgroup)" in out
     assert "target (freeze p99 ≤ 20 ms" in out
+
+
+def test_cli_latency_json() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "cli_latency.py"),
+            *("--submits", "2", "--lists", "1", "--jobs", "1000", "--no-postgres", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    sqlite = result["sqlite"]
+    assert sqlite["jobs"] == 1000 + 2  # the filled jobs and the timed submits
+    for key in ("qsub_p50_s", "qsub_p99_s", "qstat_p50_s", "qstat_array_p50_s"):
+        assert sqlite[key] > 0, key
+    assert result["postgresql"] is None and set(result["targets"]) == {"qsub_p50_s", "qstat_p50_s"}

@@ -33,10 +33,14 @@ def ebb(*args: str) -> str:
 def test_qstat_takes_ids_arrays_and_pbs_state_letters(home: Path) -> None:
     ebb("qsub", "-h", "--", "true")  # 1, held
     ebb("qsub", "-J", "1-3", "--", "true")  # 2..4, queued
-    rows = ebb("qstat", "1", "2[]").splitlines()[1:]
+    rows = ebb("qstat", "-t", "1", "2[]").splitlines()[1:]
     assert [int(r.split()[0]) for r in rows] == [1, 2, 3, 4]
     assert [int(r.split()[0]) for r in ebb("qstat", "-s", "H").splitlines()[1:]] == [1]
-    assert len(ebb("qstat", "-s", "QH").splitlines()[1:]) == 4
+    assert len(ebb("qstat", "-t", "-s", "QH").splitlines()[1:]) == 4
+    # an array is one line unless -t
+    rows = ebb("qstat", "-s", "QH").splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["1", "2[1-3]"]
+    assert "3 tasks: 3 queued (-t for each)" in rows[1]
     assert ebb("qstat", "-s", "F").splitlines()[1:] == []
     result = CliRunner().invoke(cli, ["qstat", "-s", "Z"])
     assert result.exit_code == 1 and "PBS letters (Q R H W E F)" in result.output
@@ -98,3 +102,27 @@ def test_qalter_changes_queued_jobs_and_whole_arrays(home: Path) -> None:
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1 and says in result.output, (args, result.output)
         assert "Traceback" not in result.output
+
+
+def test_a_job_no_node_could_hold_is_refused_with_what_the_fleet_offers(home: Path) -> None:
+    # before any node reports, there is nothing to compare with: accepted
+    ebb("qsub", "-h", "-l", "gpu=8", "--", "true")
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat(
+        "gpu-a",
+        started_at=time.time(),
+        devices=[{"index": i, "memory_mib": 81920} for i in range(2)],
+    )
+    store.heartbeat("gpu-b", started_at=time.time(), devices=[{"index": 0, "memory_mib": 40960}])
+    ebb("qsub", "-l", "gpu=2,gpumem=60GiB", "--", "true")  # gpu-a has two such cards
+    for resources, field in (("gpu=4", "gpu"), ("gpu=25%,gpumem=96GiB", "gpumem")):
+        result = CliRunner().invoke(cli, ["qsub", "-l", resources, "--", "true"])
+        assert result.exit_code == 1, result.output
+        assert f"{field}: no node could ever hold it" in result.output
+        assert "gpu-a: 2 × 80GiB, gpu-b: 1 × 40GiB" in result.output
+        assert "--allow-future" in result.output
+    ebb("qsub", "--allow-future", "-l", "gpu=4", "--", "true")
+    sbatch = CliRunner().invoke(cli, ["sbatch", "--allow-future", "-G", "4", "--wrap", "true"])
+    assert sbatch.exit_code == 0, sbatch.output
+    assert len(json.loads(ebb("qstat", "--json"))) == 4  # the refused two are not there

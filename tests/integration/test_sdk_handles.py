@@ -28,6 +28,7 @@ def test_a_handle_is_the_jobs_id_and_answers_for_it(client: Client) -> None:
     job = client.submit(command=["true"], array="1-4%2")
     assert isinstance(job, JobHandle) and isinstance(job, int)
     assert job == job.id == 1 and json.dumps({"id": job}) == '{"id": 1}'
+    assert (str(job), f"{job}", f"{job:>3}", repr(job)) == ("1", "1", "  1", "JobHandle(1)")
     assert client.get(job).array_limit == 2  # old code that passes ids on works
     assert job.state is JobState.QUEUED and not job.done()
     assert pickle.loads(pickle.dumps(job)) == 1 and copy.copy(job) == 1

@@ -33,9 +33,14 @@ def test_defaults_without_a_file() -> None:
     assert (margins.compute_pct, margins.memory_mib) == (5.0, 2048.0)
 
 
-@pytest.mark.parametrize("text", ["", "# only a comment\n", "apiVersion: ebbtide/v1\n"])
-def test_empty_file_means_defaults(text: str) -> None:
-    assert parse_policy(text, "p.yaml") == Policy()
+def test_a_file_with_only_its_version_means_defaults() -> None:
+    assert parse_policy("apiVersion: ebbtide/v1\n", "p.yaml") == Policy()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_an_empty_file_is_an_error_not_the_defaults(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"p.yaml:1:1: the policy file is empty"):
+        parse_policy(text, "p.yaml")
 
 
 def test_full_file_with_units() -> None:

@@ -145,9 +145,15 @@ class RemoteClient(ClientBase):
     def close(self) -> None:
         self._http.close()
 
-    def submit_many(self, spec: JobSpec | None = None, **fields: Any) -> builtins.list[int]:
+    def submit_many(
+        self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
+    ) -> builtins.list[int]:
         spec = with_submit_host(spec_from(spec, fields))
-        params = {} if self.workdir is None else {"workdir": base_directory(self.workdir)}
+        params: dict[str, Any] = {}
+        if self.workdir is not None:
+            params["workdir"] = base_directory(self.workdir)
+        if allow_future:
+            params["allow_future"] = "true"
         body = spec.model_dump(mode="json", exclude_unset=True)
         return list(self._call("POST", "/jobs", json=body, params=params)["ids"])
 

@@ -70,6 +70,10 @@ def submit(
             "or checkpoint_dir is resolved against it, and a spec with no cwd runs there."
         ),
     ] = None,
+    allow_future: Annotated[
+        bool,
+        Query(description="Accept a job no node that has reported could hold (one will join)."),
+    ] = False,
 ) -> Submitted:
     """Check the spec as the SDK does (queue, deadline, who may submit there) and queue
     it in the caller's name."""
@@ -77,7 +81,7 @@ def submit(
     if workdir is not None and not workdir.startswith("/"):
         raise SpecError("workdir", f"must be an absolute path, got {shown(workdir, 60)}")
     client.workdir = workdir  # checked as the job's cwd when it becomes that
-    ids = client.submit_many(job_spec)
+    ids = client.submit_many(job_spec, allow_future=allow_future)
     return Submitted(id=ids[0], ids=ids, array=job_spec.array is not None)
 
 

@@ -87,6 +87,12 @@ class _QsubCommand(click.Command):
     "-V", "export_all", is_flag=True, help="Copy the submitting environment into the job."
 )
 @click.option("-S", "shell", help="Shell for a script with no #! line, e.g. /bin/bash.")
+@click.option(
+    "--allow-future",
+    is_flag=True,
+    help="Accept a job no node could hold today (more GPUs or memory than any has): one "
+    "that can will join.",
+)
 @click.option("-m", "mail", help="Accepted, without effect: mail is not sent.")
 @click.option("-M", "mail_to", help="Accepted, without effect: mail is not sent.")
 @click.option("-r", "rerun", help="Accepted, without effect: evicted jobs are always requeued.")
@@ -158,14 +164,14 @@ def qsub(
         text, directives = load_script(args[0])
         cli_opts.script = text
         cli_opts.args = list(args[1:])
-    submitted = _submit("qsub", cli_opts, directives, as_json)
+    submitted = _submit("qsub", cli_opts, directives, as_json, opts["allow_future"])
     if submitted is not None:
         ids, is_array = submitted
         click.echo(f"{ids[0]}[]" if is_array else str(ids[0]))
 
 
 def _submit(
-    command: str, cli_opts: Any, directives: Any, as_json: bool
+    command: str, cli_opts: Any, directives: Any, as_json: bool, allow_future: bool = False
 ) -> tuple[list[int], bool] | None:
     """Build the spec, submit it, and say what it means: with ``as_json`` the ids and
     the notes on stdout (then None); else one line on stderr per directive accepted
@@ -175,7 +181,7 @@ def _submit(
 
     notes: list[str] = []
     spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
-    ids = _client().submit_many(spec)
+    ids = _client().submit_many(spec, allow_future=allow_future)
     if as_json:
         out: dict[str, Any] = {"id": ids[0]}
         if spec.array:
@@ -214,7 +220,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     and -c/--cpus-per-task and --mem (recorded), --export (ALL by default, NONE,
     VAR[=value]), -H/--hold, --requeue. Options with no meaning here (--mail-type, --qos,
     --exclusive, ...) are accepted with a note on stderr; more than one node or task is
-    refused.
+    refused, and so is a job no node could hold today unless --allow-future.
 
     Prints "Submitted batch job ID" (--parsable: the id alone). The job sees EBBTIDE_*
     variables and Slurm's: SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_SUBMIT_DIR,
@@ -227,6 +233,9 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     from ebbtide.cli.slurm import parse_sbatch_tokens
 
     words = list(args)
+    allow_future = "--allow-future" in words
+    if allow_future:  # ebbtide's own, not sbatch's
+        words.remove("--allow-future")
     # the options end at the first word that is neither an option nor an option's value
     # ("-t 10", "--time 10")
     i = 0
@@ -252,7 +261,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
         text, directives = load_script(rest[0], dialect="slurm")
         cli_opts.script = text
         cli_opts.args = rest[1:]
-    submitted = _submit("sbatch", cli_opts, directives, as_json)
+    submitted = _submit("sbatch", cli_opts, directives, as_json, allow_future)
     if submitted is not None:
         ids = submitted[0]
         click.echo(str(ids[0]) if parsable else f"Submitted batch job {ids[0]}")
@@ -322,20 +331,25 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     help=f"Only these states: {JOB_STATES_HELP}; or PBS's letters: Q queued, R running, "
     "H held, W waiting, E evicting, F finished (-s QR: both).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "-t", "tasks", is_flag=True, help="Show every task of an array (default: one line each)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every task).")
 @click.argument("ids", nargs=-1)
 def qstat(
     full: str | None,
     user: str | None,
     queues: bool,
     states: Sequence[str],
+    tasks: bool,
     as_json: bool,
     ids: Sequence[str],
 ) -> None:
     """Show jobs (all states, oldest first), only the jobs IDS (`ebb qstat 12 13[]`), one
     job in full (-f ID), or queues (-Q).
 
-    In -f, times are local ISO timestamps (Unix seconds in --json).
+    An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
+    task. In -f, times are local ISO timestamps (Unix seconds in --json).
     """
     from ebbtide.queue.states import JobState
 
@@ -366,17 +380,59 @@ def qstat(
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
-    click.echo(
+    lines = [
         f"{'ID':>6} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
         f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
-    )
+    ]
+    for group in _grouped(jobs, expand=tasks):
+        lines.append(_row(group[0]) if len(group) == 1 else _array_row(group))
+    click.echo("\n".join(lines))
+
+
+def _grouped(jobs: Sequence[Any], *, expand: bool) -> list[list[Any]]:
+    """Jobs in order, the tasks of each array (next to each other, as ids are given)
+    together in one group unless ``expand``."""
+    groups: list[list[Any]] = []
     for j in jobs:
-        where = f"{j.node}/{j.devices}" if j.node else "-"
-        click.echo(
-            f"{j.id:>6} {j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
-            f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
-            f"{_fmt_time(j.started_at):>8}  {j.reason}"
-        )
+        if (
+            not expand
+            and j.array_id is not None
+            and groups
+            and groups[-1][0].array_id == j.array_id
+        ):
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
+
+
+def _row(j: Any) -> str:
+    where = f"{j.node}/{j.devices}" if j.node else "-"
+    return (
+        f"{j.id:>6} {j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
+        f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
+        f"{_fmt_time(j.started_at):>8}  {j.reason}"
+    )
+
+
+def _array_row(tasks: Sequence[Any]) -> str:
+    """One line for an array's tasks: ``12[1-100]``, its state if they share one, and
+    how many tasks are in each state."""
+    first = tasks[0]
+    indices = [t.array_index for t in tasks]
+    ident = f"{first.array_id}[{min(indices)}-{max(indices)}]"
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[_state_text(t)] = counts.get(_state_text(t), 0) + 1
+    state = next(iter(counts)) if len(counts) == 1 else "mixed"
+    name = first.name.rsplit("[", 1)[0]
+    started = min((t.started_at for t in tasks if t.started_at), default=None)
+    spread = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{ident:>6} {name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
+        f"{first.priority:>4} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
+        f"{_fmt_time(started):>8}  {len(tasks)} tasks: {spread} (-t for each)"
+    )
 
 
 #: PBS's job state letters (``qselect -s QR``), as ebbtide's states.

@@ -5,24 +5,55 @@ User mistakes print one line (``ebb: error: …``) and exit 1; never a traceback
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from ebbtide import __version__
-from ebbtide.cli import jobs_cmd, nodes_cmd, run_cmd
 from ebbtide.cli.common import _client, _echo_json, _setup_logging, log
-from ebbtide.cli.k8s_cmd import k8s_group
-from ebbtide.cli.policy_cmd import policy_group
-from ebbtide.cli.server_cmd import server
-from ebbtide.cli.token_cmd import token_group
 from ebbtide.errors import EbbtideError, UserError
+
+#: Every command: the module that defines it, and its name there.  A module is imported
+#: only when its command runs (or for ``--help``), so ``ebb qsub`` does not pay for the
+#: scheduler, the simulator or the Kubernetes client.
+COMMANDS = {
+    "qsub": ("ebbtide.cli.jobs_cmd", "qsub"),
+    "sbatch": ("ebbtide.cli.jobs_cmd", "sbatch"),
+    "qstat": ("ebbtide.cli.jobs_cmd", "qstat"),
+    "qalter": ("ebbtide.cli.jobs_cmd", "qalter"),
+    "qdel": ("ebbtide.cli.jobs_cmd", "qdel"),
+    "qhold": ("ebbtide.cli.jobs_cmd", "qhold"),
+    "qrls": ("ebbtide.cli.jobs_cmd", "qrls"),
+    "events": ("ebbtide.cli.jobs_cmd", "events"),
+    "logs": ("ebbtide.cli.jobs_cmd", "logs"),
+    "nodes": ("ebbtide.cli.nodes_cmd", "nodes"),
+    "node": ("ebbtide.cli.nodes_cmd", "node_group"),
+    "up": ("ebbtide.cli.run_cmd", "up"),
+    "scheduler": ("ebbtide.cli.run_cmd", "scheduler"),
+    "worker": ("ebbtide.cli.run_cmd", "worker"),
+    "demo": ("ebbtide.cli.run_cmd", "demo"),
+    "sim": ("ebbtide.cli.run_cmd", "sim"),
+    "policy": ("ebbtide.cli.policy_cmd", "policy_group"),
+    "k8s": ("ebbtide.cli.k8s_cmd", "k8s_group"),
+    "server": ("ebbtide.cli.server_cmd", "server"),
+    "token": ("ebbtide.cli.token_cmd", "token_group"),
+}
 
 __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return self.commands.get(cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -75,27 +106,6 @@ def cli() -> None:
 
 
 # -- commands -------------------------------------------------------------------------
-
-cli.add_command(jobs_cmd.qsub)
-cli.add_command(jobs_cmd.sbatch)
-cli.add_command(jobs_cmd.qstat)
-cli.add_command(jobs_cmd.qalter)
-cli.add_command(jobs_cmd.qdel)
-cli.add_command(jobs_cmd.qhold)
-cli.add_command(jobs_cmd.qrls)
-cli.add_command(jobs_cmd.events)
-cli.add_command(jobs_cmd.logs)
-cli.add_command(nodes_cmd.nodes)
-cli.add_command(nodes_cmd.node_group)
-cli.add_command(run_cmd.up)
-cli.add_command(run_cmd.scheduler)
-cli.add_command(run_cmd.worker)
-cli.add_command(run_cmd.demo)
-cli.add_command(run_cmd.sim)
-cli.add_command(policy_group)
-cli.add_command(k8s_group)
-cli.add_command(server)
-cli.add_command(token_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -446,7 +446,13 @@ def load_policy(path: Path | None) -> Policy:
 def parse_policy(text: str, filename: str = "<policy>") -> Policy:
     node, data = load_yaml(text, filename)
     if data is None:
-        data = {}
+        # an empty file is a mistake (a truncated copy, the wrong path), not a wish for
+        # the defaults: those need no file at all
+        raise ConfigError(
+            f"{filename}:1:1: the policy file is empty (or holds only comments); give at "
+            "least one key (queues:, defaults:, windows:, ...), or no policy file for the "
+            "defaults"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{filename}:1:1: the policy must be a mapping of keys to values")
     try:

@@ -21,7 +21,6 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ebbtide.config.base import Strict
 from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
-from ebbtide.scheduling.cron import parse_cron
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$"
 _HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
@@ -53,6 +52,9 @@ class _Scheduled(_Window):
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, value: str) -> str:
+        # APScheduler (and asyncio, which it imports) only for a policy that has a cron
+        from ebbtide.scheduling.cron import parse_cron
+
         parse_cron(value, ZoneInfo("UTC"))  # raises ValueError with the reason
         return value
 

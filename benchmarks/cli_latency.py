@@ -1,0 +1,150 @@
+"""Wall time of ``ebb qsub`` and ``ebb qstat`` as a user meets them: a new process each
+call, on SQLite and (when it answers) PostgreSQL, and Slurm's ``sbatch``/``squeue`` beside
+them when they are on the machine.
+
+For each store:
+
+1. ``ebb qsub -h -- true`` ``--submits`` times (each a fresh ``ebb`` process);
+2. the store filled to ``--jobs`` jobs (``--jobs`` single jobs, through the store, held),
+   then ``ebb qstat`` ``--lists`` times, output to /dev/null;
+3. one array of ``--jobs`` tasks, then ``ebb qstat`` (shown compressed as ``ID[1-N]``).
+
+Usage (from the repository root)::
+
+    python benchmarks/cli_latency.py [--submits 20] [--lists 5] [--jobs 10000] [--json]
+
+Prints p50 / p99 / max per command and store; with ``--json`` one object with, per store,
+``qsub_p50_s``, ``qsub_p99_s``, ``qsub_max_s``, ``qstat_p50_s``, ``qstat_p99_s``,
+``qstat_array_p50_s`` (and ``slurm`` with ``sbatch_p50_s``/``squeue_p50_s``, or null).
+Targets (issue: as fast as the tools it replaces): qsub ≤ 0.150 s, qstat of 10,000 jobs
+≤ 0.300 s.  Measured on an idle machine; a busy one inflates every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+
+PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+PG_DB = "ebbtide_cli_latency"
+
+
+def _ebb() -> list[str]:
+    """The installed ``ebb`` script next to this interpreter (as a user runs it)."""
+    script = Path(sys.executable).with_name("ebb")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ebbtide.cli.main"]
+
+
+def _timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        times.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
+    return times
+
+
+def _stats(prefix: str, times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {
+        f"{prefix}_p50_s": round(statistics.median(ordered), 4),
+        f"{prefix}_p99_s": round(p99, 4),
+        f"{prefix}_max_s": round(ordered[-1], 4),
+    }
+
+
+def _postgres_url() -> str | None:
+    """A fresh database on the local PostgreSQL, or None when it does not answer."""
+    try:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {PG_DB}"))
+            conn.execute(sa.text(f"CREATE DATABASE {PG_DB}"))
+        engine.dispose()
+    except Exception:
+        return None
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{PG_DB}"
+
+
+def measure(db_url: str, home: Path, args: argparse.Namespace) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
+    env.update({"EBBTIDE_HOME": str(home), "EBBTIDE_DB_URL": db_url})
+    ebb = _ebb()
+    out: dict[str, Any] = {}
+    out.update(_stats("qsub", _timed([*ebb, "qsub", "-h", "--", "true"], env, args.submits)))
+    store = Store(db_url)
+    try:
+        chunk = [JobSpec(command=["true"], hold=True)] * 1000
+        for _ in range(args.jobs // 1000):
+            for spec in chunk:
+                store.submit(spec, "bench", defaults_deadline_s=30)
+        out["jobs"] = len(store.list_jobs())
+        out.update(_stats("qstat", _timed([*ebb, "qstat"], env, args.lists)))
+        store.submit(
+            JobSpec(command=["true"], hold=True, array=f"1-{args.jobs}"),
+            "bench",
+            defaults_deadline_s=30,
+        )
+        out.update(_stats("qstat_array", _timed([*ebb, "qstat"], env, args.lists)))
+    finally:
+        store.close()
+    return out
+
+
+def slurm(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Slurm beside ebbtide, when ``sbatch`` and a running controller are here."""
+    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+        return None
+    env = dict(os.environ)
+    out: dict[str, Any] = {}
+    out.update(_stats("sbatch", _timed(["sbatch", "-H", "--wrap", "true"], env, args.submits)))
+    out.update(_stats("squeue", _timed(["squeue", "-r"], env, args.lists)))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--submits", type=int, default=20)
+    parser.add_argument("--lists", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs in the store for qstat")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results: dict[str, Any] = {"targets": {"qsub_p50_s": 0.150, "qstat_p50_s": 0.300}}
+    with tempfile.TemporaryDirectory(prefix="ebbtide-cli-latency-") as tmp:
+        home = Path(tmp) / "home"
+        results["sqlite"] = measure(f"sqlite:///{Path(tmp) / 'cli.db'}", home, args)
+        pg = None if args.no_postgres else _postgres_url()
+        results["postgresql"] = measure(pg, Path(tmp) / "home-pg", args) if pg else None
+    results["slurm"] = slurm(args)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    for name in ("sqlite", "postgresql", "slurm"):
+        figures = results[name]
+        if figures is None:
+            print(f"{name:>10}: not measured (not reachable here)")
+            continue
+        print(f"{name:>10}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
