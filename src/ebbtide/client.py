@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import signal
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ebbtide.args import filter_name, flag, text, whole
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES, LogTail, read_tail
 from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
-from ebbtide.config.policy import Policy, load_policy
+from ebbtide.config.policy import Policy, load_policy, parse_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import PermissionDenied, SpecError, UserError
+from ebbtide.errors import ConfigError, PermissionDenied, SpecError, UserError
 from ebbtide.identity import Caller, local_caller
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
@@ -38,6 +40,8 @@ from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
 from ebbtide.units import format_mib, shown, signal_name
 from ebbtide.workdir import with_submit_host, with_workdir
+
+log = logging.getLogger("ebbtide.client")
 
 #: Longest reason for a drain, in characters.
 MAX_REASON_CHARS = 1000
@@ -68,6 +72,38 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
             "JobSpec(image=...))",
         )
     return grant_for(spec, settings)
+
+
+#: The published policy last parsed, by its text: a server parses it once, not per request.
+_parsed: dict[str, Policy] = {}
+
+
+def policy_in_effect(store: Store, path: Path | None) -> Policy:
+    """The policy jobs are checked against: the one the running (or last) scheduler
+    published to the store (:func:`published_policy`), so every client sees the queues,
+    defaults and deadlines the scheduler applies; the file at ``path``
+    (``EBBTIDE_POLICY``) only while none is published."""
+    return published_policy(store) or load_policy(path)
+
+
+def published_policy(store: Store) -> Policy | None:
+    """The policy the scheduler published, parsed once per text; None when none is, or
+    when this ebbtide cannot read it (a newer scheduler's: a warning says so)."""
+    published = store.published_policy()
+    if published is None:
+        return None
+    text, source, _ = published
+    if not text:
+        return Policy()  # the scheduler runs with the built-in defaults
+    if text not in _parsed:
+        try:
+            policy = parse_policy(text, f"{source} (as the scheduler published it)")
+        except ConfigError as exc:
+            log.warning("the scheduler's published policy cannot be read here: %s", exc)
+            return None
+        _parsed.clear()
+        _parsed[text] = policy
+    return _parsed[text]
 
 
 def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
@@ -194,11 +230,16 @@ class Client(ClientBase):
         workdir: str | None = ".",
     ) -> None:
         self.settings = settings or Settings.from_env()
-        self.policy = policy or load_policy(self.settings.policy_path)
-        self._caller = caller or local_caller(self.policy.admins, self.settings.act_as)
-        self.workdir = workdir
         self._owns_store = store is None
         self.store = store or Store(self.settings.db_url)
+        try:
+            self.policy = policy or policy_in_effect(self.store, self.settings.policy_path)
+        except BaseException:
+            if self._owns_store:
+                self.store.close()
+            raise
+        self._caller = caller or local_caller(self.policy.admins, self.settings.act_as)
+        self.workdir = workdir
 
     @property
     def caller(self) -> Caller:

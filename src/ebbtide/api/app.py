@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from ebbtide import __version__
 from ebbtide.api.auth import PolicyWatch, authenticate
 from ebbtide.api.wire import PREFIX, error_out
-from ebbtide.client import Client
+from ebbtide.client import Client, published_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import EbbtideError, Unauthenticated
 from ebbtide.queue.spec import JobSpec
@@ -76,7 +76,9 @@ def close_app(app: FastAPI) -> None:
 def request_client(request: Request) -> Iterator[Client]:
     """The :class:`Client` that serves one request, as its caller (a FastAPI dependency)."""
     ctx: ServerContext = request.app.state.ebbtide
-    policy = ctx.policies.current()
+    # the running scheduler's policy, as every client sees it; the server's file until
+    # a scheduler publishes one
+    policy = published_policy(ctx.store) or ctx.policies.current()
     caller = authenticate(request, ctx.store, policy)
     yield Client(ctx.settings, store=ctx.store, policy=policy, caller=caller, workdir=None)
 

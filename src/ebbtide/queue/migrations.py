@@ -170,6 +170,14 @@ def _v6_tokens(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v7_published_policy(conn: Connection) -> None:
+    """The policy the leading scheduler runs with, published for clients (the queues,
+    defaults and deadlines they check a job against)."""
+    conn.execute(sa.text("ALTER TABLE leadership ADD COLUMN policy_text TEXT"))
+    conn.execute(sa.text("ALTER TABLE leadership ADD COLUMN policy_source VARCHAR"))
+    conn.execute(sa.text("ALTER TABLE leadership ADD COLUMN policy_at FLOAT"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -178,6 +186,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v4_leadership,
     _v5_pause,
     _v6_tokens,
+    _v7_published_policy,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -131,6 +131,13 @@ class Leadership(SQLModel, table=True):
     epoch: int
     holder: str = ""
     acquired_at: float = 0.0
+    # -- schema version 7: the policy the leader runs with, published for clients --
+    #: the policy file's text (None: none published; "": the built-in defaults)
+    policy_text: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    #: where it was read from, for messages
+    policy_source: str | None = None
+    #: Unix seconds it was published
+    policy_at: float | None = None
 
 
 class Token(SQLModel, table=True):

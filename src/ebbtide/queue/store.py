@@ -1208,6 +1208,30 @@ class Store:
 
     # -- nodes --------------------------------------------------------------------------
 
+    # -- the published policy -----------------------------------------------------------
+
+    def publish_policy(self, text: str, source: str) -> None:
+        """The leading scheduler's policy (its file's text; "" for the built-in defaults),
+        for clients to check jobs against; fenced like every leader's write."""
+        with self._tx() as conn:
+            conn.execute(
+                LEADERSHIP.update()
+                .where(LEADERSHIP.c.id == 1)
+                .values(policy_text=text, policy_source=source, policy_at=self.clock.time())
+            )
+
+    def published_policy(self) -> tuple[str, str, float] | None:
+        """``(text, source, published at)`` of the policy the leading scheduler (or the
+        last one) runs with; None when no scheduler has published one."""
+        stmt = sa.select(
+            LEADERSHIP.c.policy_text, LEADERSHIP.c.policy_source, LEADERSHIP.c.policy_at
+        ).where(LEADERSHIP.c.id == 1)
+        with self._read() as conn:
+            row = conn.execute(stmt).first()
+        if row is None or row[0] is None:
+            return None
+        return str(row[0]), str(row[1] or "the scheduler's policy"), float(row[2] or 0.0)
+
     def heartbeat(
         self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
     ) -> None:

@@ -73,6 +73,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.leader = leader
+        #: the policy text and epoch last published (see :meth:`_publish_policy`)
+        self._published: tuple[str | None, int | None] | None = None
 
     @property
     def policy(self) -> Policy:
@@ -128,6 +130,7 @@ class Scheduler:
 
     def run_once(self) -> Plan:
         self.runtime.maybe_reload()
+        self._publish_policy()
         now = self.clock.time()
         self.store.promote_waiting()
         for name, q in self.policy.queues.items():
@@ -140,6 +143,17 @@ class Scheduler:
         self.store.set_reasons(decisions.blocked)
         self.runtime.wake_at(decisions.wake_at)
         return decisions
+
+    def _publish_policy(self) -> None:
+        """Publish the policy in effect for clients, once per change and per leadership
+        epoch (a new leader publishes its own at its first pass)."""
+        text = self.runtime.text
+        key = (text, getattr(self.store, "_epoch", None))
+        if text is None or key == self._published:
+            return
+        source = str(self.runtime.path) if self.runtime.path else "the built-in defaults"
+        self.store.publish_policy(text, source)
+        self._published = key
 
     def apply(self, decisions: Plan, now: float) -> None:
         active = {(a.job_id, a.attempt): a for a in self.store.active_attempts()}

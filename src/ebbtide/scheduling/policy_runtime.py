@@ -20,7 +20,8 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ebbtide.config.policy import Policy, load_policy
+from ebbtide.config.loader import read_config
+from ebbtide.config.policy import Policy, parse_policy
 from ebbtide.errors import ConfigError
 from ebbtide.scheduling.windows import DeviceGates, Gatekeeper, LullTracker, Schedule
 
@@ -38,6 +39,11 @@ class PolicyRuntime:
         self.path = path
         self.on_change = on_change
         self._mtime = self._stat()
+        #: the text of the policy in effect, to publish for clients ("" for the built-in
+        #: defaults; None when the policy was handed in without its file)
+        self.text: str | None = _text_of(path) if path is not None else None
+        if path is None and policy == Policy():
+            self.text = ""
         self._reload_requested = threading.Event()
         self._wakeups: BackgroundScheduler | None = None
         self._wake: Callable[[], None] | None = None
@@ -84,12 +90,14 @@ class PolicyRuntime:
         self._reload_requested.clear()
         self._mtime = mtime
         try:
-            policy = load_policy(self.path)
+            text = read_config(self.path, "policy file")
+            policy = parse_policy(text, str(self.path))
         except ConfigError as exc:
             for line in str(exc).splitlines():
                 log.error("policy not reloaded, keeping the old one: %s", line)
             return False
         self._install(policy)
+        self.text = text
         log.info("policy reloaded from %s: %s", self.path, policy.summary())
         if self.on_change is not None:
             self.on_change(policy)
@@ -168,3 +176,11 @@ class PolicyRuntime:
         if self._wakeups is not None:
             self._wakeups.shutdown(wait=False)
             self._wakeups = None
+
+
+def _text_of(path: Path) -> str | None:
+    """The policy file's text, as loaded at the start (None if it cannot be read now)."""
+    try:
+        return read_config(path, "policy file")
+    except ConfigError:
+        return None

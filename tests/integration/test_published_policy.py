@@ -1,0 +1,78 @@
+"""The queues, defaults and deadlines a client checks a job against are the running
+scheduler's: it publishes its policy to the store, and clients read that one rather
+than whatever file they happen to be pointed at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ebbtide.client import Client
+from ebbtide.config.policy import load_policy
+from ebbtide.config.settings import Settings
+from ebbtide.errors import NotLeader, SpecError, UserError
+from ebbtide.queue.store import LEADERSHIP, Store
+from ebbtide.scheduling.loop import Scheduler
+
+SCHEDULERS = "queues:\n  default: {}\n  night:\n    deadline_s: 12s\n    max_deadline_s: 20s\n"
+CLIENTS = "queues:\n  default: {}\n  stale:\n    priority: 5\n"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'e.db'}")
+
+
+def _client(tmp_path: Path, store: Store) -> Client:
+    stale = tmp_path / "client-policy.yaml"
+    stale.write_text(CLIENTS)
+    settings = Settings.from_env(
+        {"EBBTIDE_HOME": str(tmp_path / "home"), "EBBTIDE_POLICY": str(stale)}
+    )
+    return Client(settings, store=store)
+
+
+def test_without_a_scheduler_a_client_reads_its_own_file(tmp_path: Path, store: Store) -> None:
+    assert store.published_policy() is None
+    assert set(_client(tmp_path, store).policy.queues) == {"default", "stale"}
+
+
+def test_a_client_checks_jobs_against_the_schedulers_policy(tmp_path: Path, store: Store) -> None:
+    path = tmp_path / "scheduler-policy.yaml"
+    path.write_text(SCHEDULERS)
+    scheduler = Scheduler(store, policy=load_policy(path), policy_path=path, wakeups=False)
+    scheduler.run_once()
+    text, source, _ = store.published_policy()  # type: ignore[misc]
+    assert text == SCHEDULERS and source == str(path)
+    client = _client(tmp_path, store)
+    assert set(client.policy.queues) == {"default", "night"}
+    job = client.get(client.submit(command=["x"], queue="night"))
+    assert job.deadline_s == 12  # the scheduler's queue default, not the client's
+    with pytest.raises(UserError, match="unknown queue 'stale'"):
+        client.submit(command=["x"], queue="stale")
+    with pytest.raises(SpecError, match="max_deadline_s 20s"):
+        client.submit(command=["x"], queue="night", deadline="30s")
+
+    # the scheduler reloads an edited file: clients see the new one
+    path.write_text(SCHEDULERS + "  extra: {}\n")
+    scheduler.runtime.request_reload()
+    scheduler.run_once()
+    assert "extra" in _client(tmp_path, store).policy.queues
+
+
+def test_a_scheduler_with_the_built_in_defaults_publishes_them(
+    tmp_path: Path, store: Store
+) -> None:
+    Scheduler(store, wakeups=False).run_once()
+    assert store.published_policy()[0] == ""  # type: ignore[index]
+    assert set(_client(tmp_path, store).policy.queues) == {"default"}
+
+
+def test_a_deposed_leader_cannot_publish(store: Store) -> None:
+    old = store.fenced(0)  # the epoch a fresh store starts at
+    with store.engine.begin() as conn:  # another scheduler takes the lead
+        conn.execute(LEADERSHIP.update().values(epoch=LEADERSHIP.c.epoch + 1))
+    with pytest.raises(NotLeader):
+        old.publish_policy("queues:\n  default: {}\n", "old")
+    assert store.published_policy() is None
