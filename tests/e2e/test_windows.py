@@ -61,13 +61,16 @@ def _submit(env, out, *extra: str) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_window_close_drains_by_the_close_and_admission_respects_it(tmp_path):  # type: ignore[no-untyped-def]
-    policy_text, close_at = _window_closing_in(CLOSE_IN_S)
     policy = tmp_path / "ebbtide.yaml"
-    policy.write_text(policy_text)
+    policy.write_text("apiVersion: ebbtide/v1\n")
     env = ebb_env(tmp_path / "home", EBBTIDE_POLICY=str(policy))
     a = _submit(env, tmp_path / "a.json")
     b = _submit(env, tmp_path / "b.json")
     late = _submit(env, tmp_path / "late.json", "-l", "checkpoint_interval=60s")
+    # the window is timed from here: on a loaded machine the three submissions above can
+    # take seconds, which must not eat the window (its jobs would never be admitted)
+    policy_text, close_at = _window_closing_in(CLOSE_IN_S)
+    policy.write_text(policy_text)
     up = start(env, "up", "--node", "box", "--devices", "1x80GiB", log=tmp_path / "up.log")
     try:
         wait_for(

@@ -127,3 +127,20 @@ def snap(
         offline_allowed=offline_allowed,
         max_dispatches=max_dispatches,
     )
+
+
+class JobRow:
+    """The fields of a job row that an attempt's environment is made from
+    (``workers.launch.env_for``): job 7 of alice, first attempt, default queue."""
+
+    id = 7
+    owner = "alice"
+    queue = "default"
+    gpus = 0
+    array_id = None
+    array_index = None
+    checkpoint_path = None
+    signal = 15
+    deadline_s = 30.0
+    compute_pct = 10.0
+    memory_mib = 1024

@@ -18,6 +18,7 @@ from ebbtide.workers.runas import (
     job_path,
     resolve,
 )
+from tests.unit.builders import JobRow
 
 USERS = {
     "alice": (1001, 1001, "/home/alice", "/bin/bash"),
@@ -168,25 +169,11 @@ def test_the_jobs_path_wins_and_its_login_variables_do_not() -> None:
     assert base_env(ALICE, {}, {})["PATH"] == DEFAULT_PATH
 
 
-class _Job:
-    id = 7
-    owner = "alice"
-    queue = "default"
-    gpus = 0
-    array_id = None
-    checkpoint_path = None
-    signal = 15
-    deadline_s = 30.0
-    array_index = None
-    compute_pct = 10.0
-    memory_mib = 1024
-
-
 def test_the_attempts_environment_as_its_owner(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr("os.environ", dict(AGENT_ENV))
     env = env_for(
         JobSpec(command=["true"], env={"MINE": "1"}),
-        _Job(),
+        JobRow(),
         1,
         node="n1",
         devices=[],

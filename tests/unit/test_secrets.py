@@ -8,16 +8,7 @@ from ebbtide.config.settings import redacted
 from ebbtide.messaging.bus import BrokerUnavailable, Bus
 from ebbtide.queue.spec import JobSpec
 from ebbtide.workers.launch import env_for
-
-
-class _Job:
-    id = 7
-    checkpoint_path = None
-    signal = 15
-    deadline_s = 30.0
-    array_index = None
-    compute_pct = 10.0
-    memory_mib = 1024
+from tests.unit.builders import JobRow
 
 
 def test_the_agents_credentials_and_settings_never_reach_a_job(
@@ -30,7 +21,7 @@ def test_the_agents_credentials_and_settings_never_reach_a_job(
     monkeypatch.setenv("HOME_OF_THE_JOB", "kept")
     env = env_for(
         JobSpec(command=["true"], env={"MINE": "1"}),
-        _Job(),
+        JobRow(),
         1,
         node="n1",
         devices=[],
@@ -49,7 +40,7 @@ def test_what_the_user_sets_in_the_jobs_own_environment_is_kept(
     # what a user puts in -v is the user's own: it stays (it is not the agent's secret)
     env = env_for(
         JobSpec(command=["true"], env={"EBBTIDE_DB_URL": "sqlite:///mine.db"}),
-        _Job(),
+        JobRow(),
         1,
         node="n1",
         devices=[],
