@@ -209,6 +209,7 @@ class Client(ClientBase):
         policy: Policy | None = None,
         caller: Caller | None = None,
         workdir: str | None = ".",
+        create: bool = True,
     ) -> Client:
         if store is None and cls is Client:
             settings = settings or Settings.from_env()
@@ -228,10 +229,13 @@ class Client(ClientBase):
         policy: Policy | None = None,
         caller: Caller | None = None,
         workdir: str | None = ".",
+        create: bool = True,
     ) -> None:
+        """``create`` False: a SQLite store that is not there is an error (a command that
+        only reads must not make an empty one where ``EBBTIDE_HOME`` was mistyped)."""
         self.settings = settings or Settings.from_env()
         self._owns_store = store is None
-        self.store = store or Store(self.settings.db_url)
+        self.store = store or Store(self.settings.db_url, create=create)
         try:
             self.policy = policy or policy_in_effect(self.store, self.settings.policy_path)
         except BaseException:

@@ -33,6 +33,18 @@ class ConfigError(UserError):
     """A settings value or a policy file is invalid."""
 
 
+class NoStore(UserError):
+    """A command that only reads found no store where the settings point (a SQLite file
+    that is not there): nothing was submitted there, or ``EBBTIDE_HOME`` is mistyped."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"there is no ebbtide store at {path}: nothing was ever submitted there; check "
+            "EBBTIDE_HOME (or EBBTIDE_DB_URL)"
+        )
+        self.path = path
+
+
 class JobNotFound(UserError):
     """No job has that id."""
 

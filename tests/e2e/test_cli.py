@@ -103,7 +103,7 @@ def test_the_owner_is_the_os_user_and_an_admin_acting_for_another_is_recorded(tm
         (["qsub", "-q", "nope", "--", "echo"], "unknown queue 'nope'"),
         (["qsub", "/no/such/script.sh"], "SCRIPT"),
         (["qsub"], "needs a SCRIPT"),
-        (["qstat", "-f", "42"], "no job with id 42"),
+        (["qstat", "-f", "42"], "there is no ebbtide store at"),  # nothing submitted yet
         (["qdel", "x1"], "not a job id"),
         (["up", "--devices", "2xlots"], "--devices"),
     ],

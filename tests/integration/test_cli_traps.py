@@ -126,3 +126,66 @@ def test_a_job_no_node_could_hold_is_refused_with_what_the_fleet_offers(home: Pa
     sbatch = CliRunner().invoke(cli, ["sbatch", "--allow-future", "-G", "4", "--wrap", "true"])
     assert sbatch.exit_code == 0, sbatch.output
     assert len(json.loads(ebb("qstat", "--json"))) == 4  # the refused two are not there
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("notaurl", "EBBTIDE_DB_URL: cannot read 'notaurl' as a database URL; expected sqlite"),
+        ("mysql://u@h/db", "ebbtide keeps its jobs in SQLite or PostgreSQL, not mysql"),
+        ("postgresql+pg8000://u@127.0.0.1/db", "needs the pg8000 driver, which is not installed"),
+        ("sqlite:////nonexistent-ebbtide/dir/e.db", "the directory /nonexistent-ebbtide does not"),
+    ],
+)
+def test_a_bad_database_url_is_one_line_and_makes_nothing(
+    url: str, says: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EBBTIDE_DB_URL", url)
+    result = CliRunner().invoke(cli, ["qsub", "--", "true"])
+    assert result.exit_code == 1 and says in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not Path("/nonexistent-ebbtide").exists()
+
+
+def test_reading_commands_never_make_an_empty_store_where_home_is_mistyped(
+    home: Path,
+) -> None:
+    for args in (["events", "1"], ["qdel", "1"], ["qstat", "-f", "1"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert f"there is no ebbtide store at {home / 'ebbtide.db'}" in result.output
+    # a list is empty, as on a new cluster, and says where it looked
+    for args, out in (
+        (["qstat"], ""),
+        (["qstat", "--json"], "[]\n"),
+        (["qstat", "-Q", "--json"], "{}\n"),
+        (["nodes", "--json"], "[]\n"),
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0 and result.stdout == out, (args, result.output)
+        assert "note: there is no ebbtide store at" in result.stderr
+    assert not home.exists()
+    ebb("qsub", "-h", "--", "true")  # submitting makes it
+    assert (home / "ebbtide.db").exists()
+    assert json.loads(ebb("qstat", "--json"))[0]["id"] == 1
+
+
+def test_a_database_holding_other_tables_is_not_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from ebbtide.errors import UserError
+
+    path = tmp_path / "shop.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER)")
+    with pytest.raises(UserError, match=r"holds tables that are not ebbtide's \(customers\)"):
+        Store(f"sqlite:///{path}")
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"customers"}  # nothing was made
+    monkeypatch.setenv("EBBTIDE_DB_INIT", "1")
+    Store(f"sqlite:///{path}").close()  # asked for: ebbtide's tables beside them
+    monkeypatch.delenv("EBBTIDE_DB_INIT")
+    Store(f"sqlite:///{path}").close()  # and from then on it is ebbtide's too

@@ -71,12 +71,13 @@ def test_an_output_file_that_cannot_be_opened_fails_the_start_with_the_reason(
 
 
 # A bash script with a child, as Slurm scripts with --signal=B:USR1 are written: the
-# shell's trap records the warning (and would pass it on); the child records whether it
-# got the signal itself.
+# shell's trap records the warning and, a second later (time for a warning sent to every
+# process to reach the child too, on a loaded machine), ends the child; the child records
+# whether it got the signal itself.
 TRAPPED = textwrap.dedent(
     """\
     #!/bin/bash
-    trap 'echo shell >> "$1/got"; kill -TERM $child; wait $child; exit 99' USR1
+    trap 'echo shell >> "$1/got"; sleep 1; kill -TERM $child; wait $child; exit 99' USR1
     python3 -c "
     import signal, sys, time, pathlib
     got = pathlib.Path(sys.argv[1]) / 'got'

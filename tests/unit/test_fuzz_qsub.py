@@ -234,7 +234,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.specs: list[JobSpec] = []
 
-    def submit_many(self, spec: JobSpec) -> list[int]:
+    def submit_many(self, spec: JobSpec, *, allow_future: bool = False) -> list[int]:
         self.specs.append(spec)
         return [1]
 
@@ -253,7 +253,7 @@ def argv(draw: st.DrawFn) -> list[str]:
 @given(argv())
 def test_qsub_command(args: list[str]) -> None:
     recorder = _Recorder()
-    with mock.patch.object(jobs_cmd, "_client", lambda: recorder):
+    with mock.patch.object(jobs_cmd, "_client", lambda **_: recorder):
         result = CliRunner().invoke(cli, ["qsub", *args])
     assert result.exit_code in (0, 1, 2), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(

@@ -13,10 +13,12 @@ import click
 log = logging.getLogger("ebbtide")
 
 
-def _client() -> Any:
+def _client(*, create: bool = False) -> Any:
+    """The SDK client of a command; only commands that submit (``create``) may make a
+    new store: the others say there is none where ``EBBTIDE_HOME`` points."""
     from ebbtide.client import Client
 
-    return Client()
+    return Client(create=create)
 
 
 def _echo_json(data: Any) -> None:

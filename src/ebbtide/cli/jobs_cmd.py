@@ -181,7 +181,7 @@ def _submit(
 
     notes: list[str] = []
     spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
-    ids = _client().submit_many(spec, allow_future=allow_future)
+    ids = _client(create=True).submit_many(spec, allow_future=allow_future)
     if as_json:
         out: dict[str, Any] = {"id": ids[0]}
         if spec.array:
@@ -351,9 +351,22 @@ def qstat(
     An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
     task. In -f, times are local ISO timestamps (Unix seconds in --json).
     """
+    from ebbtide.errors import NoStore
     from ebbtide.queue.states import JobState
 
-    client = _client()
+    wanted = _states(states)
+    named = _parse_ids(ids)
+    number = None if full is None else parse_job_id(full, "-f")
+    try:
+        client = _client()
+    except NoStore as exc:
+        if full is not None or ids:
+            raise
+        # nothing submitted here yet: an empty list, as on a new cluster, and where it
+        # looked (a mistyped EBBTIDE_HOME shows here), but no empty store made
+        click.echo(f"ebb: note: {exc}", err=True)
+        click.echo("{}" if queues and as_json else "[]" if as_json else "", nl=as_json)
+        return
     if queues:
         stats = client.queue_stats()
         if as_json:
@@ -363,17 +376,16 @@ def qstat(
         for q, counts in sorted(stats.items()):
             click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
         return
-    if full is not None:
-        data = client.describe(parse_job_id(full, "-f"))
+    if number is not None:
+        data = client.describe(number)
         if as_json:
             _echo_json(data)
             return
         for key, value in _full_lines(data):
             click.echo(f"{key:>20}: {_shown_value(key, value)}")
         return
-    wanted = _states(states)
     if ids:
-        jobs = [client.get(job_id) for job_id in _expand_ids(client, ids)]
+        jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]
         jobs = [j for j in jobs if wanted is None or j.state in wanted]
     else:
         jobs = client.list(state=wanted, owner=user)
@@ -599,8 +611,9 @@ def qalter(
             raise UserError(f"-p: {exc}") from None
     if not changes:
         raise UserError("qalter needs something to change: -N, -p, -l, --deadline or --kind")
+    parsed = _parse_ids(ids)
     client = _client()
-    altered = [client.alter(job_id, **changes) for job_id in _expand_ids(client, ids)]
+    altered = [client.alter(job_id, **changes) for job_id in _expand_ids(client, parsed)]
     if as_json:
         _echo_json([client.as_dict(j) for j in altered])
         return
@@ -632,32 +645,42 @@ def parse_job_id(text: str, flag: str) -> int:
     return number
 
 
-def _expand_ids(client: Any, ids: Sequence[str]) -> list[int]:
-    out: list[int] = []
+def _parse_ids(ids: Sequence[str]) -> list[tuple[int, bool]]:
+    """Job ids as given (``12``, ``12.server``, ``12[]`` for a whole array) as
+    ``(id, whether an array)``, checked before any store is opened."""
+    out: list[tuple[int, bool]] = []
     for text in ids:
         raw = text.split(".", 1)[0]
-        if raw.endswith("[]"):
-            array_id = _job_id(raw[:-2])
-            if array_id is None:
-                raise UserError(f"{shown(text, 60)} is not a job id")
-            tasks = client.list(array_id=array_id)
-            if not tasks:
-                raise UserError(f"no array with id {array_id}")
-            out.extend(t.id for t in tasks)
-        elif (job_id := _job_id(raw)) is not None:
-            out.append(job_id)
-        else:
+        is_array = raw.endswith("[]")
+        job_id = _job_id(raw[:-2] if is_array else raw)
+        if job_id is None:
             raise UserError(
                 f"{shown(text, 60)} is not a job id (expected a number like 12, or 12[])"
             )
+        out.append((job_id, is_array))
+    return out
+
+
+def _expand_ids(client: Any, ids: Sequence[tuple[int, bool]]) -> list[int]:
+    """The jobs :func:`_parse_ids` named, an array as each of its tasks."""
+    out: list[int] = []
+    for job_id, is_array in ids:
+        if not is_array:
+            out.append(job_id)
+            continue
+        tasks = client.list(array_id=job_id)
+        if not tasks:
+            raise UserError(f"no array with id {job_id}")
+        out.extend(t.id for t in tasks)
     return out
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
+    parsed = _parse_ids(ids)
     client = _client()
     results = []
     failed = False
-    for job_id in _expand_ids(client, ids):
+    for job_id in _expand_ids(client, parsed):
         try:
             job = getattr(client, action)(job_id)
             results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})
@@ -751,12 +774,13 @@ def logs(
                 options[key] = parse_int(value, 1, high)
             except ValueError as exc:
                 raise UserError(f"{flag}: {exc}") from None
+    number = parse_job_id(job_id, "ID")
     if follow:
         if as_json:
             raise UserError("-f and --json do not go together: follow prints text as it comes")
-        _follow(_client(), parse_job_id(job_id, "ID"), options)
+        _follow(_client(), number, options)
         return
-    log_tail = _client().log_tail(parse_job_id(job_id, "ID"), **options)
+    log_tail = _client().log_tail(number, **options)
     if as_json:
         _echo_json(log_tail.to_dict())
         return

@@ -27,7 +27,15 @@ def nodes(as_json: bool, full: bool) -> None:
     eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
     device names the online pods using it (``namespace/name`` or ``pod:<uid>/<container>``)
     and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them."""
-    client = _client()
+    from ebbtide.errors import NoStore
+
+    try:
+        client = _client()
+    except NoStore as exc:  # no agent has reported here yet: none to show
+        click.echo(f"ebb: note: {exc}", err=True)
+        if as_json:
+            _echo_json([])
+        return
     rows = client.nodes()
     for n in rows:
         for d in n["devices"]:

@@ -15,6 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ebbtide.config.settings import redacted
+from ebbtide.errors import NoStore, UserError
+
 #: SQLite waits this long for a lock held by another process, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: The execution option that marks a connection as only reading.
@@ -38,14 +41,16 @@ def _enable_wal(cur: Any) -> None:
             delay = min(delay * 2, 0.2)
 
 
-def _sqlite_engine(url: str) -> sa.Engine:
+#: What a database URL may name: ebbtide keeps its jobs in SQLite or PostgreSQL.
+URL_FORMS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+#: The driver each dialect needs, and how to install it.
+_DRIVERS = {"postgresql": "pip install 'ebbtide[postgres]' (the psycopg driver)"}
+
+
+def _sqlite_engine(url: str, create: bool) -> sa.Engine:
     path = url.removeprefix("sqlite:///")
     if path and path != ":memory:":
-        # the database holds jobs' environments (``-v``): only its owner reads it; SQLite
-        # gives its -wal and -shm files the database file's mode
-        Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        _sqlite_file(Path(path), create)
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @sa.event.listens_for(engine, "connect")
@@ -68,11 +73,57 @@ def _sqlite_engine(url: str) -> sa.Engine:
     return engine
 
 
-def create_engine(url: str) -> sa.Engine:
-    """An engine for ``url``: SQLite tuned for several processes, or a pooled server."""
-    if url.startswith("sqlite"):
-        return _sqlite_engine(url)
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=5)
+def _sqlite_file(path: Path, create: bool) -> None:
+    """Make the database file (``create``), private to its owner: it holds jobs'
+    environments (``-v``), and SQLite gives its -wal and -shm files its mode.  Its
+    directory is made only when that directory's own parent exists (``~/.ebbtide``, a
+    new ``EBBTIDE_HOME``): a mistyped path is refused, never made."""
+    if path.exists():
+        return
+    if not create:
+        raise NoStore(str(path))
+    if not path.parent.is_dir():
+        if not path.parent.parent.is_dir():
+            raise UserError(
+                f"cannot make the store {path}: the directory {path.parent.parent} does not "
+                "exist; check EBBTIDE_HOME (or EBBTIDE_DB_URL)"
+            )
+        with contextlib.suppress(FileExistsError):
+            path.parent.mkdir(mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def create_engine(url: str, *, create: bool = True) -> sa.Engine:
+    """An engine for ``url``: SQLite tuned for several processes, or a pooled server.
+    A URL that is not SQLite's or PostgreSQL's, or whose driver is missing, is a
+    :class:`UserError` saying so; with ``create`` False a SQLite file that is not there
+    is one too (a command that only reads must not make an empty store)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise UserError(
+            f"EBBTIDE_DB_URL: cannot read {redacted(url)!r} as a database URL; expected {URL_FORMS}"
+        ) from None
+    dialect = parsed.get_backend_name()
+    if dialect not in ("sqlite", "postgresql"):
+        raise UserError(
+            f"EBBTIDE_DB_URL: ebbtide keeps its jobs in SQLite or PostgreSQL, not {dialect} "
+            f"({URL_FORMS})"
+        )
+    try:
+        if dialect == "sqlite":
+            return _sqlite_engine(url, create)
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=5)
+    except (ModuleNotFoundError, sa.exc.NoSuchModuleError) as exc:
+        name = getattr(exc, "name", None) or parsed.get_driver_name()
+        hint = _DRIVERS.get(dialect, "install its driver")
+        if dialect == "postgresql" and "psycopg" not in str(name):
+            hint = f"install it, or write postgresql:// for psycopg: {hint}"
+        raise UserError(
+            f"EBBTIDE_DB_URL: {redacted(url)} needs the {name} driver, which is not "
+            f"installed: {hint}"
+        ) from None
 
 
 @contextmanager

@@ -11,13 +11,14 @@ To change the schema: change ``models.py``, append a migration below, bump nothi
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ebbtide.errors import EbbtideError
+from ebbtide.errors import EbbtideError, UserError
 
 
 def _v1_initial(conn: Connection) -> None:
@@ -189,6 +190,10 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v7_published_policy,
 ]
 LATEST_VERSION = len(MIGRATIONS)
+#: The tables the migrations make.
+MIGRATION_TABLES = frozenset(
+    {"jobs", "attempts", "events", "nodes", "device_drains", "leadership", "tokens"}
+)
 
 
 def _version_table() -> sa.Table:
@@ -207,6 +212,25 @@ def current_version(conn: Connection) -> int:
     return int(value or 0)
 
 
+#: Set to 1 to let ebbtide create its tables in a database that holds others already.
+INIT_VARIABLE = "EBBTIDE_DB_INIT"
+
+
+def _refuse_foreign_tables(conn: Connection, engine: sa.Engine) -> None:
+    """ebbtide makes its tables only in an empty database (or one that is its own):
+    tables of something else there mean a wrong URL, unless ``EBBTIDE_DB_INIT=1``."""
+    ours = {*MIGRATION_TABLES, "ebbtide_schema"}
+    foreign = sorted(set(sa.inspect(conn).get_table_names()) - ours)
+    if not foreign or os.environ.get(INIT_VARIABLE) == "1":
+        return
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    raise UserError(
+        f"the database {engine.url.database} holds tables that are not ebbtide's ({shown}): "
+        "point EBBTIDE_DB_URL at a database of ebbtide's own, or set "
+        f"{INIT_VARIABLE}=1 once to make ebbtide's tables beside them"
+    )
+
+
 def migrate(engine: sa.Engine) -> int:
     """Bring the schema up to :data:`LATEST_VERSION`; return the version found before."""
     table = _version_table()
@@ -214,8 +238,10 @@ def migrate(engine: sa.Engine) -> int:
         if engine.dialect.name == "postgresql":
             # one migrator at a time across processes
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(724311)"))
-        table.create(conn, checkfirst=True)
         found = current_version(conn)
+        if found == 0:
+            _refuse_foreign_tables(conn, engine)
+        table.create(conn, checkfirst=True)
         if found > LATEST_VERSION:
             raise EbbtideError(
                 f"the database schema is version {found}, newer than this ebbtide "

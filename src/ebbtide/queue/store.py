@@ -36,7 +36,7 @@ from ebbtide.queue import migrations, outcomes
 from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
-from ebbtide.queue.models import Attempt, Event, Job, Leadership, Node
+from ebbtide.queue.models import Attempt, Event, Job, JobTable, Leadership, Node
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
     ACTIVE_STATES,
@@ -49,7 +49,7 @@ from ebbtide.queue.states import (
 from ebbtide.queue.tokens import Tokens
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
-JOBS: sa.Table = Job.__table__  # type: ignore[attr-defined]
+JOBS: sa.Table = JobTable.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
@@ -102,10 +102,15 @@ def _actor(user: str, attribution: dict[str, Any] | None) -> str:
 class Store:
     """All job database I/O.  Safe to share between threads."""
 
-    def __init__(self, url: str, *, clock: Clock = SYSTEM_CLOCK, migrate: bool = True) -> None:
+    def __init__(
+        self, url: str, *, clock: Clock = SYSTEM_CLOCK, migrate: bool = True, create: bool = True
+    ) -> None:
+        """The store at ``url``, its tables brought up to date (``migrate``).  With
+        ``create`` False, a SQLite file that is not there is an error, not a new store:
+        for commands that only read (``ebb qstat`` with a mistyped ``EBBTIDE_HOME``)."""
         self.url = url
         self.clock = clock
-        self.engine = create_engine(url)
+        self.engine = create_engine(url, create=create)
         if migrate:
             try:
                 migrations.migrate(self.engine)
