@@ -348,6 +348,7 @@ class NodeAgent:
                 self._handle(cmd, now)
             except Exception:  # one bad command never stops the tick
                 log.exception("command %r failed", cmd)
+        self._kill_all_due()
         for local in list(self.attempts.values()):
             try:
                 self._watch(local, now)
@@ -378,6 +379,25 @@ class NodeAgent:
             log.info("job %s attempt %s: walltime exceeded", local.job_id, local.attempt)
             local.ended_by = f"walltime {local.walltime_s:g}s exceeded, killed"
             self.executor.signal(local.handle, signal.SIGKILL)
+
+    def _kill_all_due(self) -> None:
+        """Every local attempt whose eviction deadline has come is killed at once, before
+        any is swept: a sweep waits for its supervisor to report, and attempts with the
+        same deadline (one spike, several victims) must not wait behind each other."""
+        if not self._runs_processes():
+            return
+        now = self.clock.time()
+        for local in list(self.attempts.values()):
+            if local.eviction is None or not local.eviction.due(now):
+                continue
+            try:
+                self.executor.signal(local.handle, signal.SIGKILL)
+            except Exception:  # _watch sweeps it the usual way
+                log.exception("job %s attempt %s: killing it failed", local.job_id, local.attempt)
+                continue
+            # killed by its deadline (not a crash): _watch reaps and sweeps it as it ends
+            local.eviction.killed = True
+            log.info("job %s attempt %s: deadline reached, killed", local.job_id, local.attempt)
 
     def _kill_now(self, local: LocalAttempt) -> None:
         """The eviction deadline has come (or the GPU is gone): free the slice now."""
