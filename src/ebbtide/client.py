@@ -95,7 +95,8 @@ def published_policy(store: Store) -> Policy | None:
     text, source, _ = published
     if not text:
         return Policy()  # the scheduler runs with the built-in defaults
-    if text not in _parsed:
+    policy = _parsed.get(text)
+    if policy is None:  # (threads of a server may both parse it: no harm)
         try:
             policy = parse_policy(text, f"{source} (as the scheduler published it)")
         except ConfigError as exc:
@@ -103,7 +104,7 @@ def published_policy(store: Store) -> Policy | None:
             return None
         _parsed.clear()
         _parsed[text] = policy
-    return _parsed[text]
+    return policy
 
 
 def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
