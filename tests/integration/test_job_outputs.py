@@ -9,6 +9,9 @@ import signal
 import textwrap
 from pathlib import Path
 
+import psutil
+
+from ebbtide.workers import shim
 from ebbtide.workers.executor import Launch, LocalExecutor
 from tests.e2e.helpers import wait_for
 
@@ -113,3 +116,20 @@ def test_a_shell_only_warning_reaches_the_scripts_shell_alone(tmp_path: Path) ->
 def test_by_default_a_warning_reaches_every_process_of_the_job(tmp_path: Path) -> None:
     got, _ = _warned(tmp_path, shell_only=False)
     assert got == ["child", "shell"]
+
+
+def test_a_shell_only_job_is_still_paused_and_killed_whole(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(TRAPPED)
+    script.chmod(0o755)
+    ex = LocalExecutor(run_dir=tmp_path / "run")
+    handle = ex.start(launch(tmp_path, [str(script), str(tmp_path)], signal_shell_only=True))
+    wait_for((tmp_path / "ready").exists, 20, "the job to start", interval=0.02)
+    tree = [psutil.Process(pid) for pid in shim.tree(handle.pid)]
+    assert len(tree) == 2  # the shell and its child
+    ex.pause(handle)
+    wait_for(lambda: all(p.status() == psutil.STATUS_STOPPED for p in tree), 10, "all stopped")
+    ex.thaw(handle)
+    ex.signal(handle, signal.SIGKILL)
+    ended = wait_for(lambda: ex.poll(handle), 20, "the job to end", interval=0.02)
+    assert ended.code == 137 and not any(p.is_running() and p.status() != "zombie" for p in tree)

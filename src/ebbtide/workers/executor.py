@@ -372,9 +372,10 @@ class LocalExecutor:
     def signal(self, handle: Handle, signum: int) -> None:
         if not self._unreaped(handle):
             return
-        # the script's shell alone (it passes the warning on with a trap), or, once it
-        # ended, what it left behind; else every process of the job
-        pids = shim.children(handle.pid) if handle.signal_shell_only else shim.tree(handle.pid)
+        # a warning to the script's shell alone (it passes it on with a trap), or, once it
+        # ended, to what it left behind; anything else (a kill, a pause) to every process
+        shell_only = handle.signal_shell_only and signum in shim.FORWARDED
+        pids = shim.children(handle.pid) if shell_only else shim.tree(handle.pid)
         if not pids and signum in shim.FORWARDED:
             # the job is not forked yet (a warning right after the start): the shim
             # forwards a warning signal to it once it is
