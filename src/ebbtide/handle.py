@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ebbtide.errors import EbbtideError
-from ebbtide.queue.states import JobState
+from ebbtide.queue.states import FINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from ebbtide.client_base import ClientBase
@@ -73,7 +73,7 @@ class JobHandle(int):
 
     def done(self) -> bool:
         """Whether it has ended (succeeded, failed or cancelled)."""
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        return self.state in FINAL_STATES
 
     def wait(self, timeout: float | None = None) -> Job:
         """Block until the job ends; return it.  :class:`~ebbtide.client_base.WaitTimeout`

@@ -22,6 +22,13 @@ from ebbtide.queue.store import Store
 MODEL_TABLES = sorted(SQLModel.metadata.tables)
 
 
+def test_the_migrations_know_every_table_of_the_models() -> None:
+    """ebbtide's own tables, told from a database's foreign ones, are the models'."""
+    from ebbtide.queue.migrations import MIGRATION_TABLES
+
+    assert set(MODEL_TABLES) == MIGRATION_TABLES | {"ebbtide_schema"}
+
+
 @pytest.fixture
 def bare(db_url: str) -> Iterator[Store]:
     """A store on an empty database, not migrated."""

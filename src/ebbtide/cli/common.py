@@ -21,6 +21,21 @@ def _client(*, create: bool = False) -> Any:
     return Client(create=create)
 
 
+def _listing_client(as_json: bool, empty: Any) -> Any | None:
+    """The client of a command that lists (``qstat``, ``nodes``), or None where there is
+    no store yet, once an empty listing (``empty`` with ``--json``) and where it looked
+    are printed: a new system lists nothing, and a mistyped ``EBBTIDE_HOME`` shows."""
+    from ebbtide.errors import NoStore
+
+    try:
+        return _client()
+    except NoStore as exc:  # nothing submitted there, and no empty store made
+        click.echo(f"ebb: note: {exc}", err=True)
+        if as_json:
+            _echo_json(empty)
+        return None
+
+
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from ebbtide.cli.common import _client, _echo_json
+from ebbtide.cli.common import _client, _echo_json, _listing_client
 from ebbtide.errors import UserError
 from ebbtide.units import MAX_INT64, shown
 
@@ -122,7 +123,7 @@ def qsub(
     resource profile grants (qstat -f shows both), and a slice the profile cannot
     express, a --signal other than TERM, or a job with no image is refused.
     """
-    from ebbtide.cli.qsub import QsubOptions, load_script
+    from ebbtide.cli.qsub import PBS_IGNORED, QsubOptions, load_script
 
     if not args:
         raise UserError("qsub needs a SCRIPT, or -- followed by a command")
@@ -150,12 +151,9 @@ def qsub(
         export="ALL" if opts["export_all"] else None,
         shell=opts["shell"],
     )
-    for flag, key, why in (
-        ("-m", "mail", "mail is not sent; watch the job with ebb qstat or ebb events"),
-        ("-M", "mail_to", "mail is not sent; watch the job with ebb qstat or ebb events"),
-        ("-r", "rerun", "ebbtide requeues a job it evicts whatever -r says"),
-    ):
+    for flag, key in (("-m", "mail"), ("-M", "mail_to"), ("-r", "rerun")):
         if opts[key] is not None:
+            why = PBS_IGNORED[flag][1]  # as a directive line would be told
             cli_opts.notes.append(f"{flag} {opts[key]}: accepted, without effect: {why}")
     directives = None
     if ctx.meta.get("ebb_dashdash"):
@@ -230,28 +228,14 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     deadline: the job checkpoints and exits 99 (or ends) and is requeued.
     """
     from ebbtide.cli.qsub import load_script
-    from ebbtide.cli.slurm import parse_sbatch_tokens
+    from ebbtide.cli.slurm import parse_sbatch_command_line
 
     words = list(args)
     allow_future = "--allow-future" in words
     if allow_future:  # ebbtide's own, not sbatch's
         words.remove("--allow-future")
-    # the options end at the first word that is neither an option nor an option's value
-    # ("-t 10", "--time 10")
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if not word.startswith("-"):
-            break
-        if _sbatch_takes_value(word):
-            i += 1
-        i += 1
-    split = i
-    cli_opts = parse_sbatch_tokens(words[:split], "command line")
-    parsable = "--parsable" in words[:split]
-    cli_opts.notes = [n for n in cli_opts.notes if "--parsable" not in n]
+    cli_opts, given, rest = parse_sbatch_command_line(words)
     directives = None
-    rest = words[split:]
     if cli_opts.command is not None:
         if rest:
             raise UserError(f"--wrap takes the command; unexpected {shown(rest[0])}")
@@ -264,16 +248,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     submitted = _submit("sbatch", cli_opts, directives, as_json, allow_future)
     if submitted is not None:
         ids = submitted[0]
-        click.echo(str(ids[0]) if parsable else f"Submitted batch job {ids[0]}")
-
-
-def _sbatch_takes_value(word: str) -> bool:
-    """Whether sbatch option ``word`` takes the next word as its value."""
-    from ebbtide.cli.slurm import FLAGS, SHORT
-
-    if word.startswith("--"):
-        return "=" not in word and word not in FLAGS
-    return len(word) == 2 and SHORT.get(word, word) not in FLAGS
+        click.echo(str(ids[0]) if "--parsable" in given else f"Submitted batch job {ids[0]}")
 
 
 # -- qstat ------------------------------------------------------------------------------
@@ -351,22 +326,15 @@ def qstat(
     An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
     task. In -f, times are local ISO timestamps (Unix seconds in --json).
     """
-    from ebbtide.errors import NoStore
     from ebbtide.queue.states import JobState
 
     wanted = _states(states)
     named = _parse_ids(ids)
     number = None if full is None else parse_job_id(full, "-f")
-    try:
+    if number is not None or ids:  # jobs named: no store is an error
         client = _client()
-    except NoStore as exc:
-        if full is not None or ids:
-            raise
-        # nothing submitted here yet: an empty list, as on a new cluster, and where it
-        # looked (a mistyped EBBTIDE_HOME shows here), but no empty store made
-        click.echo(f"ebb: note: {exc}", err=True)
-        click.echo("{}" if queues and as_json else "[]" if as_json else "", nl=as_json)
-        return
+    elif (client := _listing_client(as_json, {} if queues else [])) is None:
+        return  # nothing submitted here yet: an empty list, as on a new cluster
     if queues:
         stats = client.queue_stats()
         if as_json:
@@ -433,13 +401,11 @@ def _array_row(tasks: Sequence[Any]) -> str:
     first = tasks[0]
     indices = [t.array_index for t in tasks]
     ident = f"{first.array_id}[{min(indices)}-{max(indices)}]"
-    counts: dict[str, int] = {}
-    for t in tasks:
-        counts[_state_text(t)] = counts.get(_state_text(t), 0) + 1
+    counts = Counter(_state_text(t) for t in tasks)
     state = next(iter(counts)) if len(counts) == 1 else "mixed"
     name = first.name.rsplit("[", 1)[0]
     started = min((t.started_at for t in tasks if t.started_at), default=None)
-    spread = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    spread = ", ".join(f"{n} {s}" for s, n in counts.most_common())
     return (
         f"{ident:>6} {name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
         f"{first.priority:>4} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
@@ -589,12 +555,13 @@ def qalter(
     gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array. A running job
     keeps the slice it was given; qdel and qsub again to change it."""
     from ebbtide.cli.qsub import parse_resources
+    from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.units import parse_int
 
     changes: dict[str, Any] = {}
     for text in resources:
         for key, value in parse_resources(text).items():
-            if key not in ("gpu", "gpumem", "walltime", "deadline", "checkpoint_interval"):
+            if key not in ALTERABLE_FIELDS:
                 raise UserError(f"-l: {key} cannot be altered; give gpu, gpumem, walltime, "
                                 "deadline or checkpoint_interval")  # fmt: skip
             changes[key] = value

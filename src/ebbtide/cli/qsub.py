@@ -716,6 +716,14 @@ def _int(name: str, value: str, where: str | None, flag: str) -> int:
         ) from None
 
 
+def _pick(cli: QsubOptions, directives: QsubOptions, name: str) -> tuple[Any, str | None]:
+    """An option's value and where it came from: the command line's, else the script's."""
+    value = getattr(cli, name)
+    if value is not None:
+        return value, cli.origin.get(name)
+    return getattr(directives, name), directives.origin.get(name)
+
+
 def build_spec_kwargs(
     cli: QsubOptions,
     directives: QsubOptions | None = None,
@@ -739,10 +747,7 @@ def build_spec_kwargs(
     compat = cli.compat or directives.compat or "pbs"
 
     def pick(name: str) -> tuple[Any, str | None]:
-        value = getattr(cli, name)
-        if value is not None:
-            return value, cli.origin.get(name)
-        return getattr(directives, name), directives.origin.get(name)
+        return _pick(cli, directives, name)
 
     for name in ("name", "queue", "kind", "signal", "checkpoint_dir", "cwd", "image", "account"):
         value, where = pick(name)
@@ -823,10 +828,10 @@ def build_spec_kwargs(
 
 
 #: Variables of the submitting environment never copied into a job by ``-V`` or
-#: ``--export=ALL``: ebbtide's own settings and credentials, the scheduler variables the
-#: job gets afresh, and the shell's own bookkeeping.
+#: ``--export=ALL``, besides the credentials in ``PRIVATE_VARIABLES``: ebbtide's own
+#: settings, the scheduler variables the job gets afresh, and the shell's bookkeeping.
 _NOT_EXPORTED_PREFIXES = ("EBBTIDE_", "PBS_", "SLURM_")
-_NOT_EXPORTED = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "PGPASSWORD", "PGPASSFILE"})
+_NOT_EXPORTED = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
 
 
 def export_env(
@@ -863,15 +868,9 @@ def _outputs(
 ) -> dict[str, str]:
     """Where stdout and stderr go: ``-o``/``-e``/``-j`` (PBS), ``--output``/``--error``
     (Slurm, ``slurm-%j.out`` by default, stderr with stdout unless ``--error``)."""
-
-    def pick(name: str) -> tuple[str | None, str | None]:
-        value = getattr(cli, name)
-        if value is not None:
-            return value, cli.origin.get(name)
-        return getattr(directives, name), directives.origin.get(name)
-
-    (stdout, out_where), (stderr, err_where) = pick("stdout"), pick("stderr")
-    join, join_where = pick("join")
+    stdout, out_where = _pick(cli, directives, "stdout")
+    stderr, err_where = _pick(cli, directives, "stderr")
+    join, join_where = _pick(cli, directives, "join")
     if compat == "slurm":
         stdout = stdout or ("slurm-%A_%a.out" if array else "slurm-%j.out")
         stderr = stderr or stdout

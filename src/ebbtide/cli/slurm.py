@@ -169,15 +169,30 @@ _Convert = Callable[[str, str, str, list[str]], str | None]
 def parse_sbatch_tokens(tokens: list[str], where: str) -> QsubOptions:
     """One ``#SBATCH`` line's options (``--job-name=x -t 10``) as :class:`QsubOptions`;
     values are checked by :func:`~ebbtide.cli.qsub.build_spec_kwargs`."""
+    return _options(split_options(tokens, where)[0], where)
+
+
+def parse_sbatch_command_line(words: list[str]) -> tuple[QsubOptions, set[str], list[str]]:
+    """``ebb sbatch``'s words: the options before the script as :class:`QsubOptions`,
+    the names of the options given (``--parsable``), and the script with its arguments."""
+    pairs, end = split_options(words, "command line", until_argument=True)
+    return _options(pairs, "command line"), {option for option, _ in pairs}, words[end:]
+
+
+def _options(pairs: list[tuple[str, str]], where: str) -> QsubOptions:
     opts = QsubOptions(compat="slurm")
-    for option, value in split_options(tokens, where):
+    for option, value in pairs:
         apply(opts, option, value, where)
     return opts
 
 
-def split_options(tokens: list[str], where: str | None) -> list[tuple[str, str]]:
+def split_options(
+    tokens: list[str], where: str | None, *, until_argument: bool = False
+) -> tuple[list[tuple[str, str]], int]:
     """``--opt=value``, ``--opt value``, ``-o value`` and ``-ovalue`` as (long name, value)
-    pairs (value ``""`` for flags); anything else is an error naming ``where``."""
+    pairs (value ``""`` for flags), and how many tokens they took.  A token that is not an
+    option ends them (``until_argument``: the script on a command line) or is an error
+    naming ``where`` (an ``#SBATCH`` line holds options only)."""
     found: list[tuple[str, str]] = []
     i = 0
     while i < len(tokens):
@@ -186,6 +201,8 @@ def split_options(tokens: list[str], where: str | None) -> list[tuple[str, str]]
             option, sep, value = token.partition("=")
         elif token.startswith("-") and len(token) >= 2:
             option, value, sep = SHORT.get(token[:2], token[:2]), token[2:], token[2:]
+        elif until_argument:
+            break
         else:
             raise _error(where, f"unexpected argument {token!r}; #SBATCH lines hold options only")
         known = option in FLAGS or option in _HANDLERS or option in IGNORED
@@ -202,7 +219,7 @@ def split_options(tokens: list[str], where: str | None) -> list[tuple[str, str]]
             value = tokens[i]
         found.append((option, value))
         i += 1
-    return found
+    return found, i
 
 
 def apply(opts: QsubOptions, option: str, value: str, where: str) -> None:

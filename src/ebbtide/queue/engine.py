@@ -43,8 +43,8 @@ def _enable_wal(cur: Any) -> None:
 
 #: What a database URL may name: ebbtide keeps its jobs in SQLite or PostgreSQL.
 URL_FORMS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
-#: The driver each dialect needs, and how to install it.
-_DRIVERS = {"postgresql": "pip install 'ebbtide[postgres]' (the psycopg driver)"}
+#: How to install the PostgreSQL driver (SQLite's comes with Python).
+_POSTGRES_DRIVER = "pip install 'ebbtide[postgres]' (the psycopg driver)"
 
 
 def _sqlite_engine(url: str, create: bool) -> sa.Engine:
@@ -117,8 +117,8 @@ def create_engine(url: str, *, create: bool = True) -> sa.Engine:
         return sa.create_engine(url, pool_pre_ping=True, pool_size=5)
     except (ModuleNotFoundError, sa.exc.NoSuchModuleError) as exc:
         name = getattr(exc, "name", None) or parsed.get_driver_name()
-        hint = _DRIVERS.get(dialect, "install its driver")
-        if dialect == "postgresql" and "psycopg" not in str(name):
+        hint = _POSTGRES_DRIVER
+        if "psycopg" not in str(name):
             hint = f"install it, or write postgresql:// for psycopg: {hint}"
         raise UserError(
             f"EBBTIDE_DB_URL: {redacted(url)} needs the {name} driver, which is not "

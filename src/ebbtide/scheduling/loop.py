@@ -148,7 +148,7 @@ class Scheduler:
         """Publish the policy in effect for clients, once per change and per leadership
         epoch (a new leader publishes its own at its first pass)."""
         text = self.runtime.text
-        key = (text, getattr(self.store, "_epoch", None))
+        key = (text, self.leader.epoch if self.leader is not None else None)
         if text is None or key == self._published:
             return
         source = str(self.runtime.path) if self.runtime.path else "the built-in defaults"

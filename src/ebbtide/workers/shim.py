@@ -134,19 +134,45 @@ def descendants(root: int) -> list[int]:
 def children(root: int) -> list[int]:
     """The live children of ``root`` (for a shim: the job's leader, and what it left
     behind once it ended, which the shim adopts)."""
-    kids: list[int] = []
+    if not _has_child_lists(root):
+        return [pid for pid in descendants(root) if _parent(pid) == root]
+    return _child_pids(root)
+
+
+def tree(root: int) -> list[int]:
+    """Every live descendant of ``root`` by the kernel's own child lists
+    (``/proc/PID/task/TID/children``): the cost of the tree, not of the host's process
+    count.  Falls back to :func:`descendants` where the kernel keeps no such lists."""
+    if not _has_child_lists(root):
+        return descendants(root)
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        kids = _child_pids(todo.pop())
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _has_child_lists(pid: int) -> bool:
+    """Whether the kernel keeps ``/proc/PID/task/TID/children`` lists."""
+    return os.path.exists(f"/proc/{pid}/task/{pid}/children")
+
+
+def _child_pids(pid: int) -> list[int]:
+    """``pid``'s children, from the child lists of each of its threads (none once it or
+    a thread is gone meanwhile)."""
     try:
-        tasks = os.listdir(f"/proc/{root}/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return kids
+        return []
+    kids: list[int] = []
     for tid in tasks:
         try:
-            with open(f"/proc/{root}/task/{tid}/children") as f:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
                 kids.extend(int(k) for k in f.read().split())
         except (OSError, ValueError):
             continue
-    if not kids and not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return [pid for pid in descendants(root) if _parent(pid) == root]
     return kids
 
 
@@ -156,31 +182,6 @@ def _parent(pid: int) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def tree(root: int) -> list[int]:
-    """Every live descendant of ``root`` by the kernel's own child lists
-    (``/proc/PID/task/TID/children``): the cost of the tree, not of the host's process
-    count.  Falls back to :func:`descendants` where the kernel keeps no such lists."""
-    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
-        return descendants(root)
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue  # gone meanwhile
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue  # the thread or the process ended meanwhile
-            out.extend(kids)
-            todo.extend(kids)
-    return out
 
 
 def _reap() -> list[tuple[int, int]]:
