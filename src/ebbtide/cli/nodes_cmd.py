@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ebbtide.cli.common import _client, _echo_json, _listing_client
+from ebbtide.cli.common import _client, _echo_json
 from ebbtide.errors import UserError
 
 
@@ -27,8 +27,14 @@ def nodes(as_json: bool, full: bool) -> None:
     eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
     device names the online pods using it (``namespace/name`` or ``pod:<uid>/<container>``)
     and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them."""
-    client = _listing_client(as_json, [])
-    if client is None:  # no agent has reported here yet: none to show
+    from ebbtide.errors import NoStore
+
+    try:
+        client = _client()
+    except NoStore as exc:  # no agent has reported here yet: none to show
+        click.echo(f"ebb: note: {exc}", err=True)
+        if as_json:
+            _echo_json([])
         return
     rows = client.nodes()
     for n in rows:
