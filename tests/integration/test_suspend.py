@@ -69,6 +69,25 @@ def test_the_wrapper_toggles_and_refuses_a_missing_process(
     assert not CudaCheckpoint("/nonexistent/cuda-checkpoint").available()
 
 
+def test_restoring_skips_a_process_that_ended_while_on_the_host(
+    cuda_checkpoint: CudaCheckpoint,
+) -> None:
+    """A process of the attempt may end between the thaw and the restore (a data loader
+    worker, a helper): it needs nothing back, and the live ones are restored."""
+    cc = cuda_checkpoint
+    gone = psutil.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    live = psutil.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        cc.suspend([gone.pid, live.pid])
+        gone.kill()
+        gone.wait()
+        cc.restore([gone.pid, live.pid])
+        assert cc.state(live.pid) == "running"
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_memory_spike_suspends_room_returning_restores_and_the_count_is_exact(
     tmp_path: Path, cuda_checkpoint: CudaCheckpoint
 ) -> None:

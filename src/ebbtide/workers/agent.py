@@ -574,6 +574,7 @@ class NodeAgent:
         if local.paused_at is None:
             local.paused_at = now
         local.suspended_at = now
+        local.suspended_pids = tuple(pids)
         self._record_pause(local, relief, now, "suspended", kind="suspend")
         return None
 
@@ -585,7 +586,7 @@ class NodeAgent:
             return
         self.executor.thaw(local.handle)  # its CUDA calls block until the state is back
         try:
-            cc.restore(shim_tree(local.handle.pid))
+            cc.restore(local.suspended_pids or shim_tree(local.handle.pid))
         except SuspendError as exc:
             self._evict(
                 local,
@@ -595,6 +596,7 @@ class NodeAgent:
             )
             return
         local.suspended_at = None
+        local.suspended_pids = ()
         self._record_thaw(local, now, "restored", kind="restore")
 
     # -- device health ------------------------------------------------------------------

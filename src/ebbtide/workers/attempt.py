@@ -42,6 +42,8 @@ class LocalAttempt:
     pausable: bool = False
     #: Unix seconds its CUDA state was moved to host memory; None while it is on its GPU
     suspended_at: float | None = None
+    #: the processes whose CUDA state was moved to host memory (restored the same way)
+    suspended_pids: tuple[int, ...] = ()
 
     def view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(

@@ -23,6 +23,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+import psutil
+
 from ebbtide.errors import EbbtideError
 
 #: Host-copy bandwidth assumed when estimating a suspension, in MiB/s.  A guess (PCIe 4
@@ -107,15 +109,17 @@ class CudaCheckpoint:
 
     def restore(self, pids: Iterable[int]) -> None:
         """Bring the CUDA state of every process in ``pids`` back to its GPU (those
-        running already are left alone).  Tries them all; raises :class:`SuspendError`
-        naming every process that failed."""
+        running already are left alone, and those that have ended need nothing back).
+        Tries them all; raises :class:`SuspendError` naming every live process that
+        failed."""
         failed = []
         for pid in pids:
             try:
                 if self.state(pid) == CHECKPOINTED:
                     self._toggle(pid, to=RUNNING)
             except SuspendError as exc:
-                failed.append(str(exc))
+                if psutil.pid_exists(pid):
+                    failed.append(str(exc))
         if failed:
             raise SuspendError("; ".join(failed))
 
