@@ -78,6 +78,26 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
 _parsed: dict[str, Policy] = {}
 
 
+def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """What a spec asks that attempts running as pods do not do (the policy has a
+    ``kubernetes:`` section): said at submission, never dropped silently."""
+    if policy.kubernetes is None:
+        return []
+    notes = []
+    for name, flag in (("stdout", "-o/--output"), ("stderr", "-e/--error")):
+        if getattr(spec, name):
+            notes.append(
+                f"{flag}: where attempts run as pods, their output is the pod's log, kept "
+                "as the attempt's log (`ebb logs ID`), not this file"
+            )
+    if spec.signal_shell_only:
+        notes.append(
+            "--signal=B:: where attempts run as pods, the warning is the kubelet's SIGTERM "
+            "to the container's first process, the script's shell or not"
+        )
+    return notes
+
+
 def policy_in_effect(store: Store, path: Path | None) -> Policy:
     """The policy jobs are checked against: the one the running (or last) scheduler
     published to the store (:func:`published_policy`), so every client sees the queues,
@@ -541,6 +561,21 @@ class Client(ClientBase):
         self.store.drains.undrain(
             node, WHOLE_NODE if device is None else device, by=self.caller.actor
         )
+
+    def forget_node(self, node: str) -> None:
+        """Remove a node whose agent is gone for good from ``ebb nodes`` and the metrics
+        (what it ran is requeued, as for any silent node).  A node that still heartbeats
+        is refused: stop its agent first.  Admins only."""
+        self._device_admin("forget", node, None)
+        [row] = [n for n in self.store.nodes() if n.name == node]
+        age = self.store.clock.time() - row.heartbeat_at
+        timeout = self.policy.defaults.heartbeat_timeout_s
+        if not row.stopping and age <= timeout:
+            raise UserError(
+                f"node {node!r} heartbeated {age:.0f}s ago: its agent is alive; stop it "
+                f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
+            )
+        self.store.forget_node(node)
 
     def _device_admin(self, what: str, node: str, device: int | None) -> None:
         if not self.is_admin:

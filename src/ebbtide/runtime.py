@@ -23,12 +23,16 @@ from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError
 from ebbtide.messaging.bus import Bus
+from ebbtide.metrics import DEFAULT_METRICS_ADDRESS, Metrics, serve_metrics
+from ebbtide.metrics import default as default_metrics
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.loop import Scheduler
 from ebbtide.scheduling.snapshot import QueueLimits
+from ebbtide.units import format_mib
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
+from ebbtide.workers.suspend import DEFAULT_HOST_COPY_MIB_S, CudaCheckpoint
 
 log = logging.getLogger("ebbtide")
 
@@ -45,8 +49,17 @@ class Runtime:
     scheduler: Scheduler | None = None
     agent: NodeAgent | None = None
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    #: the agent's ``cuda-checkpoint`` for a policy, where it says ``suspend_to_host:
+    #: auto`` and this node can suspend (None otherwise); a reload to auto asks again
+    suspender: Callable[[Policy], CudaCheckpoint | None] | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    #: (address, port) to serve the metrics on; None: not served
+    metrics_at: tuple[str, int] | None = None
 
     def start(self) -> None:
+        if self.metrics_at is not None:
+            stop = serve_metrics(self.metrics, *self.metrics_at)
+            self.on_stop.append(stop)
         nodes = {self.agent.name: self.agent.command} if self.agent else {}
         events = self.scheduler.wake if self.scheduler else None
         self.bus.serve(nodes=nodes, events=events)
@@ -72,11 +85,16 @@ class Runtime:
         if self.agent is not None:
             self.agent.margins = policy.defaults.margins
             self.agent.queues = queue_limits(policy)
+            self.agent.metrics.known_queues(self.agent.name, self.agent.queues)
             self.agent.deadline_s = policy.defaults.deadline_s
             self.agent.heartbeat_timeout_s = policy.defaults.heartbeat_timeout_s
             self.agent.health.recovery_s = policy.defaults.device_recovery_s
             self.agent.planning_margin = policy.defaults.planning_margins
             self.agent.pause_rules = policy.defaults.pause_rules()
+            if self.agent.cuda_checkpoint is None and self.suspender is not None:
+                # turned to suspend_to_host: auto (once there, it stays: suspended
+                # attempts are restored with it after a turn back to never)
+                self.agent.cuda_checkpoint = self.suspender(policy)
             self.agent.allow_root_jobs = policy.allow_root_jobs
 
     def reload_policy(self) -> None:
@@ -133,6 +151,10 @@ def build(
     profile: str | None = None,
     run_as: str = "agent",
     others_as_agent: bool = True,
+    cuda_checkpoint: str | None = None,
+    host_copy_mib_s: float | None = None,
+    metrics_port: int | None = None,
+    metrics_address: str = DEFAULT_METRICS_ADDRESS,
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
@@ -141,8 +163,17 @@ def build(
     # the agent's executor is checked before the broker: a wrong --executor/--profile or
     # policy section is said first
     runs = _executor(executor, policy, agent_name, profile) if agent_name is not None else None
+    suspender = (
+        _suspender(policy, executor, cuda_checkpoint, host_copy_mib_s)
+        if agent_name is not None
+        else None
+    )
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)
+    rt.suspender = suspender
+    if metrics_port is not None:  # served: the process's own, with its process metrics
+        rt.metrics = default_metrics()
+        rt.metrics_at = (metrics_address, metrics_port)
     if scheduler:
         rt.scheduler = Scheduler(
             store,
@@ -151,6 +182,7 @@ def build(
             send=bus.send_to_node,
             leader=LeaderLock(store.engine, settings.home),
             on_policy=rt.apply_policy,
+            metrics=rt.metrics,
         )
     if agent_name is not None:
         assert source is not None
@@ -169,10 +201,12 @@ def build(
             device_recovery_s=policy.defaults.device_recovery_s,
             planning_margin=policy.defaults.planning_margins,
             pause=policy.defaults.pause_rules(),
+            cuda_checkpoint=suspender(policy) if suspender is not None else None,
             executor=runs,
             run_as=run_as,
             allow_root_jobs=policy.allow_root_jobs,
             others_as_agent=others_as_agent,
+            metrics=rt.metrics,
         )
         rt.on_stop.append(source.close)
     return rt
@@ -216,6 +250,51 @@ def _executor(kind: str, policy: Policy, node: str, profile: str | None) -> Any:
         profile=profile,
         queue_settings=policy.queues,
     )
+
+
+def _suspender(
+    policy: Policy, executor: str, path: str | None, host_copy_mib_s: float | None
+) -> Callable[[Policy], CudaCheckpoint | None]:
+    """What gives the node agent its ``cuda-checkpoint`` under a policy: one where the
+    policy says ``suspend_to_host: auto``, attempts run as local processes and the
+    utility is there (``path``, else found on ``PATH``); None otherwise, with the reason
+    in the log.  A ``--cuda-checkpoint`` that cannot be run is an error at once."""
+    bandwidth_mib_s = DEFAULT_HOST_COPY_MIB_S if host_copy_mib_s is None else host_copy_mib_s
+    if path is not None and not CudaCheckpoint(path).available():
+        raise ConfigError(
+            f"--cuda-checkpoint {path}: not an executable file (NVIDIA's cuda-checkpoint, "
+            "with driver 550 or later)"
+        )
+    if path is not None and policy.defaults.suspend_to_host != "auto":
+        log.info("--cuda-checkpoint is unused while the policy says suspend_to_host: never")
+
+    def make(current: Policy) -> CudaCheckpoint | None:
+        if current.defaults.suspend_to_host != "auto":
+            return None
+        if executor != "local":
+            log.warning(
+                "suspend_to_host is auto, but this agent cannot suspend pods "
+                "(--executor %s): memory shortage evicts on this node",
+                executor,
+            )
+            return None
+        cc = CudaCheckpoint(path, bandwidth_mib_s=bandwidth_mib_s)
+        if not cc.available():
+            log.warning(
+                "suspend_to_host is auto, but cuda-checkpoint is not on PATH (give "
+                "--cuda-checkpoint PATH): memory shortage evicts on this node"
+            )
+            return None
+        if not current.defaults.pause:
+            log.warning("suspend_to_host is auto, but pause is false: nothing is suspended")
+        log.info(
+            "suspend to host: on, with %s (host copy assumed at %s/s)",
+            cc.path,
+            format_mib(bandwidth_mib_s),
+        )
+        return cc
+
+    return make
 
 
 def queue_limits(policy: Policy) -> dict[str, QueueLimits]:

@@ -51,5 +51,11 @@ def test_drain_keeps_new_work_off_and_undrain_brings_it_back(tmp_path):  # type:
         ebb(admin, "node", "undrain", "box/0")
         wait_for(lambda: jobs_by_id(env)[job_id]["state"] == "succeeded", 20, "the job to run")
         assert ebb_json(env, "nodes")[0]["devices"][0]["drained"] is None
+
+        alive = ebb(admin, "node", "forget", "box", check=False)
+        assert alive.returncode == 1 and "its agent is alive; stop it first" in alive.stderr
     finally:
         stop(up)
+    # stopped cleanly: it may be forgotten at once
+    assert ebb(admin, "node", "forget", "box").stdout == "box forgotten\n"
+    assert ebb_json(env, "nodes") == []

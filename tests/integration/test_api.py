@@ -357,6 +357,25 @@ def test_drain_is_for_admins(api: Api) -> None:
     assert nul.status_code == 422
 
 
+def test_a_node_is_forgotten_by_an_admin_once_its_agent_is_gone(api: Api) -> None:
+    api.store.heartbeat("gpu-z", started_at=0.0, devices=[{"index": 0, "memory_mib": 81920}])
+    assert api.call("DELETE", "/nodes/gpu-z", "alice").status_code == 403
+    alive = api.call("DELETE", "/nodes/gpu-z", "carol")
+    assert alive.status_code == 400
+    assert "its agent is alive; stop it first" in alive.json()["detail"]
+    api.clock.advance(11)  # silent past the heartbeat timeout
+    assert api.call("DELETE", "/nodes/gpu-z", "carol").json() == {
+        "node": "gpu-z",
+        "forgotten": True,
+    }
+    assert api.call("GET", "/nodes", "bob").json() == []
+    unknown = api.call("DELETE", "/nodes/gpu-z", "carol")
+    assert unknown.status_code == 400 and "no node named 'gpu-z'" in unknown.json()["detail"]
+    # one that said it stopped goes at once
+    api.store.heartbeat("gpu-y", started_at=0.0, devices=[], stopping=True)
+    assert api.call("DELETE", "/nodes/gpu-y", "carol").status_code == 200
+
+
 def test_the_policy_is_reloaded_when_its_file_changes(api: Api) -> None:
     assert api.call("GET", "/whoami", "bob").json()["admin"] is False
     api.policy.write_text(POLICY.replace("admins: [carol]", "admins: [carol, bob]"))
@@ -485,3 +504,40 @@ def test_alter_changes_a_waiting_job_for_its_owner_and_admins_only(api: Api) -> 
     late = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"gpu": "20%"})
     assert late.status_code in (400, 409) and "only held, waiting or queued" in late.text
     assert api.store.get(job_id).compute_pct == 50.0  # nothing changed
+
+
+# -- metrics ----------------------------------------------------------------------------
+
+
+def test_requests_are_counted_by_route_template_and_code(tmp_path: Path, sqlite_url: str) -> None:
+    """Labels stay bounded: the route's template, never the job id in the path."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from ebbtide.metrics import Metrics
+
+    metrics = Metrics(CollectorRegistry())
+    settings = Settings.from_env({"EBBTIDE_HOME": str(tmp_path), "EBBTIDE_DB_URL": sqlite_url})
+    store = Store(sqlite_url)
+    token = store.tokens.create("alice", by="root")[1]
+    try:
+        with (
+            serving(create_app(settings, store=store, metrics=metrics), tmp_path) as served,
+            httpx.Client(base_url=served.url) as http,
+        ):
+            auth = {"Authorization": f"Bearer {token}"}
+            assert http.get("/v1/jobs", headers=auth).status_code == 200
+            assert http.get("/v1/jobs/4242", headers=auth).status_code == 404
+            assert http.get("/v1/jobs/4343", headers=auth).status_code == 404
+            assert http.get("/v1/jobs").status_code == 401
+            assert http.get("/nowhere").status_code == 404
+    finally:
+        store.close()
+    text = generate_latest(metrics.registry).decode()
+    assert 'ebbtide_api_requests_total{code="200",method="GET",route="/v1/jobs"} 1.0' in text
+    assert 'ebbtide_api_requests_total{code="401",method="GET",route="/v1/jobs"} 1.0' in text
+    assert (
+        'ebbtide_api_requests_total{code="404",method="GET",route="/v1/jobs/{job_id}"} 2.0' in text
+    )
+    assert 'ebbtide_api_requests_total{code="404",method="GET",route="unmatched"} 1.0' in text
+    assert "4242" not in text
+    assert 'ebbtide_api_request_duration_seconds_count{route="/v1/jobs/{job_id}"} 2.0' in text

@@ -189,3 +189,58 @@ def test_a_database_holding_other_tables_is_not_taken_over(
     Store(f"sqlite:///{path}").close()  # asked for: ebbtide's tables beside them
     monkeypatch.delenv("EBBTIDE_DB_INIT")
     Store(f"sqlite:///{path}").close()  # and from then on it is ebbtide's too
+
+
+def test_qstat_shows_paused_and_suspended_jobs(home: Path) -> None:
+    for _ in range(3):
+        ebb("qsub", "--", "true")
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    now = time.time()
+    for job_id in (1, 2):
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1024
+        )
+        store.mark_started(job_id, 1, pid=1, stdout_path="o", stderr_path="e")
+    store.record_pause(1, 1, at=now, reason="compute", reason_code="online_compute")
+    store.record_pause(2, 1, at=now, reason="memory", reason_code="online_memory", kind="suspend")
+    store.close()
+    rows = ebb("qstat").splitlines()[1:]
+    assert {int(r.split()[0]): r.split()[5] for r in rows} == {
+        1: "paused",
+        2: "suspended",
+        3: "queued",
+    }
+    full = ebb("qstat", "-f", "2")
+    assert "state: running (suspended to host)" in full
+    assert "suspended_at: 2" in full  # a local ISO time
+    assert "state: running (paused)" in ebb("qstat", "-f", "1")
+    data = json.loads(ebb("qstat", "-f", "2", "--json"))
+    assert data["state"] == "running" and data["suspended_at"] == pytest.approx(now)
+    listed = {j["id"]: j for j in json.loads(ebb("qstat", "--json"))}
+    assert listed[2]["suspended_at"] == pytest.approx(now) and listed[1]["suspended_at"] is None
+
+
+def test_what_pods_do_not_honour_is_noted_at_submission(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-o/-e files and Slurm's B: (the warning to the shell only) are not what attempts
+    running as pods do: said at submission (stderr, and notes in --json), never silently."""
+    policy = home.parent / "policy.yaml"
+    policy.write_text("kubernetes: {image: registry.example.com/train:1}\n")
+    monkeypatch.setenv("EBBTIDE_POLICY", str(policy))
+    result = CliRunner().invoke(cli, ["qsub", "-o", "out.log", "-h", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert "note: -o/--output: where attempts run as pods, their output is the pod's log" in (
+        result.stderr
+    )
+    data = json.loads(ebb("qsub", "--json", "-e", "err.log", "-h", "--", "true"))
+    assert [n.split(":")[0] for n in data["notes"]] == ["-e/--error"]
+    shell = CliRunner().invoke(cli, ["sbatch", "--signal=B:TERM@30", "--hold", "--wrap", "true"])
+    assert shell.exit_code == 0, shell.output
+    assert "--signal=B:: where attempts run as pods, the warning is the kubelet's SIGTERM" in (
+        shell.stderr
+    )
+    # without a kubernetes: section, nothing to say
+    monkeypatch.delenv("EBBTIDE_POLICY")
+    quiet = CliRunner().invoke(cli, ["qsub", "-o", "out.log", "-h", "--", "true"])
+    assert quiet.exit_code == 0 and "note:" not in quiet.stderr

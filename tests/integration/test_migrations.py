@@ -309,3 +309,39 @@ def test_upgrade_from_version_5_adds_the_tokens_table(db_url: str) -> None:
         assert store.tokens.check(token).id == token_id
     finally:
         store.close()
+
+
+def test_upgrade_from_version_7_adds_suspended_at_and_keeps_a_paused_job(db_url: str) -> None:
+    """Version 8 records suspensions; a job paused before the upgrade is paused, not
+    suspended."""
+    import time
+
+    from ebbtide.queue import migrations as m
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            m._version_table().create(conn)
+            for version in range(1, 8):
+                m.MIGRATIONS[version - 1](conn)
+                conn.execute(
+                    m._version_table().insert().values(version=version, applied_at=time.time())
+                )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (name, owner, queue, priority, kind, state, reason,"
+                    " spec_json, compute_pct, gpus, memory_mib, deadline_s, signal,"
+                    " depends_json, submitted_at, attempts, evictions, failures,"
+                    " cancel_requested, pausable, paused_at) VALUES ('old', 'alice',"
+                    " 'default', 0, 'batch', 'running', '', '{\"command\": [\"true\"]}', 10,"
+                    " 0, 1024, 30, 15, '[]', 1.0, 1, 0, 0, false, true, 5.0)"
+                )
+            )
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("jobs")}
+        assert "suspended_at" not in columns
+        assert m.migrate(engine) == 7
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT paused_at, suspended_at FROM jobs")).one()
+        assert tuple(row) == (5.0, None)
+    finally:
+        engine.dispose()

@@ -875,3 +875,64 @@ def test_jobs_evicted_max_preemptions_times_are_held_with_a_reason(store) -> Non
     assert store.hold_overpreempted("default", 2) == []
     _evict_once(store, twice)
     assert store.hold_overpreempted("default", 2) == [twice]
+
+
+# ------------------------------------------------------------------ pauses and suspensions
+
+
+def test_a_suspension_is_recorded_seen_by_the_scheduler_and_cleared_by_the_restore(
+    store: Store,
+) -> None:
+    job_id, attempt = in_state(store, S.RUNNING)
+    store.record_pause(job_id, attempt, at=100.0, reason="compute", reason_code="online_compute")
+    [a] = store.active_attempts()
+    assert (a.paused_at, a.suspended_at) == (100.0, None)
+    store.record_pause(
+        job_id, attempt, at=110.0, reason="memory", reason_code="online_memory", kind="suspend"
+    )
+    job = store.get(job_id)
+    # paused since the first pause, suspended since the move to host memory
+    assert (job.paused_at, job.suspended_at) == (100.0, 110.0)
+    assert job_to_dict(job)["suspended_at"] == 110.0
+    [a] = store.active_attempts()
+    assert (a.paused_at, a.suspended_at) == (100.0, 110.0) and a.suspended
+    [paused, suspended] = [e for e in store.events(job_id) if e["type"] == "paused"]
+    assert (paused["kind"], suspended["kind"]) == ("pause", "suspend")
+
+    store.record_thaw(job_id, attempt, at=130.0, paused_s=30.0, kind="restore")
+    job = store.get(job_id)
+    assert (job.paused_at, job.suspended_at) == (None, None)
+    assert store.active_attempts()[0].suspended_at is None
+
+
+def test_a_plain_pause_records_no_suspension(store: Store) -> None:
+    job_id, attempt = in_state(store, S.RUNNING)
+    store.record_pause(job_id, attempt, at=100.0, reason="r", reason_code="online_compute")
+    assert store.get(job_id).suspended_at is None
+
+
+def test_an_attempt_that_ends_suspended_is_suspended_no_more(store: Store) -> None:
+    job_id, attempt = in_state(store, S.RUNNING)
+    store.record_pause(
+        job_id, attempt, at=110.0, reason="memory", reason_code="online_memory", kind="suspend"
+    )
+    evict(store, job_id, attempt)
+    assert store.get(job_id).suspended_at == 110.0  # still on the host while it is evicted
+    # its CUDA calls block on the host: killed at the deadline
+    killed = {**EVICTION, "killed": True}
+    assert store.finish_attempt(job_id, attempt, exit_code=137, eviction=killed) == S.QUEUED
+    job = store.get(job_id)
+    assert (job.paused_at, job.suspended_at) == (None, None)
+    # the next attempt starts on its GPU
+    attempt = start(store, job_id)
+    [a] = store.active_attempts()
+    assert (a.attempt, a.paused_at, a.suspended_at) == (attempt, None, None)
+
+
+def test_a_suspension_of_an_old_attempt_is_refused(store: Store) -> None:
+    job_id, attempt = in_state(store, S.RUNNING)
+    with pytest.raises(StaleState):
+        store.record_pause(
+            job_id, attempt + 1, at=1.0, reason="r", reason_code="online_memory", kind="suspend"
+        )
+    assert store.get(job_id).suspended_at is None

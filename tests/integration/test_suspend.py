@@ -4,7 +4,9 @@ it is restored and thawed, and its count is exact."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -164,6 +166,107 @@ def test_a_failed_suspend_evicts_instead(
             ev["reason_code"] == "online_memory"
             and "suspending it to host failed" in (ev["reason"])
         )
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
+
+
+def _two_sleepers(store: Store) -> tuple[int, int]:
+    """Two pausable jobs of 1 GiB on n1/0, the first of lower priority (the first victim)."""
+    ids = []
+    for priority in (0, 5):
+        sleeper = JobSpec(
+            command=[sys.executable, "-c", "import time; time.sleep(30)"], priority=priority
+        )
+        [job_id] = store.submit(sleeper, "bob", defaults_deadline_s=5, pausable=True)
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=1024
+        )
+        ids.append(job_id)
+    return ids[0], ids[1]
+
+
+def test_the_host_budget_takes_one_suspension_and_the_other_job_is_evicted(
+    tmp_path: Path, cuda_checkpoint: CudaCheckpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """suspend_host_memory_pct 50 of a 3 GiB host: room for one 1 GiB job, not two."""
+    monkeypatch.setattr("ebbtide.workers.agent.host_memory_mib", lambda: (3072.0, 100_000.0))
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    rules = dataclasses.replace(RULES, host_memory_pct=50)
+    agent = NodeAgent(
+        "n1", store, source, home=tmp_path, pause=rules, cuda_checkpoint=cuda_checkpoint
+    )
+    agent.start()
+    try:
+        first, second = _two_sleepers(store)
+        wait_until(lambda: {store.get(j).state for j in (first, second)} == {"running"})
+        wait_until(lambda: all(job_pids(agent, j) for j in (first, second)))  # forked
+        source.set(0, 10.0, 80_000)  # both must leave the GPU
+        wait_until(lambda: store.get(second).state == "queued")
+        job = store.get(first)
+        assert job.state == "running" and job.suspended_at is not None
+        assert agent.attempts[first].suspended_at is not None
+        [ev] = [e for e in store.events(second) if e["type"] == "evicted"]
+        assert "suspend_host_memory_pct 50%" in ev["reason"]
+        assert "paused" not in [e["type"] for e in store.events(second)]
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
+
+
+def test_a_host_without_the_memory_available_evicts(
+    tmp_path: Path,
+    cuda_checkpoint: CudaCheckpoint,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr("ebbtide.workers.agent.host_memory_mib", lambda: (65536.0, 2048.0))
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent(
+        "n1", store, source, home=tmp_path, pause=RULES, cuda_checkpoint=cuda_checkpoint
+    )
+    agent.start()
+    try:
+        caplog.set_level(logging.INFO, logger="ebbtide.agent")
+        sleeper = JobSpec(command=[sys.executable, "-c", "import time; time.sleep(30)"])
+        [job_id] = store.submit(sleeper, "bob", defaults_deadline_s=5, pausable=True)
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=1024
+        )
+        wait_until(lambda: store.get(job_id).state == "running")
+        source.set(0, 10.0, 80_000)
+        wait_until(lambda: store.get(job_id).state == "queued")
+        assert "paused" not in [e["type"] for e in store.events(job_id)]
+        assert store.get(job_id).suspended_at is None
+        assert "not suspended to host: the host has 2GiB available" in caplog.text
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
+
+
+def test_suspension_off_in_the_rules_evicts_even_with_the_utility(
+    tmp_path: Path, cuda_checkpoint: CudaCheckpoint
+) -> None:
+    """A policy reload to suspend_to_host: never stops new suspensions at once."""
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent(
+        "n1", store, source, home=tmp_path, pause=RULES, cuda_checkpoint=cuda_checkpoint
+    )
+    agent.pause_rules = dataclasses.replace(RULES, suspend=False)
+    agent.start()
+    try:
+        sleeper = JobSpec(command=[sys.executable, "-c", "import time; time.sleep(30)"])
+        [job_id] = store.submit(sleeper, "bob", defaults_deadline_s=5, pausable=True)
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=1024
+        )
+        wait_until(lambda: store.get(job_id).state == "running")
+        source.set(0, 10.0, 80_000)
+        wait_until(lambda: store.get(job_id).state == "queued")
+        assert "paused" not in [e["type"] for e in store.events(job_id)]
     finally:
         agent.shutdown(timeout_s=20)
         store.close()

@@ -19,3 +19,10 @@ def test_example_policy_loads_with_its_documented_values() -> None:
     assert policy.allow_root_jobs is False
     assert {w.kind for w in policy.windows} == {"cron", "lull", "blackout"}
     assert policy.devices.in_pool("spare-cards", "gpu-a-1", 7)
+
+
+def test_example_policy_documents_suspend_to_host_off() -> None:
+    d = load_policy(EXAMPLE).defaults
+    assert d.suspend_to_host == "never" and d.pause_rules().suspend is False
+    assert (d.max_suspend_s, d.suspend_restore_hysteresis_mib) == (1800.0, 4096)
+    assert d.suspend_host_memory_pct == 50

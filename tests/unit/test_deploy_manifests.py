@@ -424,7 +424,10 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
         "kubernetes",
         "--policy",
         POLICY_PATH,
+        "--metrics-port",
+        METRICS_PORT,
     ]
+    _check_metrics(agent, container)
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["EBBTIDE_HOME"]["value"] == STATE_DIR
@@ -435,6 +438,17 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
     assert container["securityContext"]["privileged"] is False
 
 
+METRICS_PORT = "9108"
+
+
+def _check_metrics(workload: dict[str, Any], container: dict[str, Any]) -> None:
+    """Prometheus finds the metrics port by the pod's annotations and its named port."""
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == METRICS_PORT
+    assert {"name": "metrics", "containerPort": int(METRICS_PORT)} in container["ports"]
+
+
 def test_the_scheduler_runs_with_a_standby_and_a_disruption_budget(
     built: tuple[str, tuple[dict[str, Any], ...]],
 ) -> None:
@@ -442,7 +456,14 @@ def test_the_scheduler_runs_with_a_standby_and_a_disruption_budget(
     scheduler = _scheduler(docs)
     spec = _pod_spec(scheduler)
     (container,) = spec["containers"]
-    assert container["args"] == ["scheduler", "--policy", POLICY_PATH]
+    assert container["args"] == [
+        "scheduler",
+        "--policy",
+        POLICY_PATH,
+        "--metrics-port",
+        METRICS_PORT,
+    ]
+    _check_metrics(scheduler, container)
     _check_store_env({e["name"]: e for e in container["env"]})
     _check_policy_mount(spec, container)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True

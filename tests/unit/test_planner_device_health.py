@@ -65,3 +65,19 @@ def test_every_cause_is_listed_when_no_device_takes_work() -> None:
     assert p.blocked[1] == (
         "waiting: no device takes work (n/0 is out of service: XID 79, n/1 drained by bob: fan)"
     )
+
+
+def test_the_reserve_kept_back_is_named_and_the_cold_one_says_so() -> None:
+    """A fresh box is idle, yet an 80% job waits: the reason says what is kept back."""
+    idle = dataclasses.replace(
+        dev(i=0), reserve_compute_pct=30, reserve_memory_mib=8192, reserve_cold_for_s=420
+    )
+    p = plan(snap([job(1, c=80)], devices=[idle]))
+    assert p.blocked[1] == (
+        "waiting for headroom: no device has 80% and 1GiB free (margin included); "
+        "n/0 keeps 30% and 8GiB back for the online side's growth (the cold reserve, "
+        "while its agent learns the online load: 7 min more; defaults.forecast_warmup_s)"
+    )
+    warm = dataclasses.replace(idle, reserve_cold_for_s=0)
+    p = plan(snap([job(1, c=80)], devices=[warm]))
+    assert p.blocked[1].endswith("n/0 keeps 30% and 8GiB back for the online side's growth")

@@ -188,3 +188,56 @@ def test_check_queue() -> None:
     message = str(info.value)
     assert "'nope'" in message
     assert "default, gpu" in message  # the known queues, so the user can pick one
+
+
+def test_suspend_to_host_is_off_by_default() -> None:
+    """Not yet measured on a real GPU: memory shortage evicts unless a file says auto."""
+    d = Policy().defaults
+    assert d.suspend_to_host == "never"
+    rules = d.pause_rules()
+    assert rules.suspend is False
+    assert (rules.max_suspend_s, rules.restore_hysteresis_mib) == (1800.0, 4096.0)
+    assert rules.host_memory_pct == 50.0
+
+
+def test_suspend_keys_become_the_pause_rules() -> None:
+    policy = parse_policy(
+        _yaml(
+            """
+            defaults:
+              suspend_to_host: auto
+              max_suspend_s: 20m
+              suspend_restore_hysteresis_mib: 8GiB
+              suspend_host_memory_pct: 25
+            """
+        ),
+        "p.yaml",
+    )
+    rules = policy.defaults.pause_rules()
+    assert rules.suspend is True and rules.enabled is True
+    assert rules.max_suspend_s == 1200.0
+    assert rules.restore_hysteresis_mib == 8192.0
+    assert rules.host_memory_pct == 25.0
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("defaults:\n  suspend_to_host: always\n", ["defaults.suspend_to_host", "'auto'"]),
+        # YAML reads yes/on/true as booleans: not one of the two words
+        ("defaults:\n  suspend_to_host: yes\n", ["defaults.suspend_to_host", "'never'"]),
+        ("defaults:\n  max_suspend_s: 0\n", ["defaults.max_suspend_s", "1s to 1d"]),
+        ("defaults:\n  max_suspend_s: 2d\n", ["defaults.max_suspend_s", "2d"]),
+        ("defaults:\n  suspend_restore_hysteresis_mib: lots\n", ["4GiB", "lots"]),
+        ("defaults:\n  suspend_restore_hysteresis_mib: -1\n", ["greater than or equal"]),
+        ("defaults:\n  suspend_host_memory_pct: 150\n", ["suspend_host_memory_pct", "100"]),
+        ("defaults:\n  suspend_host_memory_pct: on\n", ["suspend_host_memory_pct", "boolean"]),
+    ],
+)
+def test_bad_suspend_values_name_place_and_allowed_values(text: str, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    message = str(info.value)
+    assert message.startswith("p.yaml:2:3: "), message
+    for word in words:
+        assert word in message, message

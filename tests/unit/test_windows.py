@@ -643,3 +643,29 @@ def test_lull_thresholds(samples: list[tuple[float, float, float]], expected: bo
     for t, compute, memory in samples:
         tracker.observe(T0 + t, compute, memory)
     assert tracker.open is expected
+
+
+def test_a_closed_lull_says_why_it_closed_and_when_it_opens_again() -> None:
+    """The reason an eviction carries when a lull closes names the rise that closed it."""
+    rt = PolicyRuntime(_quiet())
+    for t in (0, 5, 10):  # below 20% and 8 GiB for 10 s: open
+        rt.observe("n1", 0, T0 + t, 5, 1024)
+    gates = rt.gates(T0 + 10, [("n1", 0)])
+    assert gates is not None and is_open(gates[("n1", 0)])
+    rt.observe("n1", 0, T0 + 11, 62, 1024)
+    gates = rt.gates(T0 + 11, [("n1", 0)])
+    assert gates is not None
+    assert gates[("n1", 0)].closed["default"] == (
+        "lull 'quiet' closed on n1/0: online compute rose to 62% (it closes above 50%); "
+        "it opens on n1/0 after online below 20%/8GiB for 10s"
+    )
+    # open again: the old reason is gone
+    for t in (12, 22):
+        rt.observe("n1", 0, T0 + t, 5, 1024)
+    assert rt.lull_why("quiet", "n1", 0) == ""
+
+    tracker = LullTracker(_quiet().lull_windows[0])
+    tracker.observe(T0, 0, 0)
+    tracker.observe(T0 + 10, 0, 0)
+    tracker.observe(T0 + 11, 10, 20_000)
+    assert tracker.closed_why == "online memory rose to 19.5GiB (it closes above 16GiB)"

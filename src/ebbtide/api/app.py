@@ -12,7 +12,8 @@ may not, 404 for a job that does not exist; never a 500 for what a client sends.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from starlette.responses import Response
 
 from ebbtide import __version__
 from ebbtide.api.auth import PolicyWatch, authenticate
@@ -28,6 +30,7 @@ from ebbtide.api.wire import PREFIX, error_out
 from ebbtide.client import Client, published_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import EbbtideError, Unauthenticated
+from ebbtide.metrics import Metrics
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 
@@ -43,9 +46,12 @@ class ServerContext:
     policies: PolicyWatch
 
 
-def create_app(settings: Settings, *, store: Store | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, store: Store | None = None, metrics: Metrics | None = None
+) -> FastAPI:
     """The API in front of ``store`` (default: the one ``settings`` name; the caller
-    closes a store it hands in, :func:`close_app` the one made here)."""
+    closes a store it hands in, :func:`close_app` the one made here); requests are
+    counted in ``metrics``."""
     from ebbtide.api import routes
 
     app = FastAPI(
@@ -64,7 +70,32 @@ def create_app(settings: Settings, *, store: Store | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(sqlalchemy.exc.OperationalError, _store_unavailable)
     app.openapi = _openapi_with_jobspec(app)  # type: ignore[method-assign]
+    app.middleware("http")(_counter(metrics if metrics is not None else Metrics()))
     return app
+
+
+def _counter(
+    metrics: Metrics,
+) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    """A middleware that counts each request by its route's template (``/v1/jobs/{job_id}``,
+    never the id itself: labels stay bounded) and times it."""
+
+    async def count(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        code = 500
+        try:
+            response = await call_next(request)
+            code = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            metrics.api_requests.labels(request.method, template, str(code)).inc()
+            metrics.api_duration.labels(template).observe(time.perf_counter() - started)
+
+    return count
 
 
 def close_app(app: FastAPI) -> None:

@@ -235,6 +235,9 @@ class RemoteClient(ClientBase):
         body = {"device": device, "reason": reason}
         self._call("POST", f"/nodes/{quote(node, safe='')}/drain", json=body)
 
+    def forget_node(self, node: str) -> None:
+        self._call("DELETE", f"/nodes/{quote(node, safe='')}")
+
     def undrain(self, node: str, device: int | None = None) -> None:
         self._call("POST", f"/nodes/{quote(node, safe='')}/undrain", json={"device": device})
 

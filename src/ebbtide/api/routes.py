@@ -198,6 +198,13 @@ def nodes(client: Caller) -> list[dict[str, Any]]:
     return client.nodes()
 
 
+@router.delete("/nodes/{node}", summary="Forget a node whose agent is gone", tags=["nodes"])
+def forget_node(client: Caller, node: str) -> dict[str, Any]:
+    """Admins only; a node that still heartbeats is refused."""
+    client.forget_node(node)
+    return {"node": node, "forgotten": True}
+
+
 @router.post("/nodes/{node}/drain", summary="Keep new work off a node or device", tags=["nodes"])
 def drain(
     client: Caller, node: str, body: Annotated[DrainRequest, Body()] | None = None

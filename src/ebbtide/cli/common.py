@@ -40,6 +40,30 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
+def metrics_options(fn: Any) -> Any:
+    """``--metrics-port`` and ``--metrics-address`` (for the processes that serve metrics)."""
+    fn = click.option(
+        "--metrics-address",
+        metavar="ADDRESS",
+        default="0.0.0.0",
+        show_default=True,
+        envvar="EBBTIDE_METRICS_ADDRESS",
+        show_envvar=True,
+        help="Where --metrics-port listens (127.0.0.1: this host only).",
+    )(fn)
+    fn = click.option(
+        "--metrics-port",
+        type=click.IntRange(1, 65535),
+        metavar="PORT",
+        default=None,
+        envvar="EBBTIDE_METRICS_PORT",
+        show_envvar=True,
+        help="Serve Prometheus metrics on this port (/metrics; off by default). "
+        "Queues, nodes, devices and reasons are the labels, never jobs or users.",
+    )(fn)
+    return fn
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),

@@ -179,7 +179,13 @@ def _submit(
 
     notes: list[str] = []
     spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
-    ids = _client(create=True).submit_many(spec, allow_future=allow_future)
+    client = _client(create=True)
+    ids = client.submit_many(spec, allow_future=allow_future)
+    policy = getattr(client, "policy", None)  # a server's client: the server's to say
+    if policy is not None:
+        from ebbtide.client import pod_notes
+
+        notes.extend(pod_notes(spec, policy))
     if as_json:
         out: dict[str, Any] = {"id": ids[0]}
         if spec.array:
@@ -271,7 +277,8 @@ def _slice_text(job: Any) -> str:
 
 def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     """``qstat -f``'s lines: every field, with the slice asked for and the slice granted
-    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``)."""
+    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``), and a running job's
+    state with its pause or suspension (``running (suspended to host)``)."""
     from ebbtide.kube.profiles import slice_words
 
     lines: list[tuple[str, Any]] = []
@@ -281,6 +288,10 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
         if key == "submitted":
             lines.extend((name, shown) for name, shown in value.items() if shown is not None)
             continue
+        if key == "state" and value == "running" and data.get("suspended_at"):
+            value = "running (suspended to host)"
+        elif key == "state" and value == "running" and data.get("paused_at"):
+            value = "running (paused)"
         if key != "slice":
             lines.append((key, value))
             continue
@@ -454,8 +465,14 @@ def _shown_value(key: str, value: Any) -> Any:
 
 
 def _state_text(j: Any) -> str:
-    """``paused`` for a running job frozen in place by a compute spike, else its state."""
-    return "paused" if j.state == "running" and getattr(j, "paused_at", None) else str(j.state)
+    """``suspended`` for a running job whose GPU memory was moved to host memory (online
+    memory was short), ``paused`` for one frozen in place by a compute spike, else its
+    state."""
+    if j.state == "running" and getattr(j, "suspended_at", None):
+        return "suspended"
+    if j.state == "running" and getattr(j, "paused_at", None):
+        return "paused"
+    return str(j.state)
 
 
 #: How often ``ebb logs -f`` looks for more output, in seconds.

@@ -145,12 +145,14 @@ def _target(text: str) -> tuple[str, int | None]:
 
 @click.group("node")
 def node_group() -> None:
-    """Take nodes or devices out of service and back (admins only).
+    """Take nodes or devices out of service and back, or forget a retired one (admins
+    only).
 
     \b
       ebb node drain gpu-a --reason "driver upgrade"   nothing new on any device of gpu-a
       ebb node drain gpu-a/3                           nothing new on device 3
       ebb node undrain gpu-a/3                         back in service, fault cleared
+      ebb node forget gpu-z                            a retired node leaves `ebb nodes`
     """
 
 
@@ -162,6 +164,16 @@ def drain(target: str, reason: str) -> None:
     node, device = _target(target)
     _client().drain(node, device, reason=reason)
     click.echo(f"{target} drained")
+
+
+@node_group.command("forget")
+@click.argument("node", metavar="NODE")
+def forget(node: str) -> None:
+    """Remove a node whose agent is gone for good (retired, renamed) from `ebb nodes` and
+    the metrics. Refused while its agent still heartbeats; what it ran is requeued, as
+    for any node that went silent."""
+    _client().forget_node(node)
+    click.echo(f"{node} forgotten")
 
 
 @node_group.command("undrain")

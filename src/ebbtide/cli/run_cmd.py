@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ebbtide.cli.common import _setup_logging, log
+from ebbtide.cli.common import _setup_logging, log, metrics_options
 
 
 def _agent_options(fn: Any) -> Any:
@@ -30,6 +30,44 @@ def _agent_options(fn: Any) -> Any:
         "(default 1x80GiB; ignored with --headroom nvml and prometheus:URL).",
     )(fn)
     fn = click.option("--node", default=None, help="This node's name (default: host name).")(fn)
+    return fn
+
+
+def _bandwidth_mib_s(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """``--host-copy-bandwidth``: a size per second (``10GiB``, ``10GiB/s``) in MiB/s."""
+    if value is None:
+        return None
+    from ebbtide.units import parse_memory_mib
+
+    text = value.strip()
+    text = text[:-2] if text.lower().endswith("/s") else text
+    try:
+        mib = parse_memory_mib(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if mib <= 0:
+        raise click.BadParameter(f"{value!r}: a copy bandwidth must be more than 0")
+    return float(mib)
+
+
+def _suspend_options(fn: Any) -> Any:
+    """Suspend to host, for a policy that says ``suspend_to_host: auto``."""
+    fn = click.option(
+        "--host-copy-bandwidth",
+        callback=_bandwidth_mib_s,
+        metavar="SIZE",
+        help="How fast this node copies GPU memory to host memory, per second (10GiB or "
+        "10GiB/s): a suspension is chosen only if moving the job's memory at this rate "
+        "fits its deadline (default 10000MiB, a guess until measured on the node's GPUs).",
+    )(fn)
+    fn = click.option(
+        "--cuda-checkpoint",
+        type=click.Path(dir_okay=False),
+        metavar="PATH",
+        help="NVIDIA's cuda-checkpoint utility (driver 550 or later), used where the "
+        "policy says suspend_to_host: auto, to move a job's GPU memory to host memory "
+        "instead of evicting it when online memory is short (default: found on PATH).",
+    )(fn)
     return fn
 
 
@@ -62,6 +100,7 @@ def _open_source(devices: str | None, headroom: str, node: str) -> Any:
 
 @click.command("up")
 @_agent_options
+@_suspend_options
 @click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
 @_run_as_option(
     "agent",
@@ -69,14 +108,19 @@ def _open_source(devices: str | None, headroom: str, node: str) -> Any:
     "store is 0600 in a 0700 $EBBTIDE_HOME, so only that user submits; as root, only "
     "root's jobs run); owner: each job's owner (needs root; see `ebb worker --help`).",
 )
+@metrics_options
 @click.option("--log-level", default="info", show_default=True)
 def up(
     node: str | None,
     devices: str | None,
     headroom: str,
     mps: bool,
+    cuda_checkpoint: str | None,
+    host_copy_bandwidth: float | None,
     policy: str | None,
     run_as: str,
+    metrics_port: int | None,
+    metrics_address: str,
     log_level: str,
 ) -> None:
     """Embedded mode: scheduler and one node agent in one process, until signalled.
@@ -85,7 +129,20 @@ def up(
     SIGINT/SIGTERM evicts running attempts within their deadline and requeues them.
     Jobs run as the user running it (--run-as agent).
     """
-    _run_node(node, devices, headroom, mps, policy, log_level, with_scheduler=True, run_as=run_as)
+    _run_node(
+        node,
+        devices,
+        headroom,
+        mps,
+        policy,
+        log_level,
+        with_scheduler=True,
+        run_as=run_as,
+        cuda_checkpoint=cuda_checkpoint,
+        host_copy_mib_s=host_copy_bandwidth,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+    )
 
 
 def _run_node(
@@ -100,6 +157,10 @@ def _run_node(
     executor: str = "local",
     profile: str | None = None,
     run_as: str = "agent",
+    cuda_checkpoint: str | None = None,
+    host_copy_mib_s: float | None = None,
+    metrics_port: int | None = None,
+    metrics_address: str = "0.0.0.0",
 ) -> None:
     """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
     from pathlib import Path
@@ -123,6 +184,10 @@ def _run_node(
         run_as=run_as,
         # as root with --run-as agent, other users' jobs would run as root: refused
         others_as_agent=False,
+        cuda_checkpoint=cuda_checkpoint,
+        host_copy_mib_s=host_copy_mib_s,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
     )
     log.info(
         "ebbtide %s: node %s, devices %s, headroom %s, home %s, jobs run as %s",
@@ -138,8 +203,11 @@ def _run_node(
 
 @click.command("scheduler")
 @click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@metrics_options
 @click.option("--log-level", default="info", show_default=True)
-def scheduler(policy: str | None, log_level: str) -> None:
+def scheduler(
+    policy: str | None, metrics_port: int | None, metrics_address: str, log_level: str
+) -> None:
     """Run the scheduler alone (distributed mode: needs EBBTIDE_REDIS_URL)."""
     from pathlib import Path
 
@@ -147,13 +215,20 @@ def scheduler(policy: str | None, log_level: str) -> None:
     from ebbtide.runtime import build
 
     _setup_logging(log_level)
-    rt = build(Settings.from_env(), scheduler=True, policy_path=Path(policy) if policy else None)
+    rt = build(
+        Settings.from_env(),
+        scheduler=True,
+        policy_path=Path(policy) if policy else None,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+    )
     log.info("ebbtide scheduler up")
     rt.run_until_signalled()
 
 
 @click.command("worker")
 @_agent_options
+@_suspend_options
 @click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
 @click.option(
     "--executor",
@@ -179,16 +254,21 @@ def scheduler(policy: str | None, log_level: str) -> None:
     "(a single-user box, a container, CI; as root, only root's jobs). Local executor "
     "only: pods run as their pod spec says.",
 )
+@metrics_options
 @click.option("--log-level", default="info", show_default=True)
 def worker(
     node: str | None,
     devices: str | None,
     headroom: str,
     mps: bool,
+    cuda_checkpoint: str | None,
+    host_copy_bandwidth: float | None,
     policy: str | None,
     executor: str,
     profile: str | None,
     run_as: str,
+    metrics_port: int | None,
+    metrics_address: str,
     log_level: str,
 ) -> None:
     """Run a node agent (distributed mode: needs EBBTIDE_REDIS_URL)."""
@@ -203,6 +283,10 @@ def worker(
         executor=executor,
         profile=profile,
         run_as=run_as,
+        cuda_checkpoint=cuda_checkpoint,
+        host_copy_mib_s=host_copy_bandwidth,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ebbtide.cli.common import _setup_logging, log
+from ebbtide.cli.common import _setup_logging, log, metrics_options
 from ebbtide.errors import UserError
 
 
@@ -44,6 +44,7 @@ def _mode(text: str) -> int:
     "--tls-cert", type=click.Path(dir_okay=False, path_type=Path), help="PEM certificate (TCP)."
 )
 @click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), help="PEM key (TCP).")
+@metrics_options
 @click.option("--log-level", default="info", show_default=True)
 def server(
     listen: str | None,
@@ -51,6 +52,8 @@ def server(
     socket_mode: str,
     tls_cert: Path | None,
     tls_key: Path | None,
+    metrics_port: int | None,
+    metrics_address: str,
     log_level: str,
 ) -> None:
     """Serve the SDK as an HTTP API (/v1, schema at /openapi.json), so a fleet's users
@@ -71,6 +74,8 @@ def server(
     from ebbtide.api import serve
     from ebbtide.api.app import close_app, create_app
     from ebbtide.config.settings import Settings
+    from ebbtide.metrics import default as default_metrics
+    from ebbtide.metrics import serve_metrics
 
     _setup_logging(log_level)
     if (tls_cert is None) != (tls_key is None):
@@ -89,12 +94,20 @@ def server(
         if socket_path is not None:
             unix = serve.bind_unix(socket_path, mode)
             inode = serve.socket_inode(socket_path)
-        app = create_app(Settings.from_env())
+        metrics = default_metrics()
+        stop_metrics = (
+            serve_metrics(metrics, metrics_address, metrics_port)
+            if metrics_port is not None
+            else None
+        )
+        app = create_app(Settings.from_env(), metrics=metrics)
         try:
             _say_where(tcp, socket_path if unix else None, mode, tls is not None)
             serve.ApiServer(app, tcp=tcp, unix=unix, tls=tls).run()
         finally:
             close_app(app)
+            if stop_metrics is not None:
+                stop_metrics()
     finally:
         for sock in (tcp, unix):
             if sock is not None:

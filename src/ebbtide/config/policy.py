@@ -34,8 +34,11 @@ from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Windo
 from ebbtide.errors import ConfigError
 from ebbtide.preemption.relief import (
     MAX_PAUSE_S,
+    MAX_SUSPEND_S,
     MIN_PAUSE_S,
     PAUSE_DRAIN_S,
+    RESTORE_HYSTERESIS_MIB,
+    SUSPEND_HOST_MEMORY_PCT,
     THAW_HYSTERESIS_PCT,
     PauseRules,
 )
@@ -183,15 +186,36 @@ class Defaults(Strict):
     pause_thaw_hysteresis_pct: Percent = THAW_HYSTERESIS_PCT
     #: a paused job stays paused at least this long (a flapping signal does not flap it)
     pause_min_s: Wait = MIN_PAUSE_S
+    #: suspend to host: online memory shortage moves a pausable job's CUDA state to host
+    #: memory (NVIDIA's cuda-checkpoint) and stops it, rather than evicting it.  auto: on
+    #: nodes with a working cuda-checkpoint, when the move fits the job's deadline and
+    #: the host's budget (``suspend_host_memory_pct``); needs ``pause``.  never: memory
+    #: shortage evicts.  Default never: the move's time and its effect on the online
+    #: tenants have not yet been measured on a real GPU
+    suspend_to_host: Literal["auto", "never"] = "never"
+    #: a job suspended this long is evicted so that it can run elsewhere, in seconds
+    max_suspend_s: Annotated[Duration, between(1, MAX_WAIT_S)] = MAX_SUSPEND_S
+    #: a suspended job is restored only when its memory fits with this much to spare, in
+    #: MiB (``"4GiB"`` accepted); its compute needs ``pause_thaw_hysteresis_pct`` spare
+    suspend_restore_hysteresis_mib: Annotated[SizeMiB, Field(ge=0)] = int(RESTORE_HYSTERESIS_MIB)
+    #: the jobs suspended on a node hold at most this share of its physical memory
+    #: together, in percent (and a job is suspended only while the host has its memory
+    #: available, with a reserve to spare)
+    suspend_host_memory_pct: Percent = SUSPEND_HOST_MEMORY_PCT
 
     def pause_rules(self) -> PauseRules:
-        """When a compute spike pauses rather than evicts, and when a pause ends."""
+        """When a compute spike pauses rather than evicts, when memory shortage suspends
+        to host, and when a pause or a suspension ends."""
         return PauseRules(
             enabled=self.pause,
             drain_s=self.pause_drain_s,
             max_pause_s=self.max_pause_s,
             thaw_hysteresis_pct=self.pause_thaw_hysteresis_pct,
             min_pause_s=self.pause_min_s,
+            suspend=self.suspend_to_host == "auto",
+            max_suspend_s=self.max_suspend_s,
+            restore_hysteresis_mib=float(self.suspend_restore_hysteresis_mib),
+            host_memory_pct=self.suspend_host_memory_pct,
         )
 
     def forecaster(self) -> Forecaster:

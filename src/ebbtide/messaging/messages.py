@@ -111,6 +111,9 @@ class DeviceReport(_Message):
     #: expected online growth within the deadline, kept back from admission
     reserve_compute_pct: float = 0.0
     reserve_memory_mib: float = 0.0
+    #: the reserve is the cold one (the agent is still learning the online load) for
+    #: this many more seconds; 0: it is the forecast
+    reserve_cold_for_s: float = 0.0
     #: Unix seconds of the sample
     sampled_at: float = 0.0
     #: False: the device did not answer, or its figures are stale (they are the worst case)

@@ -9,8 +9,9 @@ has to be given back decides what is done, cheapest first:
   Nothing is lost: no checkpoint to restore, no CUDA context to rebuild.  AntMan (OSDI'20)
   and TGS (NSDI'23) throttle opportunistic jobs for the same reason.
 - **suspend** — memory is short and the attempt can be suspended to host (pausing is on
-  for it, ``suspend`` is on, and the node says it can: ``cuda-checkpoint`` is there and
-  moving its memory fits its deadline): pause it and move its CUDA state to host memory,
+  for it, ``suspend`` is on, and the node says it can: ``cuda-checkpoint`` is there,
+  moving its memory fits its deadline, and the host has the memory within
+  ``host_memory_pct``): pause it and move its CUDA state to host memory,
   which frees its GPU memory without ending it.  A suspended attempt uses neither compute
   nor GPU memory; it is restored when both fit again (``thaw_hysteresis_pct`` and
   ``restore_hysteresis_mib`` to spare), or evicted after ``max_suspend_s``.
@@ -51,6 +52,7 @@ from ebbtide.scheduling.snapshot import (
     MIN_PAUSE_S,
     PAUSE_DRAIN_S,
     RESTORE_HYSTERESIS_MIB,
+    SUSPEND_HOST_MEMORY_PCT,
     THAW_HYSTERESIS_PCT,
     ActiveAttempt,
     DeviceView,
@@ -64,6 +66,7 @@ __all__ = [
     "MIN_PAUSE_S",
     "PAUSE_DRAIN_S",
     "RESTORE_HYSTERESIS_MIB",
+    "SUSPEND_HOST_MEMORY_PCT",
     "THAW_HYSTERESIS_PCT",
     "ActionKind",
     "PauseRules",
@@ -107,10 +110,10 @@ def relief_for_device(
     """The actions that bring ``device`` back within capacity minus the margin, cheapest
     first: pauses while only compute is short; for memory, suspensions of the attempts
     ``can_suspend`` allows (the node's say: the utility is there, the move fits the
-    deadline; ``None``: none) and evictions of the rest; evictions for attempts that may
-    not pause, for those paused past ``max_pause_s`` that do not fit here again
-    (:func:`thaws_for_device` thaws those that do), and for those suspended past
-    ``max_suspend_s``."""
+    deadline and the host's memory; ``None``: none) and evictions of the rest; evictions
+    for attempts that may not pause, for those paused past ``max_pause_s`` that do not
+    fit here again (:func:`thaws_for_device` thaws those that do), and for those
+    suspended past ``max_suspend_s``."""
     here = on_device(device, active)
     out: list[Relief] = []
     where = f"{device.node}/{device.index}"

@@ -179,6 +179,12 @@ def _v7_published_policy(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE leadership ADD COLUMN policy_at FLOAT"))
 
 
+def _v8_suspend(conn: Connection) -> None:
+    """Suspend to host: since when the current attempt's CUDA state is in host memory
+    (NULL: on its GPU), so that the scheduler counts no GPU memory for it."""
+    conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN suspended_at FLOAT"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -188,6 +194,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v5_pause,
     _v6_tokens,
     _v7_published_policy,
+    _v8_suspend,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 #: The tables the migrations make.

@@ -60,6 +60,9 @@ class Job(SQLModel):
     pausable: bool = False
     #: Unix seconds its current attempt was paused; None while it runs (schema v5)
     paused_at: float | None = None
+    #: Unix seconds its current attempt's CUDA state was moved to host memory (suspended:
+    #: paused too, and holding no GPU memory); None while it is on its GPU (schema v8)
+    suspended_at: float | None = None
 
 
 class JobTable(Job, table=True):

@@ -371,7 +371,9 @@ class Store:
             stmt = stmt.where(JOBS.c.attempts == fence)
         values = dict(changes or {})
         if target not in ACTIVE_STATES:
-            values.setdefault("paused_at", None)  # an attempt that ended is paused no more
+            # an attempt that ended is paused (and suspended) no more
+            values.setdefault("paused_at", None)
+            values.setdefault("suspended_at", None)
         result = conn.execute(stmt.values(state=target.value, **values))
         if result.rowcount != 1:
             at = f" attempt {fence}" if fence is not None else ""
@@ -612,6 +614,7 @@ class Store:
                 c.first_checkpoint_s,
                 c.requeued_at,
                 c.evictions,
+                c.submitted_at,
             )
             .where(c.state == JobState.QUEUED.value)
             .order_by(c.priority.desc(), c.id)
@@ -626,6 +629,7 @@ class Store:
                     first_checkpoint_s=row[11],
                     requeued_at=row[12],
                     evictions=row[13],
+                    submitted_at=row[14],
                 )
                 for row in conn.execute(stmt)
             ]
@@ -654,6 +658,7 @@ class Store:
                 c.owner,
                 c.paused_at,
                 c.pausable,
+                c.suspended_at,
             )
             .join(ATTEMPTS, sa.and_(ATTEMPTS.c.job_id == c.id, ATTEMPTS.c.number == c.attempts))
             .where(c.state.in_([s.value for s in ACTIVE_STATES]))
@@ -687,6 +692,7 @@ class Store:
                         owner=r[17],
                         paused_at=r[18],
                         pausable=bool(r[19]),
+                        suspended_at=r[20],
                     )
                 )
         return out
@@ -825,9 +831,13 @@ class Store:
         """The attempt was paused (frozen in place: it keeps its memory, uses no compute;
         its compute is free ``drain_s`` later, when its GPU work in flight has drained), or,
         ``kind`` ``"suspend"``, paused with its CUDA state moved to host memory (it holds no
-        GPU memory either)."""
+        GPU memory either: ``suspended_at``; an attempt paused before keeps its
+        ``paused_at``)."""
+        changes: dict[str, Any] = {"paused_at": at}
+        if kind == "suspend":
+            changes = {"paused_at": sa.func.coalesce(JOBS.c.paused_at, at), "suspended_at": at}
         with self._tx() as conn:
-            self._fenced_update(conn, job_id, attempt, paused_at=at)
+            self._fenced_update(conn, job_id, attempt, **changes)
             self._event(
                 conn,
                 job_id,
@@ -848,7 +858,7 @@ class Store:
         """The paused attempt runs again (``kind`` ``"restore"``: its CUDA state was
         brought back to its GPU first)."""
         with self._tx() as conn:
-            self._fenced_update(conn, job_id, attempt, paused_at=None)
+            self._fenced_update(conn, job_id, attempt, paused_at=None, suspended_at=None)
             self._event(
                 conn,
                 job_id,

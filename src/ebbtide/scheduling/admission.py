@@ -262,11 +262,32 @@ def unplaced_reason(
         notes.append(f"cooling down after an eviction: {names} until {clock_text(cooling[0][0])}")
     if out:
         notes.append(f"not taking work: {out}")
+    roomiest = min((d for d, _ in in_time), key=lambda d: (d.online_compute_pct, d.key))
+    if roomiest.reserve_compute_pct >= 0.5 or roomiest.reserve_memory_mib >= 1:
+        notes.append(_kept_back(roomiest))
     return (
         f"waiting for headroom: no device has {slice_text} and "
         f"{format_mib(job.memory_mib)} free{share} (margin included)"
         + "".join(f"; {n}" for n in notes)
     )
+
+
+def _kept_back(d: DeviceView) -> str:
+    """What the least loaded device keeps back for the online side's growth, in words."""
+    text = (
+        f"{d.node}/{d.index} keeps {d.reserve_compute_pct:.0f}% and "
+        f"{format_mib(d.reserve_memory_mib)} back for the online side's growth"
+    )
+    if d.reserve_cold_for_s > 0:
+        text += (
+            f" (the cold reserve, while its agent learns the online load: "
+            f"{_minutes(d.reserve_cold_for_s)} more; defaults.forecast_warmup_s)"
+        )
+    return text
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _listed(items: list[str], most: int = 3) -> str:

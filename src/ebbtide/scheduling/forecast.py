@@ -263,6 +263,12 @@ class Forecaster:
             self._cache[window] = (self._observed, (c, m))
         return c * scale, m * scale
 
+    def warmup_left_s(self, deadline_s: float = DEFAULT_WINDOW_S) -> float:
+        """Seconds of history still to be seen before :meth:`reserve` is the forecast
+        rather than the cold reserve (0 once warm)."""
+        window = next((w for w in self.windows_s if w >= deadline_s), self.windows_s[-1])
+        return max(0.0, self.warmup_s - self._compute[window].covered_s)
+
     def covered_s(self) -> float:
         """Seconds of history the forecast currently rests on."""
         return self._compute[self.windows_s[0]].covered_s

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from ebbtide.messaging.messages import (
     StartAttempt,
     ValidationError,
 )
+from ebbtide.metrics import Metrics
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -61,6 +63,7 @@ class Scheduler:
         leader: LeaderLock | None = None,
         on_policy: Callable[[Policy], None] | None = None,
         wakeups: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         #: the store as this scheduler writes to it: fenced by its epoch while it leads
         self.store = store
@@ -75,6 +78,13 @@ class Scheduler:
         self.leader = leader
         #: the policy text and epoch last published (see :meth:`_publish_policy`)
         self._published: tuple[str | None, int | None] | None = None
+        #: whether this scheduler plans now (it leads, or needs no lock)
+        self.leading = False
+        #: when each job planned for dispatch became queued (admission wait, for metrics)
+        self._queued_since: dict[int, tuple[str, float | None]] = {}
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics.watch_scheduler(self)
+        self.metrics.leader.set(0)
 
     @property
     def policy(self) -> Policy:
@@ -107,6 +117,7 @@ class Scheduler:
                         # expected online growth within the deadline guards admission
                         reserve_compute_pct=d.reserve_compute_pct,
                         reserve_memory_mib=d.reserve_memory_mib,
+                        reserve_cold_for_s=d.reserve_cold_for_s,
                         sampled_at=d.sampled_at,
                         cooldown_until=(evicted_at + defaults.eviction_cooldown_s)
                         if evicted_at
@@ -138,7 +149,14 @@ class Scheduler:
                 for job_id in self.store.hold_overpreempted(name, q.max_preemptions):
                     log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
         self.reconcile(now)
-        decisions = plan(self.snapshot(now))
+        snapshot = self.snapshot(now)
+        decisions = plan(snapshot)
+        chosen = {d.job_id for d in decisions.dispatches}
+        self._queued_since = {
+            q.id: (q.queue, q.requeued_at or q.submitted_at)
+            for q in snapshot.queued
+            if q.id in chosen
+        }
         self.apply(decisions, now)
         self.store.set_reasons(decisions.blocked)
         self.runtime.wake_at(decisions.wake_at)
@@ -207,6 +225,9 @@ class Scheduler:
             except StaleState:
                 continue
             log.info("dispatch job %s attempt %s to %s/%s", d.job_id, number, d.node, d.devices)
+            queue, since = self._queued_since.get(d.job_id, ("", None))
+            if queue:
+                self.metrics.dispatched(queue, None if since is None else now - since)
             self.send(d.node, StartAttempt(job_id=d.job_id, attempt=number))
 
     def reconcile(self, now: float) -> None:
@@ -250,6 +271,7 @@ class Scheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self._lead_as(False)
         self.runtime.stop()
         if self.leader is not None:
             self.leader.release()
@@ -262,13 +284,15 @@ class Scheduler:
         """Wait until this scheduler leads (at once without a leader lock); False when
         stopped first.  A store that cannot be reached is waited out, never fatal."""
         if self.leader is None:
-            return not self._stop.is_set()
+            self._lead_as(not self._stop.is_set())
+            return self.leading
         logged = False
         while not self._stop.is_set():
             try:
                 if self.leader.try_acquire():
                     assert self.leader.epoch is not None
                     self.store = self._store.fenced(self.leader.epoch)
+                    self._lead_as(True)
                     log.info("this scheduler is the active one (epoch %s)", self.leader.epoch)
                     return True
                 if not logged:
@@ -288,8 +312,10 @@ class Scheduler:
             if self.leader is not None and not self.leader.still_held():
                 self._stand_down("its lock or its epoch is gone")
                 return
+            started = time.perf_counter()
             try:
                 self.run_once()
+                self.metrics.pass_duration.observe(time.perf_counter() - started)
             except NotLeader as exc:
                 self._stand_down(str(exc))
                 return
@@ -298,8 +324,13 @@ class Scheduler:
             self._wake.wait(PLAN_PERIOD_S)
             self._wake.clear()
 
+    def _lead_as(self, leading: bool) -> None:
+        self.leading = leading
+        self.metrics.leader.set(1 if leading else 0)
+
     def _stand_down(self, why: str) -> None:
         log.error("this scheduler no longer leads (%s): standing by", why)
+        self._lead_as(False)
         if self.leader is not None:
             self.leader.release()
         self.store = self._store

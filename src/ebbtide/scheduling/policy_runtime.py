@@ -124,13 +124,17 @@ class PolicyRuntime:
         tracker = self.trackers.get((window, node, index))
         return tracker is not None and tracker.open
 
+    def lull_why(self, window: str, node: str, index: int) -> str:
+        tracker = self.trackers.get((window, node, index))
+        return tracker.closed_why if tracker is not None else ""
+
     def gates(
         self, now: float, devices: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], DeviceGates] | None:
         """What the windows allow per device and queue, or None when nothing restricts."""
         if not self.policy.windows:
             return None
-        return self.keeper.gates(now, devices, self.lull_open)
+        return self.keeper.gates(now, devices, self.lull_open, self.lull_why)
 
     # -- wake-ups -----------------------------------------------------------------------
 

@@ -34,6 +34,8 @@ class QueuedJob:
     #: Unix seconds of its last requeue (backoff after repeated evictions counts from it)
     requeued_at: float | None = None
     evictions: int = 0
+    #: Unix seconds it was submitted
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class DeviceView:
     reserve_compute_pct: float = 0.0
     #: online memory growth expected within the eviction deadline, in MiB
     reserve_memory_mib: float = 0.0
+    #: the reserve is the cold one for this many more seconds (0: the forecast)
+    reserve_cold_for_s: float = 0.0
     #: Unix seconds of the sample these figures come from
     sampled_at: float = 0.0
     #: nothing new is dispatched here before this (Unix seconds): eviction cooldown
@@ -148,6 +152,8 @@ THAW_HYSTERESIS_PCT = 2.0
 MIN_PAUSE_S = 5.0
 MAX_SUSPEND_S = 1800.0
 RESTORE_HYSTERESIS_MIB = 4096.0
+#: Share of a node's physical memory its suspended attempts may hold together, in %.
+SUSPEND_HOST_MEMORY_PCT = 50.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,9 @@ class PauseRules:
     max_suspend_s: float = MAX_SUSPEND_S
     #: restore only when the device would still have this much memory spare, in MiB
     restore_hysteresis_mib: float = RESTORE_HYSTERESIS_MIB
+    #: the attempts suspended on a node hold at most this share of its physical memory
+    #: together, in percent (the node agent checks it, and that the host has the room)
+    host_memory_pct: float = SUSPEND_HOST_MEMORY_PCT
 
 
 def protected(a: ActiveAttempt, limits: QueueLimits | None, now: float) -> bool:

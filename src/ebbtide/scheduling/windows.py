@@ -129,22 +129,38 @@ class LullTracker:
         self.window = window
         self.open = False
         self.below_since: float | None = None
+        #: why it last closed, in words ("online compute rose to 52% (it closes above
+        #: 40%)"); empty while open or never opened
+        self.closed_why = ""
 
     def observe(self, t: float, compute_pct: float, memory_mib: float) -> bool:
         w = self.window
         if self.open:
-            if compute_pct > w.close_above.compute_pct or memory_mib > w.close_above.memory:
-                self.open = False
-                self.below_since = None
+            if compute_pct > w.close_above.compute_pct:
+                self._close(
+                    f"online compute rose to {compute_pct:.0f}% "
+                    f"(it closes above {w.close_above.compute_pct:g}%)"
+                )
+            elif memory_mib > w.close_above.memory:
+                self._close(
+                    f"online memory rose to {format_mib(memory_mib)} "
+                    f"(it closes above {format_mib(w.close_above.memory)})"
+                )
             return self.open
         if compute_pct < w.below.compute_pct and memory_mib < w.below.memory:
             if self.below_since is None:
                 self.below_since = t
             if t - self.below_since >= w.for_:
                 self.open = True
+                self.closed_why = ""
         else:
             self.below_since = None
         return self.open
+
+    def _close(self, why: str) -> None:
+        self.open = False
+        self.below_since = None
+        self.closed_why = why
 
     def describe(self) -> str:
         w = self.window
@@ -173,6 +189,8 @@ class DeviceGates:
 
 
 LullState = Callable[[str, str, int], bool]
+#: Why a lull window last closed on a device, in words ("" when it is open or never was).
+LullWhy = Callable[[str, str, int], str]
 
 
 class Gatekeeper:
@@ -187,7 +205,11 @@ class Gatekeeper:
         return pool is None or self.policy.devices.in_pool(pool, node, index)
 
     def gates(
-        self, now: float, devices: Sequence[tuple[str, int]], lull_open: LullState | None = None
+        self,
+        now: float,
+        devices: Sequence[tuple[str, int]],
+        lull_open: LullState | None = None,
+        lull_why: LullWhy | None = None,
     ) -> dict[tuple[str, int], DeviceGates]:
         occ: dict[tuple[str, float], Occurrence | None] = {}
 
@@ -199,7 +221,7 @@ class Gatekeeper:
 
         nexts = {name: s.next_start(now) for name, s in self.schedules.items()}
         return {
-            (node, index): self._device(now, node, index, occurrence, nexts, lull_open)
+            (node, index): self._device(now, node, index, occurrence, nexts, lull_open, lull_why)
             for node, index in devices
         }
 
@@ -211,6 +233,7 @@ class Gatekeeper:
         occurrence: Callable[[str, float], Occurrence | None],
         nexts: dict[str, float | None],
         lull_open: LullState | None,
+        lull_why: LullWhy | None = None,
     ) -> DeviceGates:
         out = DeviceGates()
         blackouts = [b for b in self.policy.blackouts if self._applies(b.pool, node, index)]
@@ -239,7 +262,7 @@ class Gatekeeper:
             shares += [w.max_offline_share for w in open_crons]
             if not shares:
                 out.closed[queue] = self._why_closed(
-                    queue, now, q_crons, q_lulls, nexts, node, index
+                    queue, now, q_crons, q_lulls, nexts, node, index, lull_why
                 )
                 continue
             closing = ""
@@ -272,6 +295,7 @@ class Gatekeeper:
         nexts: dict[str, float | None],
         node: str,
         index: int,
+        lull_why: LullWhy | None = None,
     ) -> str:
         if not crons and not lulls:
             return f"no window admits queue {queue!r}"
@@ -281,10 +305,15 @@ class Gatekeeper:
             t, w = min(upcoming, key=lambda x: x[0])
             parts.append(f"window {w.name!r} opens {_local(t, w.tz, now)} {w.timezone}")
         for w in lulls:
-            parts.append(
-                f"lull {w.name!r} opens on {node}/{index} after online below "
+            opens = (
+                f"opens on {node}/{index} after online below "
                 f"{w.below.compute_pct:g}%/{format_mib(w.below.memory)} for {w.for_:g}s"
             )
+            closed = lull_why(w.name, node, index) if lull_why is not None else ""
+            if closed:  # it was open and closed: say why first (an eviction's reason)
+                parts.append(f"lull {w.name!r} closed on {node}/{index}: {closed}; it {opens}")
+            else:
+                parts.append(f"lull {w.name!r} {opens}")
         return "; or ".join(parts) if parts else f"no window admits queue {queue!r}"
 
 

@@ -47,6 +47,7 @@ from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import ConfigError
 from ebbtide.identity import user_name
 from ebbtide.messaging.messages import DeviceReport, EvictAttempt, StartAttempt
+from ebbtide.metrics import Metrics
 from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
 from ebbtide.preemption.relief import (
     ActionKind,
@@ -66,6 +67,7 @@ from ebbtide.units import signal_name
 from ebbtide.workers import attempt_files
 from ebbtide.workers.attempt import LocalAttempt
 from ebbtide.workers.cgroups import online_pods
+from ebbtide.workers.claim import NodeClaim, NodeTaken
 from ebbtide.workers.executor import (
     CAUSE_IMAGE,
     CAUSE_LOST,
@@ -87,7 +89,7 @@ from ebbtide.workers.ownership import ProcessOwnership
 from ebbtide.workers.runas import RUN_AS_AGENT, RUN_AS_OWNER, Identity, RunAsRefused, resolve
 from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, Result, StatusReader
-from ebbtide.workers.suspend import CudaCheckpoint, SuspendError
+from ebbtide.workers.suspend import CudaCheckpoint, SuspendError, host_memory_mib, host_refusal
 from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
 
 log = logging.getLogger("ebbtide.agent")
@@ -136,6 +138,7 @@ class NodeAgent:
         run_as: str = RUN_AS_AGENT,
         allow_root_jobs: bool = False,
         others_as_agent: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -185,6 +188,8 @@ class NodeAgent:
         self.deadline_s = deadline_s
         #: the scheduler gives up on a node silent this long; we fence at half of it
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        #: this agent's claim on its name (one agent per node name)
+        self.claim = NodeClaim(home / "run" / name, name)
         #: reports for the store, delivered in order by the store thread
         self.journal = Journal(home / "run" / name / "journal.jsonl")
         self.sync = StoreSync(
@@ -207,6 +212,14 @@ class NodeAgent:
         self._started_at = clock.time()
         self._next_heartbeat = 0.0
         self._next_health_check = 0.0
+        #: Prometheus metrics (the process's, when it serves them)
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics.watch_agent(
+            name,
+            heartbeat_age=lambda: time.monotonic() - self.sync.last_heartbeat_ok,
+            running=lambda: len(self.attempts),
+        )
+        self.metrics.known_queues(name, ["default", *self.queues])
 
     @property
     def lease_s(self) -> float:
@@ -219,6 +232,22 @@ class NodeAgent:
     def start(self) -> None:
         self._started_at = self.clock.time()
         self.sync.started_at = self._started_at
+        try:
+            self.claim.acquire(
+                self.store,
+                started_at=self._started_at,
+                heartbeat_timeout_s=self.heartbeat_timeout_s,
+            )
+        except NodeTaken:
+            self.journal.close()  # refused: this agent never runs
+            raise
+        try:
+            self._start_claimed()
+        except BaseException:
+            self.claim.release()
+            raise
+
+    def _start_claimed(self) -> None:
         self._prepare_run_as()
         # what a previous incarnation left dies (or has its end delivered) before anything
         # is requeued
@@ -290,6 +319,7 @@ class NodeAgent:
         self.sync.finish(timeout_s)
         self.journal.close()
         self._close_executor()
+        self.claim.release()
 
     def kill(self) -> None:
         """Stop without touching attempts or delivering anything more (tests simulate a
@@ -301,6 +331,7 @@ class NodeAgent:
         self.sync.kill()
         self.journal.close()
         self._close_executor()
+        self.claim.release()  # as the kernel would for a process that died
 
     def _close_executor(self) -> None:
         close = getattr(self.executor, "close", None)
@@ -330,6 +361,7 @@ class NodeAgent:
         try:
             self._update_ownership()
             self.latest = self.source.sample(now, self.ownership)
+            self.metrics.samples.labels(self.name).inc()
             for sample in self.latest:
                 forecast = self.forecasts.get(sample.index)
                 if forecast is not None and sample.ok:
@@ -362,6 +394,30 @@ class NodeAgent:
             self._next_heartbeat = now + HEARTBEAT_PERIOD_S
             self._post_heartbeat()
             self._fence_if_cut_off()
+            self._export_devices()
+
+    def _export_devices(self) -> None:
+        """Each device's figures for the metrics: offline use as the source measured it,
+        else as granted (a paused slice holds no compute, a suspended one no memory)."""
+        for s in self.latest:
+            here = [a for a in self.attempts.values() if s.index in a.devices]
+            compute = s.offline_compute_pct
+            if compute is None:
+                compute = sum(a.compute_pct for a in here if a.paused_at is None)
+            memory = s.offline_memory_mib
+            if memory is None:
+                memory = sum(a.memory_mib for a in here if a.suspended_at is None)
+            info = next((d for d in self.devices if d.index == s.index), None)
+            self.metrics.device_sample(
+                self.name,
+                s.index,
+                memory_mib=info.memory_mib if info else 0.0,
+                online_compute_pct=s.online_compute_pct,
+                online_memory_mib=s.online_memory_mib,
+                offline_compute_pct=compute,
+                offline_memory_mib=memory,
+                healthy=not self.health.unhealthy(s.index),
+            )
 
     def _watch(self, local: LocalAttempt, now: float) -> None:
         """Reap ``local`` if it ended, kill it at its deadline or walltime."""
@@ -518,6 +574,7 @@ class NodeAgent:
             reason_code=relief.reason.value,
             **extra,
         )
+        self.metrics.pauses.labels(self.name, local.queue, extra.get("kind", "pause")).inc()
 
     def _record_thaw(self, local: LocalAttempt, now: float, verb: str, **extra: Any) -> None:
         """Clear ``local``'s pause; log, show and journal how long it was."""
@@ -538,12 +595,33 @@ class NodeAgent:
     # -- suspending to host ---------------------------------------------------------------
 
     def _can_suspend(self, a: ActiveAttempt) -> bool:
-        """This node can suspend ``a`` to host within its deadline."""
+        """This node can suspend ``a`` to host: suspending is on and the utility is here,
+        the move fits its deadline, and the host has room for it (:meth:`_host_refusal`)."""
         cc = self.cuda_checkpoint
-        return (
-            cc is not None
-            and self.pause_rules.suspend
-            and cc.suspend_time_s(a.memory_mib) <= a.deadline_s
+        if cc is None or not self.pause_rules.suspend:
+            return False
+        move_s = cc.suspend_time_s(a.memory_mib)
+        if move_s > a.deadline_s:
+            why: str | None = f"moving its memory would take about {move_s:.1f}s, past its deadline"
+        else:
+            why = self._host_refusal(a.memory_mib * max(1, len(a.devices)))
+        if why is not None:
+            log.info("job %s attempt %s: not suspended to host: %s", a.job_id, a.attempt, why)
+        return why is None
+
+    def _host_refusal(self, memory_mib: float) -> str | None:
+        """Why this host cannot hold ``memory_mib`` more of suspended CUDA state (the
+        policy's ``suspend_host_memory_pct`` for all attempts suspended here, what is
+        available with a reserve); None when it can.  Asked again just before a move: the
+        attempts suspended in the same pass count then."""
+        held = sum(
+            s.memory_mib * max(1, len(s.devices))
+            for s in self.attempts.values()
+            if s.suspended_at is not None
+        )
+        total_mib, available_mib = host_memory_mib()
+        return host_refusal(
+            memory_mib, held, self.pause_rules.host_memory_pct, total_mib, available_mib
         )
 
     def _suspend(self, local: LocalAttempt, relief: Relief, now: float) -> str | None:
@@ -552,6 +630,9 @@ class NodeAgent:
         was and the error returned: the caller evicts instead."""
         cc = self.cuda_checkpoint
         assert cc is not None
+        refused = self._host_refusal(local.memory_mib * max(1, len(local.devices)))
+        if refused is not None:  # attempts suspended earlier in this pass took the room
+            return refused
         was_paused = local.paused_at is not None
         if was_paused:  # the utility works through a thread of the process: let it run
             self.executor.thaw(local.handle)
@@ -880,6 +961,7 @@ class NodeAgent:
                 reason_code=ended.cause,
             )
             self._publish_view()
+            self.metrics.attempt_ended(self.name, local.queue, "lost")
             return
         reason_code = None
         if ended.cause in (CAUSE_OOM, CAUSE_IMAGE):  # a failure of the job's own
@@ -906,6 +988,7 @@ class NodeAgent:
                 final=True,
             )
             self._publish_view()
+            self.metrics.attempt_ended(self.name, local.queue, "failed")
             return
         fault = self.health.fault_on(local.devices)
         if local.eviction is None and fault is not None and code not in (0, REQUEUE_EXIT_CODE):
@@ -947,6 +1030,9 @@ class NodeAgent:
             reason_code=reason_code,
         )
         self._publish_view()  # gone from the view only once its end is journaled
+        self.metrics.attempt_ended(
+            self.name, local.queue, _outcome(code, eviction, local.ended_by), eviction
+        )
 
     def _deliver_leftover(self, leftover: Leftover) -> None:
         """Journal the end of an attempt a previous agent here left, if it had one."""
@@ -1026,6 +1112,7 @@ class NodeAgent:
                     "eviction_trigger": not d.planning_only,
                     "reserve_compute_pct": reserve_c,
                     "reserve_memory_mib": reserve_m,
+                    "reserve_cold_for_s": self.forecasts[d.index].warmup_left_s(self.deadline_s),
                     "sampled_at": d.sampled_at,
                     "last_eviction_at": self.last_eviction_at.get(d.index),
                     **self.health.report(d.index, now),
@@ -1051,3 +1138,14 @@ class NodeAgent:
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
         self._publish_view()
+
+
+def _outcome(code: int | None, eviction: dict[str, Any] | None, ended_by: str | None) -> str:
+    """How an attempt ended, for ``ebbtide_attempts_ended_total``."""
+    if eviction is not None:
+        return "evicted"
+    if code == 0:
+        return "succeeded"
+    if code == REQUEUE_EXIT_CODE:
+        return "requeued"
+    return "killed" if ended_by else "failed"

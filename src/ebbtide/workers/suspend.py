@@ -26,6 +26,9 @@ from pathlib import Path
 import psutil
 
 from ebbtide.errors import EbbtideError
+from ebbtide.units import format_mib
+
+_MIB = 1024 * 1024
 
 #: Host-copy bandwidth assumed when estimating a suspension, in MiB/s.  A guess (PCIe 4
 #: x16 moves about 20 GiB/s at best; pageable host memory halves that), to be measured on
@@ -38,6 +41,11 @@ TOGGLE_OVERHEAD_S = 0.5
 TOGGLE_TIMEOUT_S = 30.0
 #: How long ``--get-state`` may take, in seconds.
 STATE_TIMEOUT_S = 5.0
+#: Host memory that must stay available after a suspension, in MiB, at least (the
+#: online tenants, the agent and the jobs' own host memory keep growing) ...
+HOST_RESERVE_MIB = 4096.0
+#: ... or this share of the host's physical memory, in percent, where that is more.
+HOST_RESERVE_PCT = 5.0
 
 #: The states ``--get-state`` reports.
 RUNNING = "running"
@@ -56,6 +64,41 @@ def suspend_time_s(memory_mib: float, bandwidth_mib_s: float = DEFAULT_HOST_COPY
     if bandwidth_mib_s <= 0:
         raise ValueError(f"bandwidth_mib_s must be positive, not {bandwidth_mib_s}")
     return TOGGLE_OVERHEAD_S + max(0.0, memory_mib) / bandwidth_mib_s
+
+
+def host_memory_mib() -> tuple[float, float]:
+    """This host's physical memory and the memory available now, in MiB."""
+    vm = psutil.virtual_memory()
+    return vm.total / _MIB, vm.available / _MIB
+
+
+def host_refusal(
+    memory_mib: float,
+    suspended_mib: float,
+    budget_pct: float,
+    total_mib: float,
+    available_mib: float,
+) -> str | None:
+    """Why this host cannot take ``memory_mib`` more of suspended CUDA state, in words a
+    person can act on; None when it can.  The attempts suspended here hold
+    ``suspended_mib`` already; together they may hold ``budget_pct`` of the host's
+    ``total_mib`` (the policy's ``suspend_host_memory_pct``), and the host must have the
+    memory available with a reserve to spare (:data:`HOST_RESERVE_MIB`,
+    :data:`HOST_RESERVE_PCT`).  Pure."""
+    budget = total_mib * budget_pct / 100
+    if suspended_mib + memory_mib > budget:
+        return (
+            f"its {format_mib(memory_mib)} and the {format_mib(suspended_mib)} already "
+            f"suspended on this host would pass suspend_host_memory_pct {budget_pct:g}% "
+            f"of its {format_mib(total_mib)} ({format_mib(budget)})"
+        )
+    reserve = max(HOST_RESERVE_MIB, total_mib * HOST_RESERVE_PCT / 100)
+    if available_mib < memory_mib + reserve:
+        return (
+            f"the host has {format_mib(available_mib)} available, less than its "
+            f"{format_mib(memory_mib)} and a {format_mib(reserve)} reserve"
+        )
+    return None
 
 
 class CudaCheckpoint:

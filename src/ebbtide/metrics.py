@@ -1,0 +1,403 @@
+"""Prometheus metrics: what the scheduler and the node agents expose to dashboards and alerts.
+
+Names and label words follow Kueue's (``pending_*{status}``, ``admission_wait_time_seconds``,
+``evicted_*_total{reason}``) so that a platform team's dashboards and alerts read alike.
+Ratios are 0..1 and sizes are bytes, as Prometheus's conventions ask.  Labels stay bounded:
+queues, nodes, device indexes, reason codes and outcomes, never job ids or users.
+
+One :class:`Metrics` per process (:func:`default`, on prometheus_client's default
+registry, with its process and Python collectors); tests make their own on a fresh
+registry.  Counters and histograms are updated where things happen (the agent's end of an
+attempt, the scheduler's dispatch); what is a state rather than an event (pending jobs per
+queue, heartbeat ages) is read from the store at scrape time by
+:class:`SchedulerCollector`, and only by the leading scheduler, so that a standby does not
+double the fleet's figures.  ``deploy/grafana`` and ``deploy/prometheus`` build on these
+names: :data:`CATALOGUE` lists them for the tests that keep the three in step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ebbtide.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ebbtide.scheduling.loop import Scheduler
+
+log = logging.getLogger("ebbtide.metrics")
+
+MIB = 1024 * 1024
+#: where ``--metrics-port`` listens unless ``--metrics-address`` says otherwise (every
+#: interface, as exporters do: the metrics name queues and nodes, never jobs or users)
+DEFAULT_METRICS_ADDRESS = "0.0.0.0"
+
+#: eviction latency (online spike → slice free), in seconds: deadlines are 5 s to minutes
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+#: time from queued to dispatched, in seconds: seconds to a night
+WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+#: one API request, in seconds
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: one scheduler pass, in seconds
+PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+#: Every metric ebbtide defines (without the ``_total``/``_bucket`` suffixes the
+#: exposition adds), with its labels.
+CATALOGUE: dict[str, tuple[str, ...]] = {
+    # the leading scheduler
+    "ebbtide_pending_jobs": ("queue", "status"),
+    "ebbtide_running_jobs": ("queue",),
+    "ebbtide_paused_jobs": ("queue",),
+    "ebbtide_admitted_jobs": ("queue",),
+    "ebbtide_admission_wait_time_seconds": ("queue",),
+    "ebbtide_scheduler_pass_duration_seconds": (),
+    "ebbtide_scheduler_leader": (),
+    "ebbtide_node_heartbeat_age_seconds": ("node",),
+    # every node agent
+    "ebbtide_evicted_jobs": ("node", "queue", "reason"),
+    "ebbtide_eviction_latency_seconds": ("node", "queue"),
+    "ebbtide_deadline_misses": ("node", "queue"),
+    "ebbtide_lost_work_seconds": ("node", "queue"),
+    "ebbtide_pauses": ("node", "queue", "kind"),
+    "ebbtide_attempts_ended": ("node", "queue", "outcome"),
+    "ebbtide_online_compute_ratio": ("node", "device"),
+    "ebbtide_offline_compute_ratio": ("node", "device"),
+    "ebbtide_headroom_compute_ratio": ("node", "device"),
+    "ebbtide_online_memory_bytes": ("node", "device"),
+    "ebbtide_offline_memory_bytes": ("node", "device"),
+    "ebbtide_headroom_memory_bytes": ("node", "device"),
+    "ebbtide_device_memory_bytes": ("node", "device"),
+    "ebbtide_device_healthy": ("node", "device"),
+    "ebbtide_agent_samples": ("node",),
+    "ebbtide_agent_heartbeat_age_seconds": ("node",),
+    "ebbtide_agent_running_attempts": ("node",),
+    # the API server
+    "ebbtide_api_requests": ("method", "route", "code"),
+    "ebbtide_api_request_duration_seconds": ("route",),
+}
+
+#: ``ebbtide_pending_jobs``'s status for each waiting state
+PENDING_STATUS = {"queued": "queued", "held": "held", "waiting": "held"}
+#: the states that hold a slice (``ebbtide_running_jobs``)
+SLICE_STATES = ("dispatched", "running", "evicting")
+
+
+class Metrics:
+    """The metrics of one process, on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # no ``*_created`` series beside every counter and histogram: they double what a
+        # scrape carries and no dashboard here reads them
+        disable_created_metrics()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        # scheduler: events
+        self.admitted = Counter(
+            "ebbtide_admitted_jobs",
+            "Jobs given a slice (each attempt's dispatch counts).",
+            ["queue"],
+            registry=r,
+        )
+        self.admission_wait = Histogram(
+            "ebbtide_admission_wait_time_seconds",
+            "Time from queued (submitted or requeued) to dispatched.",
+            ["queue"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.pass_duration = Histogram(
+            "ebbtide_scheduler_pass_duration_seconds",
+            "Time one scheduler pass took (snapshot, plan, apply).",
+            buckets=PASS_BUCKETS,
+            registry=r,
+        )
+        self.leader = Gauge(
+            "ebbtide_scheduler_leader",
+            "1 while this scheduler is the active one, 0 while it stands by.",
+            registry=r,
+        )
+        # node agent: events
+        self.evicted = Counter(
+            "ebbtide_evicted_jobs",
+            "Attempts that gave their slice back, by reason code.",
+            ["node", "queue", "reason"],
+            registry=r,
+        )
+        self.eviction_latency = Histogram(
+            "ebbtide_eviction_latency_seconds",
+            "Time from the online spike (or the decision) to the slice being free.",
+            ["node", "queue"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.deadline_misses = Counter(
+            "ebbtide_deadline_misses",
+            "Evictions whose slice was freed after its deadline.",
+            ["node", "queue"],
+            registry=r,
+        )
+        self.lost_work = Counter(
+            "ebbtide_lost_work_seconds",
+            "Work since the last checkpoint thrown away by evictions, in seconds.",
+            ["node", "queue"],
+            registry=r,
+        )
+        self.pauses = Counter(
+            "ebbtide_pauses",
+            "Attempts paused in place (kind=pause) or suspended to host (kind=suspend).",
+            ["node", "queue", "kind"],
+            registry=r,
+        )
+        self.ended = Counter(
+            "ebbtide_attempts_ended",
+            "Attempts that ended, by outcome (succeeded, failed, evicted, requeued, killed, lost).",
+            ["node", "queue", "outcome"],
+            registry=r,
+        )
+        self.samples = Counter(
+            "ebbtide_agent_samples",
+            "Samples of the online load the agent took.",
+            ["node"],
+            registry=r,
+        )
+        self.heartbeat_age = Gauge(
+            "ebbtide_agent_heartbeat_age_seconds",
+            "Seconds since the store last took this agent's heartbeat.",
+            ["node"],
+            registry=r,
+        )
+        self.running_attempts = Gauge(
+            "ebbtide_agent_running_attempts",
+            "Attempts this agent runs now (paused ones included).",
+            ["node"],
+            registry=r,
+        )
+        device = ["node", "device"]
+        self.online_compute = Gauge(
+            "ebbtide_online_compute_ratio", "Online compute use (0..1).", device, registry=r
+        )
+        self.offline_compute = Gauge(
+            "ebbtide_offline_compute_ratio",
+            "Compute the offline slices use or hold (0..1).",
+            device,
+            registry=r,
+        )
+        self.headroom_compute = Gauge(
+            "ebbtide_headroom_compute_ratio",
+            "Compute neither online nor offline work uses (0..1).",
+            device,
+            registry=r,
+        )
+        self.online_memory = Gauge(
+            "ebbtide_online_memory_bytes", "Online GPU memory use.", device, registry=r
+        )
+        self.offline_memory = Gauge(
+            "ebbtide_offline_memory_bytes",
+            "GPU memory the offline slices use or hold.",
+            device,
+            registry=r,
+        )
+        self.headroom_memory = Gauge(
+            "ebbtide_headroom_memory_bytes",
+            "GPU memory neither online nor offline work uses.",
+            device,
+            registry=r,
+        )
+        self.device_memory = Gauge(
+            "ebbtide_device_memory_bytes", "The device's GPU memory.", device, registry=r
+        )
+        self.device_healthy = Gauge(
+            "ebbtide_device_healthy",
+            "1 while the device takes work, 0 while a fault keeps it out of service.",
+            device,
+            registry=r,
+        )
+
+        # API server
+        self.api_requests = Counter(
+            "ebbtide_api_requests",
+            "API requests served, by route template and status code.",
+            ["method", "route", "code"],
+            registry=r,
+        )
+        self.api_duration = Histogram(
+            "ebbtide_api_request_duration_seconds",
+            "Time to serve one API request (a log follow counts until it ends).",
+            ["route"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+
+    # -- node agent ---------------------------------------------------------------------
+
+    def watch_agent(
+        self, node: str, *, heartbeat_age: Callable[[], float], running: Callable[[], int]
+    ) -> None:
+        """Read the agent's heartbeat age and attempt count at scrape time."""
+        self.heartbeat_age.labels(node).set_function(heartbeat_age)
+        self.running_attempts.labels(node).set_function(running)
+        self.samples.labels(node)
+
+    def known_queues(self, node: str, queues: Iterable[str]) -> None:
+        """Show the agent's counters for ``queues`` at 0 before their first event, so that
+        an alert on their increase sees that first event too."""
+        for queue in queues:
+            self.deadline_misses.labels(node, queue)
+            self.lost_work.labels(node, queue)
+
+    def device_sample(
+        self,
+        node: str,
+        device: int,
+        *,
+        memory_mib: float,
+        online_compute_pct: float,
+        online_memory_mib: float,
+        offline_compute_pct: float,
+        offline_memory_mib: float,
+        healthy: bool,
+    ) -> None:
+        """One device's figures as the agent saw them last."""
+        labels = (node, str(device))
+        self.online_compute.labels(*labels).set(online_compute_pct / 100)
+        self.offline_compute.labels(*labels).set(offline_compute_pct / 100)
+        spare = max(0.0, 100.0 - online_compute_pct - offline_compute_pct)
+        self.headroom_compute.labels(*labels).set(spare / 100)
+        self.online_memory.labels(*labels).set(online_memory_mib * MIB)
+        self.offline_memory.labels(*labels).set(offline_memory_mib * MIB)
+        free = max(0.0, memory_mib - online_memory_mib - offline_memory_mib)
+        self.headroom_memory.labels(*labels).set(free * MIB)
+        self.device_memory.labels(*labels).set(memory_mib * MIB)
+        self.device_healthy.labels(*labels).set(1 if healthy else 0)
+
+    def attempt_ended(
+        self, node: str, queue: str, outcome: str, eviction: dict[str, Any] | None = None
+    ) -> None:
+        """An attempt ended; ``eviction`` is the ``evicted`` event's data when it was one."""
+        self.ended.labels(node, queue, outcome).inc()
+        if eviction is None:
+            return
+        self.evicted.labels(node, queue, eviction.get("reason_code") or "unknown").inc()
+        self.eviction_latency.labels(node, queue).observe(max(0.0, eviction["latency_s"]))
+        self.lost_work.labels(node, queue).inc(max(0.0, eviction.get("lost_work_s") or 0.0))
+        if eviction.get("deadline_missed"):
+            self.deadline_misses.labels(node, queue).inc()
+
+    # -- scheduler ----------------------------------------------------------------------
+
+    def dispatched(self, queue: str, waited_s: float | None) -> None:
+        self.admitted.labels(queue).inc()
+        if waited_s is not None:
+            self.admission_wait.labels(queue).observe(max(0.0, waited_s))
+
+    def watch_scheduler(self, scheduler: Scheduler) -> None:
+        """Read the queues and nodes from the store at scrape time while ``scheduler``
+        leads (once per scheduler)."""
+        self.registry.register(SchedulerCollector(scheduler))
+
+
+class SchedulerCollector(Collector):
+    """Pending, running and paused jobs per queue and the nodes' heartbeat ages, read
+    from the store at scrape time; nothing while the scheduler stands by (the active one
+    reports the fleet) or cannot reach the store (the scrape still succeeds)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # read at scrape time only: no store queries at registration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.scheduler
+        if not s.leading:
+            return
+        try:
+            stats = s.store.queue_stats()
+            active = s.store.active_attempts()
+            nodes = s.store.nodes()
+        except Exception as exc:
+            log.warning("metrics: cannot read the store (%s)", str(exc).splitlines()[0])
+            return
+        now = s.clock.time()
+        pending = GaugeMetricFamily(
+            "ebbtide_pending_jobs",
+            "Jobs waiting: status=queued (for a slice) or held (by a user, the policy or "
+            "a dependency).",
+            labels=["queue", "status"],
+        )
+        running = GaugeMetricFamily(
+            "ebbtide_running_jobs",
+            "Jobs holding a slice (dispatched, running, being evicted; paused included).",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "ebbtide_paused_jobs", "Jobs paused or suspended in place.", labels=["queue"]
+        )
+        queues = set(stats) | set(s.policy.queues)
+        for queue in sorted(queues):
+            by_state = stats.get(queue, {})
+            for status in ("queued", "held"):
+                count = sum(n for st, n in by_state.items() if PENDING_STATUS.get(st) == status)
+                pending.add_metric([queue, status], count)
+            running.add_metric([queue], sum(by_state.get(st, 0) for st in SLICE_STATES))
+            paused.add_metric(
+                [queue], sum(1 for a in active if a.queue == queue and a.paused_at is not None)
+            )
+        ages = GaugeMetricFamily(
+            "ebbtide_node_heartbeat_age_seconds",
+            "Seconds since each node's last heartbeat (nodes that said they stopped are left out).",
+            labels=["node"],
+        )
+        for n in nodes:
+            if not n.stopping:
+                ages.add_metric([n.name], max(0.0, now - n.heartbeat_at))
+        yield from (pending, running, paused, ages)
+
+
+def serve_metrics(metrics: Metrics, address: str, port: int) -> Callable[[], None]:
+    """Serve ``metrics`` over HTTP (``/metrics``, Prometheus's text format) on
+    ``address``:``port`` in a thread; return what stops it.  A port that cannot be had
+    is a :class:`~ebbtide.errors.ConfigError` naming it."""
+    from prometheus_client import start_http_server
+
+    try:
+        server, thread = start_http_server(port, addr=address, registry=metrics.registry)
+    except OSError as exc:
+        raise ConfigError(
+            f"--metrics-port {port}: cannot serve metrics on {address}:{port} ({exc.strerror})"
+        ) from None
+    log.info("metrics on http://%s:%s/metrics", address, server.server_port)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
+
+
+_default: Metrics | None = None
+_default_lock = threading.Lock()
+
+
+def default() -> Metrics:
+    """This process's metrics, on prometheus_client's default registry (with its process
+    and Python collectors)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Metrics(REGISTRY)
+        return _default
