@@ -21,8 +21,8 @@ unit: $(BIN)/.installed  ## the fast tier only
 	$(BIN)/pytest tests/unit
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples deploy
+	$(BIN)/ruff format --check src tests benchmarks examples deploy
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
