@@ -45,6 +45,8 @@ log = logging.getLogger("ebbtide.client")
 
 #: Longest reason for a drain, in characters.
 MAX_REASON_CHARS = 1000
+#: Most evictions :meth:`Client.recent_evictions` gives at once.
+MAX_RECENT_EVICTIONS = 1000
 
 
 __all__ = ["Client", "ClientBase", "WaitTimeout", "kubernetes_grant"]
@@ -375,6 +377,12 @@ class Client(ClientBase):
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Jobs per queue and state (``ebb qstat -Q``)."""
         return self.store.queue_stats()
+
+    def recent_evictions(self, limit: int = 20) -> builtins.list[dict[str, Any]]:
+        """The fleet's last ``limit`` evictions (at most 1,000), newest first: the job, its
+        owner and queue, the node and devices, the reason, the latency and whether it met
+        its deadline (``ebb top``)."""
+        return self.store.recent_evictions(whole(limit, "limit", 0, MAX_RECENT_EVICTIONS))
 
     def log_tail(
         self,

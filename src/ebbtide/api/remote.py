@@ -197,6 +197,10 @@ class RemoteClient(ClientBase):
     def queue_stats(self) -> dict[str, dict[str, int]]:
         return dict(self._call("GET", "/queues"))
 
+    def recent_evictions(self, limit: int = 20) -> builtins.list[dict[str, Any]]:
+        params = {"limit": whole(limit, "limit", 0)}
+        return list(self._call("GET", "/evictions", params=params))
+
     def log_tail(
         self,
         job_id: int,

@@ -173,6 +173,16 @@ def queue_stats(client: Caller) -> dict[str, dict[str, int]]:
     return client.queue_stats()
 
 
+@router.get("/evictions", summary="The fleet's latest evictions (ebb top)", tags=["jobs"])
+def recent_evictions(
+    client: Caller,
+    limit: Annotated[int, Query(description="At most this many, newest first.")] = 20,
+) -> list[dict[str, Any]]:
+    """Each with the job, its owner and queue, the node and devices it left, the reason,
+    ``latency_s`` (spike to free slice), ``deadline_s`` and ``deadline_missed``."""
+    return client.recent_evictions(limit)
+
+
 # -- nodes --------------------------------------------------------------------------------
 
 

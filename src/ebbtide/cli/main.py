@@ -30,6 +30,7 @@ COMMANDS = {
     "logs": ("ebbtide.cli.jobs_cmd", "logs"),
     "nodes": ("ebbtide.cli.nodes_cmd", "nodes"),
     "node": ("ebbtide.cli.nodes_cmd", "node_group"),
+    "top": ("ebbtide.cli.top_cmd", "top"),
     "up": ("ebbtide.cli.run_cmd", "up"),
     "scheduler": ("ebbtide.cli.run_cmd", "scheduler"),
     "worker": ("ebbtide.cli.run_cmd", "worker"),
@@ -87,6 +88,7 @@ def cli() -> None:
       ebb qalter 12 -l gpu=50%,walltime=4:00:00    change a job that has not started
       ebb nodes                                    node agents, device load and health
       ebb node drain gpu-a/3                       take a device out of service (admins)
+      ebb top                                      the fleet live: GPUs, attempts, evictions
 
     \b
     Run it:

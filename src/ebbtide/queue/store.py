@@ -55,6 +55,9 @@ EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
 LEADERSHIP: sa.Table = Leadership.__table__  # type: ignore[attr-defined]
 
+#: How many of the latest events :meth:`Store.recent_evictions` looks through, in events.
+RECENT_EVICTIONS_SCAN_EVENTS = 200_000
+
 
 def check_epoch(conn: Connection, epoch: int) -> None:
     """Raise :class:`NotLeader` unless ``epoch`` is the current leadership epoch.
@@ -343,6 +346,44 @@ class Store:
         with self._read() as conn:
             for queue, state, count in conn.execute(stmt):
                 out.setdefault(queue, {})[state] = count
+        return out
+
+    def recent_evictions(
+        self, limit: int, *, scan_events: int = RECENT_EVICTIONS_SCAN_EVENTS
+    ) -> list[dict[str, Any]]:
+        """The fleet's last ``limit`` ``evicted`` events, newest first, among the last
+        ``scan_events`` events of all kinds (a bounded read of the primary key however
+        long the history): ``job_id``, ``attempt``, ``time``, the job's ``owner`` and
+        ``queue``, the ``node`` and ``devices`` it was evicted from, and the event's
+        data (``reason``, ``reason_code``, ``latency_s``, ``deadline_s``,
+        ``deadline_missed``, ``killed`` ...).  For ``ebb top``."""
+        e, a, j = EVENTS.c, ATTEMPTS.c, JOBS.c
+        newest = sa.select(sa.func.coalesce(sa.func.max(e.id), 0)).scalar_subquery()
+        stmt = (
+            sa.select(e.job_id, e.attempt, e.time, e.data_json, j.owner, j.queue, a.node, a.devices)
+            .select_from(
+                EVENTS.join(JOBS, j.id == e.job_id).outerjoin(
+                    ATTEMPTS, sa.and_(a.job_id == e.job_id, a.number == e.attempt)
+                )
+            )
+            .where(e.type == EventType.EVICTED.value, e.id > newest - scan_events)
+            .order_by(e.id.desc())
+            .limit(limit)
+        )
+        out = []
+        with self._read() as conn:
+            for job_id, attempt, at, data, owner, queue, node, devices in conn.execute(stmt):
+                event = json.loads(data or "{}")
+                event.update(
+                    job_id=job_id,
+                    attempt=attempt,
+                    time=at,
+                    owner=owner,
+                    queue=queue,
+                    node=node,
+                    devices=[int(d) for d in devices.split(",")] if devices else [],
+                )
+                out.append(event)
         return out
 
     # -- the one way a state changes ----------------------------------------------------
