@@ -86,10 +86,10 @@ def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
     if policy.kubernetes is None:
         return []
     notes = []
-    for name, flag in (("stdout", "-o/--output"), ("stderr", "-e/--error")):
+    for name, option in (("stdout", "-o/--output"), ("stderr", "-e/--error")):
         if getattr(spec, name):
             notes.append(
-                f"{flag}: where attempts run as pods, their output is the pod's log, kept "
+                f"{option}: where attempts run as pods, their output is the pod's log, kept "
                 "as the attempt's log (`ebb logs ID`), not this file"
             )
     if spec.signal_shell_only:
