@@ -384,6 +384,28 @@ class Client(ClientBase):
         its deadline (``ebb top``)."""
         return self.store.recent_evictions(whole(limit, "limit", 0, MAX_RECENT_EVICTIONS))
 
+    def report(
+        self,
+        since: float,
+        until: float,
+        *,
+        queue: str | None = None,
+        user: str | None = None,
+    ) -> dict[str, Any]:
+        """What was harvested in ``[since, until)`` (Unix seconds, at most 366 days) and
+        what it cost, for everything, each queue and each user, or only ``queue`` and
+        ``user`` (``ebb report``; :mod:`ebbtide.report` says how each figure is counted).
+        Anyone may read it, as ``qstat``."""
+        from ebbtide.report import report_from_rows, window_error
+
+        error = window_error(since, until)
+        if error:
+            raise SpecError("since", error)
+        queue, user = filter_name(queue, "queue"), filter_name(user, "user")
+        rows = self.store.report_rows(float(since), float(until))
+        now = self.store.clock.time()
+        return report_from_rows(rows, since=since, until=until, now=now, queue=queue, user=user)
+
     def log_tail(
         self,
         job_id: int,

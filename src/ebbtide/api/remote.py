@@ -201,6 +201,18 @@ class RemoteClient(ClientBase):
         params = {"limit": whole(limit, "limit", 0)}
         return list(self._call("GET", "/evictions", params=params))
 
+    def report(
+        self,
+        since: float,
+        until: float,
+        *,
+        queue: str | None = None,
+        user: str | None = None,
+    ) -> dict[str, Any]:
+        params = {"since": since, "until": until, "queue": queue, "user": user}
+        sent = {k: v for k, v in params.items() if v is not None}
+        return dict(self._call("GET", "/report", params=sent))
+
     def log_tail(
         self,
         job_id: int,

@@ -183,6 +183,24 @@ def recent_evictions(
     return client.recent_evictions(limit)
 
 
+@router.get(
+    "/report",
+    summary="What was harvested in a window, and what it cost (ebb report)",
+    tags=["jobs"],
+)
+def report(
+    client: Caller,
+    since: Annotated[float, Query(description="The window's start, in Unix seconds.")],
+    until: Annotated[float, Query(description="The window's end (excluded), in Unix seconds.")],
+    queue: Annotated[str | None, Query(description="Only this queue's jobs.")] = None,
+    user: Annotated[str | None, Query(description="Only this user's jobs.")] = None,
+) -> dict[str, Any]:
+    """GPU-hours harvested, jobs, evictions by reason with their latency and lost work,
+    pauses and queue waits, overall, per queue and per user, with how each is counted
+    (``counting``).  Anyone may read it, as ``qstat``."""
+    return client.report(since, until, queue=queue, user=user)
+
+
 # -- nodes --------------------------------------------------------------------------------
 
 

@@ -410,6 +410,7 @@ def run(home: Path | None, speedup: float, count: int, as_json: bool) -> int:
     console = Console(stderr=as_json, highlight=False, soft_wrap=True)
     keep = home is not None
     home = (home or Path(tempfile.mkdtemp(prefix="ebbtide-demo-"))).expanduser().absolute()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)  # --home may name a new directory
     settings = Settings.from_env({"EBBTIDE_HOME": str(home)})
     devices = [DeviceInfo(index=i, memory_mib=DEVICE_MEMORY_MIB) for i in range(DEVICE_COUNT)]
     source = open_source(f"trace:{TRACE_NAME}", devices, speedup=speedup, loop=True)

@@ -31,6 +31,7 @@ COMMANDS = {
     "nodes": ("ebbtide.cli.nodes_cmd", "nodes"),
     "node": ("ebbtide.cli.nodes_cmd", "node_group"),
     "top": ("ebbtide.cli.top_cmd", "top"),
+    "report": ("ebbtide.cli.report_cmd", "report"),
     "up": ("ebbtide.cli.run_cmd", "up"),
     "scheduler": ("ebbtide.cli.run_cmd", "scheduler"),
     "worker": ("ebbtide.cli.run_cmd", "worker"),
@@ -89,6 +90,7 @@ def cli() -> None:
       ebb nodes                                    node agents, device load and health
       ebb node drain gpu-a/3                       take a device out of service (admins)
       ebb top                                      the fleet live: GPUs, attempts, evictions
+      ebb report --since 7d --plot week.png        harvest, evictions, waits over a window
 
     \b
     Run it:

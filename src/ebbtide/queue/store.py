@@ -57,6 +57,42 @@ LEADERSHIP: sa.Table = Leadership.__table__  # type: ignore[attr-defined]
 
 #: How many of the latest events :meth:`Store.recent_evictions` looks through, in events.
 RECENT_EVICTIONS_SCAN_EVENTS = 200_000
+#: How far an event's time may lag behind the order of ids for :meth:`Store.report_rows`
+#: to find it, in seconds (agents report pauses and checkpoints with their own times).
+REPORT_EVENT_ORDER_SLACK_S = 3600.0
+#: Consecutive events each probe of :meth:`Store.report_rows`'s bisection reads, the latest
+#: of their times deciding: one event reported late does not mislead it.
+REPORT_PROBE_EVENTS = 16
+#: The events a report reads (not checkpoints, results, alterations ...).
+REPORT_EVENT_TYPES = tuple(
+    t.value
+    for t in (
+        EventType.SUBMITTED,
+        EventType.RELEASED,
+        EventType.DEPENDENCIES_MET,
+        EventType.DISPATCHED,
+        EventType.PAUSED,
+        EventType.THAWED,
+        EventType.EVICTED,
+        EventType.REQUEUED,
+        EventType.LOST,
+        EventType.SUCCEEDED,
+        EventType.FAILED,
+        EventType.CANCELLED,
+    )
+)
+#: The events that end an attempt (or a job).
+_END_EVENT_TYPES = tuple(
+    t.value
+    for t in (
+        EventType.EVICTED,
+        EventType.REQUEUED,
+        EventType.LOST,
+        EventType.SUCCEEDED,
+        EventType.FAILED,
+        EventType.CANCELLED,
+    )
+)
 
 
 def check_epoch(conn: Connection, epoch: int) -> None:
@@ -385,6 +421,121 @@ class Store:
                 )
                 out.append(event)
         return out
+
+    def report_rows(self, since: float, until: float) -> dict[str, list[dict[str, Any]]]:
+        """What ``ebb report`` counts for ``[since, until)`` (Unix seconds), as plain rows
+        for :func:`ebbtide.report.report_from_rows`:
+
+        - ``events``: the events of the kinds in :data:`REPORT_EVENT_TYPES` before
+          ``until`` of the jobs concerned — those with an event inside the window, with an
+          attempt that ended after it, or with one running now — each with its job's
+          ``queue`` and ``owner`` and its own ``data`` (before the window too: when a job
+          became queued, when a pause began);
+        - ``attempts``: those jobs' attempts that held a slice inside the window;
+        - ``nodes``: the nodes known now, with their device counts.
+
+        Events have no index on their time but their ids grow with it: a bisection of the
+        primary key finds the first event of the window (allowing
+        :data:`REPORT_EVENT_ORDER_SLACK_S` for events reported late), and the rest are
+        read from there on and by job id.  So the cost follows the events since ``since``,
+        not the whole history.
+        """
+        e, a, j = EVENTS.c, ATTEMPTS.c, JOBS.c
+        with self._read() as conn:
+            first = self._first_event_id(conn, since - REPORT_EVENT_ORDER_SLACK_S)
+            recent = sa.and_(e.id >= first, e.time >= since)
+            concerned = sa.union(
+                sa.select(e.job_id).where(recent, e.time < until),
+                sa.select(e.job_id).where(recent, e.type.in_(_END_EVENT_TYPES)),
+                sa.select(j.id).where(j.state.in_([s.value for s in ACTIVE_STATES])),
+            ).subquery()
+            events = conn.execute(
+                sa.select(e.id, e.job_id, e.attempt, e.type, e.time, e.data_json, j.queue, j.owner)
+                .select_from(EVENTS.join(JOBS, j.id == e.job_id))
+                .where(
+                    e.job_id.in_(sa.select(concerned.c[0])),
+                    e.type.in_(REPORT_EVENT_TYPES),
+                    e.time < until,
+                )
+                .order_by(e.id)
+            ).all()
+            attempts = conn.execute(
+                sa.select(
+                    a.job_id,
+                    a.number,
+                    j.queue,
+                    j.owner,
+                    a.node,
+                    a.devices,
+                    a.compute_pct,
+                    a.memory_mib,
+                    a.dispatched_at,
+                    a.started_at,
+                    a.ended_at,
+                    a.outcome,
+                )
+                .select_from(ATTEMPTS.join(JOBS, j.id == a.job_id))
+                .where(
+                    a.job_id.in_(sa.select(concerned.c[0])),
+                    a.dispatched_at < until,
+                    sa.or_(a.ended_at.is_(None), a.ended_at >= since),
+                )
+                .order_by(a.job_id, a.number)
+            ).mappings()
+            attempt_rows = [
+                dict(r, devices=[int(d) for d in r["devices"].split(",") if d]) for r in attempts
+            ]
+            nodes = conn.execute(
+                sa.select(
+                    NODES.c.name, NODES.c.started_at, NODES.c.heartbeat_at, NODES.c.devices_json
+                )
+            ).all()
+        return {
+            "events": [
+                {
+                    "id": r[0],
+                    "job_id": r[1],
+                    "attempt": r[2],
+                    "type": r[3],
+                    "time": r[4],
+                    "data": json.loads(r[5] or "{}"),
+                    "queue": r[6],
+                    "owner": r[7],
+                }
+                for r in events
+            ],
+            "attempts": attempt_rows,
+            "nodes": [
+                {
+                    "name": name,
+                    "started_at": started,
+                    "heartbeat_at": beat,
+                    "devices": len(json.loads(devices or "[]")),
+                }
+                for name, started, beat, devices in nodes
+            ],
+        }
+
+    @staticmethod
+    def _first_event_id(conn: Connection, t: float) -> int:
+        """The id from which on events are at ``t`` or later, by bisection of the primary
+        key (ids grow with time; each probe takes the latest time of
+        :data:`REPORT_PROBE_EVENTS` events, so one reported late does not mislead it)."""
+        e = EVENTS.c
+        low = conn.execute(sa.select(sa.func.min(e.id))).scalar()
+        high = conn.execute(sa.select(sa.func.max(e.id))).scalar()
+        if low is None or high is None:
+            return 0
+        high += 1
+        while low < high:
+            mid = (low + high) // 2
+            run = sa.select(e.time).where(e.id >= mid).order_by(e.id).limit(REPORT_PROBE_EVENTS)
+            latest = conn.execute(sa.select(sa.func.max(run.subquery().c.time))).scalar()
+            if latest is not None and latest >= t:
+                high = mid
+            else:
+                low = mid + 1
+        return int(low)
 
     # -- the one way a state changes ----------------------------------------------------
 
