@@ -47,6 +47,28 @@ def _pyplot() -> Any:
     return plt
 
 
+#: the stacked bands: online below, offline on top of it, idle up to the capacity
+ONLINE, OFFLINE, IDLE = "#d62728", "#1f77b4", "#e8e8e8"
+
+
+def _legend_outside(ax: Any, extra: list[tuple[str, Any]] | None = None) -> None:
+    """The axes' legend to the right of them, where it covers no data; ``extra`` adds
+    (label, axes) entries drawn on other axes (a twin's markers)."""
+    handles, labels = ax.get_legend_handles_labels()
+    for label, other in extra or []:
+        lines = other.get_lines()
+        if lines:
+            handles.append(lines[0])
+            labels.append(label)
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.08, 1.0), fontsize=8)
+
+
+def _device_title(name: str) -> str:
+    """``device 0`` once, whether the trace names it ``0`` or ``device 0``."""
+    return name if name.startswith("device") else f"device {name}"
+
+
 def _hour_label(x: float, _pos: int) -> str:
     return f"{int(x) % 24:02d}:00"
 
@@ -69,23 +91,30 @@ def plot(
 
     rec = recordings.get(focus) or next(iter(recordings.values()))
     origin_h = clock_origin_s / 3600.0
+    # legends go outside the axes (right), so they never cover data
     fig, (fleet_ax, dev_ax, cdf_ax) = plt.subplots(
-        3, 1, figsize=(11, 11), gridspec_kw={"height_ratios": [3, 3, 2]}
+        3, 1, figsize=(13, 11), gridspec_kw={"height_ratios": [3, 3, 2]}, layout="constrained"
     )
 
     t = [origin_h + s[0] / 3600.0 for s in rec.fleet]
     online = [s[1] / 100.0 for s in rec.fleet]
     offline = [s[2] / 100.0 for s in rec.fleet]
     capacity = [s[3] / 100.0 for s in rec.fleet]
-    fleet_ax.fill_between(t, 0, online, step="post", color="tab:red", alpha=0.7, label="online")
+    # one stack, bottom to top: online, offline on top of it, what is left idle up to the
+    # capacity; opaque bands with edges, so each reads as a layer of the one below
+    total = [a + b for a, b in zip(online, offline, strict=True)]
+    fleet_ax.fill_between(t, 0, online, step="post", color=ONLINE, lw=0, label="online")
+    fleet_ax.fill_between(
+        t, online, total, step="post", color=OFFLINE, lw=0, label="offline (ebbtide slices)"
+    )
     fleet_ax.fill_between(
         t,
-        online,
-        [a + b for a, b in zip(online, offline, strict=True)],
+        total,
+        [max(c, x) for c, x in zip(capacity, total, strict=True)],
         step="post",
-        color="tab:blue",
-        alpha=0.5,
-        label="offline (ebbtide slices in use)",
+        color=IDLE,
+        lw=0,
+        label="idle",
     )
     fleet_ax.step(t, capacity, where="post", color="black", lw=1, label="capacity")
     fleet_ax.set_ylabel("GPUs busy (fleet)")
@@ -98,7 +127,8 @@ def plot(
         xs = [origin_h + (b + 0.5) * EVICTION_BIN_S / 3600.0 for b in sorted(bins)]
         twin.plot(xs, [bins[b] for b in sorted(bins)], ".", color="tab:gray", ms=3)
     twin.set_ylabel("evictions / 15 min", color="tab:gray")
-    fleet_ax.legend(loc="upper right", fontsize=8)
+    fleet_ax.set_ylim(bottom=0)
+    _legend_outside(fleet_ax, extra=[("evictions / 15 min", twin)])
 
     lo = busiest_window(rec.device_evictions, DEVICE_WINDOW_S)
     hi = lo + DEVICE_WINDOW_S
@@ -108,19 +138,20 @@ def plot(
     dt = [origin_h + p[0] / 3600.0 for p in d]
     d_online = [p[1] for p in d]
     d_total = [p[1] + p[2] for p in d]
-    dev_ax.fill_between(dt, 0, d_online, step="post", color="tab:red", alpha=0.7, label="online")
+    dev_ax.fill_between(dt, 0, d_online, step="post", color=ONLINE, lw=0, label="online")
+    dev_ax.fill_between(dt, d_online, d_total, step="post", color=OFFLINE, lw=0, label="offline")
     dev_ax.fill_between(
-        dt, d_online, d_total, step="post", color="tab:blue", alpha=0.5, label="offline"
+        dt, d_total, [100.0] * len(d_total), step="post", color=IDLE, lw=0, label="idle"
     )
     for e in marks:
         dev_ax.axvline(origin_h + e / 3600.0, color="black", lw=0.6, alpha=0.6)
     dev_ax.set_ylim(0, 105)
     dev_ax.set_ylabel("compute %")
     dev_ax.set_title(
-        f"device {rec.device_name}, its busiest {DEVICE_WINDOW_S / 3600:g} h: "
+        f"{_device_title(rec.device_name)}, its busiest {DEVICE_WINDOW_S / 3600:g} h: "
         f"{len(marks)} of its {len(rec.device_evictions)} evictions (vertical lines)"
     )
-    dev_ax.legend(loc="upper right", fontsize=8)
+    _legend_outside(dev_ax)
 
     fleet_ax.xaxis.set_major_locator(MultipleLocator(2))
     fleet_ax.xaxis.set_major_formatter(FuncFormatter(_hour_label))
@@ -128,17 +159,32 @@ def plot(
     for ax in (fleet_ax, dev_ax):
         ax.set_xlabel("trace local time")
 
-    for name, r in recordings.items():
-        lat = sorted(r.latencies)
-        if lat:
-            ys = [(i + 1) / len(lat) for i in range(len(lat))]
-            cdf_ax.step(lat, ys, where="post", label=f"{name} (n={len(lat):,})")
+    # policies often share stretches of their CDFs (every one meets the same deadlines):
+    # each gets its own dash pattern and marker, the widest line drawn first, so a curve
+    # under another still shows
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "D", "v", "x"]
+    drawn = [(name, sorted(r.latencies)) for name, r in recordings.items() if r.latencies]
+    for i, (name, lat) in enumerate(drawn):
+        ys = [(k + 1) / len(lat) for k in range(len(lat))]
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        cdf_ax.step(
+            lat,
+            ys,
+            where="post",
+            linestyle=styles[i % len(styles)],
+            lw=2.6 - 1.6 * i / max(1, len(drawn) - 1),
+            marker=markers[i % len(markers)],
+            markevery=max(1, len(lat) // 8),
+            ms=4,
+            label=f"{name} (n={len(lat):,}, p99 {p99:.2g}s)",
+            zorder=2 + i,  # the thinner, later lines on top of the wider
+        )
     cdf_ax.set_xscale("log")
     cdf_ax.set_xlabel("eviction latency, online spike → slice free (s)")
     cdf_ax.set_ylabel("CDF")
     cdf_ax.grid(True, which="both", alpha=0.3)
-    cdf_ax.legend(loc="lower right", fontsize=8)
+    _legend_outside(cdf_ax)
 
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
