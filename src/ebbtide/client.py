@@ -35,6 +35,7 @@ from ebbtide.identity import Caller, local_caller
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
+from ebbtide.queue.rightsizing import NO_MEASUREMENT, RECENT_JOBS, combine, hint, recommend
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
@@ -47,6 +48,8 @@ log = logging.getLogger("ebbtide.client")
 MAX_REASON_CHARS = 1000
 #: Most evictions :meth:`Client.recent_evictions` gives at once.
 MAX_RECENT_EVICTIONS = 1000
+#: Most of a user's or a queue's latest jobs :meth:`Client.recommend` looks at.
+MAX_RECOMMEND_JOBS = 1000
 
 
 __all__ = ["Client", "ClientBase", "WaitTimeout", "kubernetes_grant"]
@@ -451,7 +454,64 @@ class Client(ClientBase):
         }
         data["image"] = self.policy.image_for(job.queue, spec.get("image"))
         data["submitted"] = submitted_fields(spec)
+        # what its attempts used where their agents measured it, and whether it asks for
+        # far more than that (qstat -f's hint)
+        used = combine(self.store.measured_attempts(job_id=job.id))
+        data["usage"] = used.to_dict() if used else None
+        data["hint"] = hint(job.id or 0, used, job.compute_pct, job.gpus, job.memory_mib)
         return data
+
+    def recommend(
+        self,
+        job_id: int | None = None,
+        *,
+        user: str | None = None,
+        queue: str | None = None,
+        last: int = RECENT_JOBS,
+    ) -> dict[str, Any]:
+        """The slice to ask for (``-l gpu=…,gpumem=…``), from what attempts used as their
+        node agents measured it (``ebb recommend``; :mod:`ebbtide.queue.rightsizing` says
+        how): for job ``job_id``, or for each job name among the latest ``last`` finished
+        jobs of ``user`` and/or in ``queue`` that were measured.  ``recommendations`` is
+        empty, and ``note`` says why, when nothing was measured.  Anyone may read it, as
+        ``qstat``."""
+        if job_id is not None and (user is not None or queue is not None):
+            raise SpecError("job_id", "give a job id, or a user and/or a queue, not both")
+        if job_id is None and user is None and queue is None:
+            raise SpecError("job_id", "give a job id, a user or a queue")
+        note = None
+        if job_id is not None:
+            job = self.store.get(whole(job_id, "job_id"))
+            scope: dict[str, Any] = {"job_id": job.id}
+            measured = self.store.measured_attempts(job_id=job.id)
+            if not measured:
+                ended = [a for a in self.store.attempts(job.id or 0) if a.ended_at is not None]
+                if job.attempts == 0:
+                    note = f"job {job.id} has not run yet: nothing was measured"
+                elif not ended:
+                    note = (
+                        f"job {job.id} has not ended an attempt yet: what an attempt used is "
+                        "recorded when it ends"
+                    )
+        else:
+            user, queue = filter_name(user, "user"), filter_name(queue, "queue")
+            last = whole(last, "last", 1, MAX_RECOMMEND_JOBS)
+            scope = {"user": user, "queue": queue, "last": last}
+            measured = self.store.measured_attempts(owner=user, queue=queue, jobs=last)
+        largest = max(
+            (
+                int(d.get("memory_mib") or 0)
+                for n in self.store.nodes()
+                for d in json.loads(n.devices_json or "[]")
+            ),
+            default=0,
+        )
+        found = recommend(measured, largest or None)
+        return {
+            "scope": scope,
+            "recommendations": [r.to_dict() for r in found],
+            "note": None if found else note or NO_MEASUREMENT,
+        }
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that

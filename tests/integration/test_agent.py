@@ -393,3 +393,20 @@ def test_victims_of_one_spike_are_all_killed_at_their_deadline(tmp_path):  # typ
     finally:
         agent.shutdown(timeout_s=20)
         store.close()
+
+
+def test_a_source_that_cannot_attribute_records_no_usage(node):  # type: ignore[no-untyped-def]
+    """The static source says nothing per process: the attempt's usage is not measured
+    (NULL), never made up from its slice."""
+    store, agent, _ = node
+    job_id, _ = _dispatch(store, [sys.executable, "-c", "import time; time.sleep(1.5)"])
+    wait_until(lambda: store.get(job_id).state == "running")
+    time.sleep(1.2)  # past a usage sampling period
+    assert agent.attempts[job_id].usage is None
+    wait_until(lambda: store.get(job_id).state == "succeeded")
+    [row] = store.attempts(job_id)
+    assert (row.usage_samples, row.used_memory_peak_mib, row.used_compute_p95_pct) == (
+        None,
+        None,
+        None,
+    )

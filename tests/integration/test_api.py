@@ -541,3 +541,45 @@ def test_requests_are_counted_by_route_template_and_code(tmp_path: Path, sqlite_
     assert 'ebbtide_api_requests_total{code="404",method="GET",route="unmatched"} 1.0' in text
     assert "4242" not in text
     assert 'ebbtide_api_request_duration_seconds_count{route="/v1/jobs/{job_id}"} 2.0' in text
+
+
+# -- right-sizing -----------------------------------------------------------------------
+
+
+def test_recommendations_through_the_server_are_the_sdks(
+    api: Api, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ebbtide.client import Client
+    from ebbtide.errors import SpecError
+
+    job_id = api.submit("alice", gpu="50%", gpumem="16GiB", name="train")
+    attempt = api.start(job_id)
+    measured = {
+        "usage_samples": 120,
+        "used_compute_p95_pct": 18.0,
+        "used_compute_peak_pct": 30.0,
+        "used_memory_p95_mib": 5000.0,
+        "used_memory_peak_mib": 6144.0,
+    }
+    api.store.finish_attempt(job_id, attempt, exit_code=0, usage=measured)
+    local = Client(api.settings, store=api.store)
+    # anyone may read it, as qstat
+    response = api.call("GET", "/recommendations", "bob", params={"job_id": job_id})
+    assert response.status_code == 200, response.text
+    assert response.json() == local.recommend(job_id)
+    [r] = response.json()["recommendations"]
+    assert r["used"]["samples"] == 120 and r["recommended"]["memory_mib"] == 8 * 1024
+    by_user = api.call("GET", "/recommendations", params={"user": "alice", "last": 5}).json()
+    assert by_user == local.recommend(user="alice", last=5)
+    assert api.call("GET", "/recommendations").status_code == 422  # nothing named
+
+    monkeypatch.chdir(tmp_path)
+    env = {"EBBTIDE_URL": api.served.url, "EBBTIDE_TOKEN": api.tokens["alice"]}
+    with Client(Settings.from_env(env)) as alice:
+        assert alice.recommend(job_id) == local.recommend(job_id)
+        assert alice.recommend(queue="default") == local.recommend(queue="default")
+        with pytest.raises(SpecError, match="not both"):
+            alice.recommend(job_id, user="alice")
+        full = alice.describe(job_id)
+        assert full["usage"]["memory_peak_mib"] == 6144.0
+        assert full["hint"] == local.describe(job_id)["hint"]

@@ -297,3 +297,67 @@ def test_a_gpu_off_the_bus_has_its_slices_killed_at_once(tmp_path, cluster):  # 
     job = client.get(a)
     assert (job.failures, job.evictions) == (0, 0)
     assert client.nodes()[0]["devices"][0]["fault"]["lost"] is True
+
+
+# -- right-sizing: what attempts used -------------------------------------------------------
+
+
+def test_an_attempt_records_its_measured_peak_and_p95_at_its_end(tmp_path, node):  # type: ignore[no-untyped-def]
+    """The agent samples the attempt's GPU use about once a second from NVML's per-process
+    figures (not as granted) and the store keeps the summary with the attempt's end."""
+    store, agent, nvml = node
+    code = "import time; time.sleep(4)  # gpu-measured"
+    with GpuProcesses(nvml, base_utilization={0: 0}) as gpu:
+        gpu.on_gpu("gpu-measured", 0, 2 * GIB, 40)
+        job_id = _run_here(
+            store, JobSpec(command=[sys.executable, "-c", code], gpu="80%", gpumem="20GiB")
+        )
+        [pid] = wait_until(lambda: list(gpu.seen), what="the job's GPU process")
+        nvml.set_memory(0, pid, 6 * GIB)  # a peak the summary must see ...
+        wait_until(
+            lambda: (
+                (a := agent.attempts.get(job_id)) and (u := a.usage) and u.memory.peak == 6 * GIB
+            ),
+            what="a sample of the peak",
+        )
+        nvml.set_memory(0, pid, 2 * GIB)  # ... and keep after it is gone
+        started = store.get(job_id).started_at
+        wait_until(lambda: store.get(job_id).state == "succeeded", what="the job to end")
+    [row] = store.attempts(job_id)
+    ran_s = (row.ended_at or 0) - (started or 0)
+    assert row.usage_samples is not None and 2 <= row.usage_samples <= ran_s + 1.5  # ~1 Hz
+    assert (row.used_compute_p95_pct, row.used_compute_peak_pct) == (40.0, 40.0)
+    assert row.used_memory_peak_mib == 6 * GIB
+    assert row.used_memory_p95_mib is not None and row.used_memory_p95_mib <= 6 * GIB
+    found = Client(
+        Settings(home=tmp_path, db_url=store.url), store=store, policy=Policy()
+    ).recommend(job_id)
+    [r] = found["recommendations"]
+    # 40 × 1.2 = 48 → 50 %; 6 GiB × 1.1 + 1 GiB = 7.6 → 8 GiB
+    assert r["recommended"]["resources"] == "gpu=50%,gpumem=8GiB"
+    assert r["freed_per_device"] == {"compute_pct": 30.0, "memory_mib": 12 * GIB}
+
+
+def test_an_evicted_attempt_keeps_what_it_used(node):  # type: ignore[no-untyped-def]
+    store, agent, nvml = node
+    code = "import time; time.sleep(60)  # gpu-evictee"
+    online = psutil.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with GpuProcesses(nvml) as gpu:
+            gpu.on_gpu("gpu-evictee", 0, 3 * GIB, 25)
+            job_id = _run_here(
+                store, JobSpec(command=[sys.executable, "-c", code], gpu="30%", gpumem="8GiB")
+            )
+            wait_until(
+                lambda: (a := agent.attempts.get(job_id)) and (u := a.usage) and u.samples >= 2,
+                what="two samples",
+            )
+            nvml.add_process(0, online.pid, memory_mib=75 * GIB)  # no room left for 8 GiB
+            wait_until(lambda: store.get(job_id).state == "queued", what="the eviction")
+    finally:
+        online.kill()
+        online.wait()
+    [row] = store.attempts(job_id)
+    assert row.outcome == "evicted"
+    assert row.usage_samples is not None and row.usage_samples >= 2
+    assert (row.used_compute_peak_pct, row.used_memory_peak_mib) == (25.0, 3 * GIB)

@@ -345,3 +345,49 @@ def test_upgrade_from_version_7_adds_suspended_at_and_keeps_a_paused_job(db_url:
         assert tuple(row) == (5.0, None)
     finally:
         engine.dispose()
+
+
+def test_upgrade_from_version_8_adds_the_usage_columns_and_keeps_an_attempt(db_url: str) -> None:
+    """Version 9 records what attempts used; an attempt that ended before the upgrade was
+    not measured (NULL, never zero), and a new one can record its usage."""
+    import time
+
+    from ebbtide.queue import migrations as m
+    from ebbtide.queue.models import USAGE_COLUMNS
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            m._version_table().create(conn)
+            for version in range(1, 9):
+                m.MIGRATIONS[version - 1](conn)
+                conn.execute(
+                    m._version_table().insert().values(version=version, applied_at=time.time())
+                )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO attempts (job_id, number, node, devices, compute_pct,"
+                    " memory_mib, dispatched_at, ended_at, outcome, exit_code) VALUES"
+                    " (1, 1, 'n1', '0', 25, 8192, 1.0, 2.0, 'succeeded', 0)"
+                )
+            )
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("attempts")}
+        assert not columns & set(USAGE_COLUMNS)
+        assert m.migrate(engine) == 8
+        with engine.begin() as conn:
+            row = conn.execute(sa.text(f"SELECT {', '.join(USAGE_COLUMNS)} FROM attempts")).one()
+            assert tuple(row) == (None,) * len(USAGE_COLUMNS)
+            conn.execute(
+                sa.text(
+                    "UPDATE attempts SET usage_samples = 120, used_compute_p95_pct = 18.0,"
+                    " used_memory_peak_mib = 3072.5"
+                )
+            )
+            row = conn.execute(
+                sa.text(
+                    "SELECT usage_samples, used_compute_p95_pct, used_memory_peak_mib FROM attempts"
+                )
+            ).one()
+        assert tuple(row) == (120, 18.0, 3072.5)
+    finally:
+        engine.dispose()

@@ -137,6 +137,20 @@ def test_a_process_ended_after_a_sample_is_still_in_it() -> None:
         nvml.nvmlDeviceGetProcessUtilization(handle, 0)
 
 
+def test_a_process_can_grow_and_shrink_its_memory() -> None:
+    nvml = started(one_gpu())
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.add_process(0, ONLINE, GIB, sm_util=30)
+    nvml.set_memory(0, ONLINE, 6 * GIB)
+    [proc] = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert proc.usedGpuMemory == 6 * GIB * 2**20
+    assert nvml.nvmlDeviceGetMemoryInfo(handle).used == 6 * GIB * 2**20
+    nvml.set_memory(0, ONLINE, 512)
+    [proc] = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    assert proc.usedGpuMemory == 512 * 2**20
+    assert [s.smUtil for s in nvml.nvmlDeviceGetProcessUtilization(handle, 0)] == [30]
+
+
 def test_sample_period_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         FakeNvml(sample_period_s=0)

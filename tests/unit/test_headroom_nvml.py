@@ -14,6 +14,7 @@ from ebbtide.workers.headroom.base import (
     ComputeBasis,
     DeviceFault,
     DeviceSample,
+    JobUsage,
     KnownPids,
     RecoveryAction,
 )
@@ -735,3 +736,70 @@ def test_nvml_init_failure_is_a_user_error() -> None:
 
     with pytest.raises(UserError, match="cannot initialise NVML: Driver Not Loaded"):
         NvmlSource(nvml=NoDriver())
+
+
+# ---- per job: what right-sizing is measured from ----
+
+
+def test_each_jobs_processes_are_summed_per_job(clock: Clock, open_source: Open) -> None:
+    nvml = one_gpu(clock)
+    nvml.set_utilization(0, 90)
+    nvml.add_process(0, ONLINE, 20 * GIB, sm_util=30)
+    nvml.add_process(0, OFFLINE, 3 * GIB, sm_util=20)  # job 7: a launcher's two workers
+    nvml.add_process(0, OFFLINE + 1, 5 * GIB, sm_util=25)
+    nvml.add_process(0, OFFLINE + 2, 2 * GIB)  # job 8: idle (no SM sample)
+    offline = KnownPids({OFFLINE: 7, OFFLINE + 1: 7, OFFLINE + 2: 8})
+    sample = sample_one(open_source(nvml), clock, offline)
+    assert sample.basis == ComputeBasis.PROCESS
+    assert sample.offline_jobs == (
+        JobUsage(job_id=7, compute_pct=45.0, memory_mib=8.0 * GIB),
+        JobUsage(job_id=8, compute_pct=0.0, memory_mib=2.0 * GIB),
+    )
+
+
+def test_a_job_whose_first_sample_is_not_in_yet_is_measured_idle_not_as_granted(
+    clock: Clock, open_source: Open
+) -> None:
+    nvml = one_gpu(clock)
+    nvml.set_utilization(0, 50)  # its first kernels, not sampled per process yet
+    nvml.add_process(0, OFFLINE, GIB)
+    offline = KnownPids({OFFLINE: 7}, granted={0: (40.0, GIB)})
+    sample = sample_one(open_source(nvml), clock, offline)
+    assert sample.online_compute_pct == 10.0  # taken to use its slice, against a spike...
+    assert sample.offline_jobs == (JobUsage(7, 0.0, 1.0 * GIB),)  # ...but measured: 0
+
+
+def test_what_nvml_does_not_say_per_job_is_none(clock: Clock, open_source: Open) -> None:
+    nvml = one_gpu(clock)
+    nvml.add_process(0, OFFLINE, 4 * GIB, sm_util=60)
+    nvml.add_process(0, OFFLINE + 1, 1 * GIB, sm_util=10, report_memory=False)
+    nvml.set_supported(0, process_utilization=False)
+    offline = KnownPids({OFFLINE: 7, OFFLINE + 1: 8})
+    sample = sample_one(open_source(nvml), clock, offline)
+    assert sample.basis == ComputeBasis.SLICES
+    assert sample.offline_jobs == (JobUsage(7, None, 4.0 * GIB), JobUsage(8, None, None))
+
+
+def test_no_job_on_the_device_is_an_empty_attribution(clock: Clock, open_source: Open) -> None:
+    nvml = one_gpu(clock)
+    nvml.add_process(0, ONLINE, 4 * GIB, sm_util=60)
+    assert sample_one(open_source(nvml), clock).offline_jobs == ()
+
+
+def test_a_mig_instance_attributes_memory_only(clock: Clock, open_source: Open) -> None:
+    nvml = mig_node(clock)
+    nvml.add_process(1, ONLINE, 3 * GIB, gpu_instance=3)
+    nvml.add_process(1, OFFLINE, 5 * GIB, gpu_instance=3)
+    samples = open_source(nvml).sample(clock.now, ours(OFFLINE))
+    assert samples[1].offline_jobs == (JobUsage(7, None, 5.0 * GIB),)
+    assert samples[2].offline_jobs == ()
+
+
+def test_a_device_that_does_not_answer_attributes_nothing(clock: Clock, open_source: Open) -> None:
+    nvml = one_gpu(clock)
+    nvml.set_supported(0, events=False)
+    nvml.add_process(0, OFFLINE, 4 * GIB, sm_util=60)
+    source = open_source(nvml)
+    nvml.fall_off_bus(0)
+    [sample] = source.sample(clock.now, ours(OFFLINE))
+    assert not sample.ok and sample.offline_jobs is None

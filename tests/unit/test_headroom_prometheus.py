@@ -328,6 +328,7 @@ def test_online_usage_is_the_device_figure_minus_the_granted_slices(
     assert {(s.basis, s.eviction_trigger, s.ok) for s in samples} == {
         (ComputeBasis.PLANNING.value, False, True)
     }
+    assert {s.offline_jobs for s in samples} == {None}  # device figures: nothing per job
     assert figures(source, T0 + 10) == [(60.0, 30_000.0), (5.0, 1_024.0)]
 
 

@@ -35,6 +35,8 @@ def test_set_changes_one_device_only() -> None:
 def test_offline_pids_do_not_matter() -> None:
     source = StaticSource(parse_devices("1"), 30, 100)
     assert source.sample(0.0, KnownPids.of({1, 2})) == source.sample(0.0)
+    # nor does it attribute GPU use to jobs: right-sizing records nothing from it
+    assert source.sample(0.0, KnownPids.of({1, 2}))[0].offline_jobs is None
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,7 @@ def test_samples_carry_index_and_time(two_devices: Path) -> None:
     source = TraceSource(two_devices, parse_devices("2x80GiB"), start_time=T0)
     samples = source.sample(T0 + 3)
     assert [(s.index, s.time) for s in samples] == [(0, T0 + 3), (1, T0 + 3)]
+    assert [s.offline_jobs for s in samples] == [None, None]  # declared: nothing per job
 
 
 def test_origin_is_the_first_sample_without_start_time(two_devices: Path) -> None:

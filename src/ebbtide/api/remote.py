@@ -29,6 +29,7 @@ from ebbtide.config.settings import Settings, redacted
 from ebbtide.errors import ConfigError, ServerUnavailable
 from ebbtide.identity import Caller
 from ebbtide.queue.models import Job
+from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import job_to_dict
@@ -184,6 +185,21 @@ class RemoteClient(ClientBase):
         data = self._call("GET", f"/jobs/{whole(job_id, 'job_id')}")
         data.pop("spec", None)
         return dict(data)
+
+    def recommend(
+        self,
+        job_id: int | None = None,
+        *,
+        user: str | None = None,
+        queue: str | None = None,
+        last: int = RECENT_JOBS,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"job_id": job_id, "user": user, "queue": queue}
+        params["last"] = whole(last, "last")
+        if job_id is not None:
+            params["job_id"] = whole(job_id, "job_id")
+        sent = {k: v for k, v in params.items() if v is not None}
+        return dict(self._call("GET", "/recommendations", params=sent))
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """The ``qstat --json`` shape of a job this client fetched, as the server made it

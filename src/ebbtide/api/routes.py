@@ -17,6 +17,7 @@ from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES
 from ebbtide.client import Client
 from ebbtide.errors import SpecError
 from ebbtide.queue.models import Job
+from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
 from ebbtide.units import shown
 
@@ -166,6 +167,26 @@ def logs(
         job_id, attempt=attempt, stderr=stream == "stderr", tail_bytes=tail_bytes
     )
     return tail.to_dict()
+
+
+@router.get(
+    "/recommendations",
+    summary="The slice to ask for, from what jobs used (ebb recommend)",
+    tags=["jobs"],
+)
+def recommendations(
+    client: Caller,
+    job_id: Annotated[int | None, Query(description="This job's attempts.")] = None,
+    user: Annotated[str | None, Query(description="This user's latest finished jobs.")] = None,
+    queue: Annotated[str | None, Query(description="This queue's latest finished jobs.")] = None,
+    last: Annotated[
+        int, Query(description="How many of the latest finished jobs to look at.")
+    ] = RECENT_JOBS,
+) -> dict[str, Any]:
+    """``-l gpu=…,gpumem=…`` per job name, from the attempts' measured p95 compute and
+    peak memory with headroom, beside what was asked and what it would free; ``note``
+    says why when nothing was measured.  Anyone may read it, as ``qstat``."""
+    return client.recommend(job_id, user=user, queue=queue, last=last)
 
 
 @router.get("/queues", summary="Jobs per queue and state (qstat -Q)", tags=["jobs"])

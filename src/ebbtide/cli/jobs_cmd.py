@@ -277,13 +277,26 @@ def _slice_text(job: Any) -> str:
 
 def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     """``qstat -f``'s lines: every field, with the slice asked for and the slice granted
-    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``), and a running job's
-    state with its pause or suspension (``running (suspended to host)``)."""
+    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``), a running job's
+    state with its pause or suspension (``running (suspended to host)``), what it used
+    where that was measured (``used: compute p95 12%, peak 20%; memory …``) and a hint
+    when it asks for far more."""
     from ebbtide.kube.profiles import slice_words
+    from ebbtide.queue.rightsizing import Used
 
     lines: list[tuple[str, Any]] = []
     for key, value in data.items():
         if key in ("slice_asked", "slice_granted"):
+            continue
+        if key in ("usage", "hint"):
+            if value is None:
+                continue  # nothing measured (a source that cannot attribute, or not run)
+            if key == "usage":
+                used = Used(**value)
+                counted = f"{used.attempts} attempt{'s' if used.attempts > 1 else ''}"
+                value = f"{used.words()} ({counted}, {used.samples} samples)"
+                key = "used"
+            lines.append((key, value))
             continue
         if key == "submitted":
             lines.extend((name, shown) for name, shown in value.items() if shown is not None)

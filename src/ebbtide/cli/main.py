@@ -28,6 +28,7 @@ COMMANDS = {
     "qrls": ("ebbtide.cli.jobs_cmd", "qrls"),
     "events": ("ebbtide.cli.jobs_cmd", "events"),
     "logs": ("ebbtide.cli.jobs_cmd", "logs"),
+    "recommend": ("ebbtide.cli.recommend_cmd", "recommend"),
     "nodes": ("ebbtide.cli.nodes_cmd", "nodes"),
     "node": ("ebbtide.cli.nodes_cmd", "node_group"),
     "top": ("ebbtide.cli.top_cmd", "top"),
@@ -87,6 +88,7 @@ def cli() -> None:
       ebb logs [-e] [-f] 12                        what it wrote (-e stderr, -f as it comes)
       ebb qdel 12 / ebb qhold 12 / ebb qrls 12     cancel, hold, release
       ebb qalter 12 -l gpu=50%,walltime=4:00:00    change a job that has not started
+      ebb recommend 12 / -u alice                  the slice to ask for, from what it used
       ebb nodes                                    node agents, device load and health
       ebb node drain gpu-a/3                       take a device out of service (admins)
       ebb top                                      the fleet live: GPUs, attempts, evictions

@@ -185,6 +185,19 @@ def _v8_suspend(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE jobs ADD COLUMN suspended_at FLOAT"))
 
 
+def _v9_attempt_usage(conn: Connection) -> None:
+    """Right-sizing: what each attempt used of its GPUs as its node agent measured it
+    (samples, p95 and peak compute and memory; NULL where nothing was measured)."""
+    conn.execute(sa.text("ALTER TABLE attempts ADD COLUMN usage_samples INTEGER"))
+    for column in (
+        "used_compute_p95_pct",
+        "used_compute_peak_pct",
+        "used_memory_p95_mib",
+        "used_memory_peak_mib",
+    ):
+        conn.execute(sa.text(f"ALTER TABLE attempts ADD COLUMN {column} FLOAT"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -195,6 +208,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v6_tokens,
     _v7_published_policy,
     _v8_suspend,
+    _v9_attempt_usage,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 #: The tables the migrations make.

@@ -92,6 +92,26 @@ class Attempt(SQLModel, table=True):
     last_checkpoint_at: float | None = None
     stdout_path: str | None = None
     stderr_path: str | None = None
+    # -- schema version 9: what the attempt used, as its node agent measured it where
+    # the headroom source attributes GPU use per process (NVML); NULL: not measured --
+    #: samples taken (about one a second while it ran and was not paused)
+    usage_samples: int | None = None
+    #: compute, in percent of a device's SMs (the fullest of its devices), p95 and peak
+    used_compute_p95_pct: float | None = None
+    used_compute_peak_pct: float | None = None
+    #: GPU memory its processes held, in MiB (the fullest of its devices), p95 and peak
+    used_memory_p95_mib: float | None = None
+    used_memory_peak_mib: float | None = None
+
+
+#: The attempt columns of measured usage (schema v9), as an agent reports them.
+USAGE_COLUMNS = (
+    "usage_samples",
+    "used_compute_p95_pct",
+    "used_compute_peak_pct",
+    "used_memory_p95_mib",
+    "used_memory_peak_mib",
+)
 
 
 class Event(SQLModel, table=True):

@@ -36,7 +36,8 @@ from ebbtide.queue import migrations, outcomes
 from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
-from ebbtide.queue.models import Attempt, Event, Job, JobTable, Leadership, Node
+from ebbtide.queue.models import USAGE_COLUMNS, Attempt, Event, Job, JobTable, Leadership, Node
+from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
     ACTIVE_STATES,
@@ -372,6 +373,63 @@ class Store:
         stmt = sa.select(ATTEMPTS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.number)
         with self._read() as conn:
             return [Attempt.model_validate(dict(r)) for r in conn.execute(stmt).mappings()]
+
+    def measured_attempts(
+        self,
+        *,
+        job_id: int | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+        jobs: int = RECENT_JOBS,
+    ) -> list[MeasuredAttempt]:
+        """The attempts whose usage an agent measured (``usage_samples`` > 0), oldest
+        first: job ``job_id``'s, else those of the latest ``jobs`` finished jobs of
+        ``owner`` and/or in ``queue`` that have one (``ebb recommend``)."""
+        a, j = ATTEMPTS.c, JOBS.c
+        joined = ATTEMPTS.join(JOBS, j.id == a.job_id)
+        measured = a.usage_samples > 0
+        stmt = (
+            sa.select(ATTEMPTS, j.name, j.owner, j.queue, j.gpus)
+            .select_from(joined)
+            .where(measured)
+            .order_by(a.job_id, a.number)
+        )
+        if job_id is not None:
+            stmt = stmt.where(a.job_id == job_id)
+        else:
+            latest = (
+                sa.select(j.id)
+                .select_from(joined)
+                .where(measured, j.state.in_([s.value for s in FINAL_STATES]))
+                .group_by(j.id)
+                .order_by(j.id.desc())
+                .limit(jobs)
+            )
+            if owner is not None:
+                latest = latest.where(j.owner == owner)
+            if queue is not None:
+                latest = latest.where(j.queue == queue)
+            stmt = stmt.where(a.job_id.in_(sa.select(latest.subquery().c.id)))
+        with self._read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [
+            MeasuredAttempt(
+                job_id=r["job_id"],
+                name=r["name"],
+                owner=r["owner"],
+                queue=r["queue"],
+                attempt=r["number"],
+                compute_pct=r["compute_pct"],
+                gpus=r["gpus"],
+                memory_mib=r["memory_mib"],
+                samples=r["usage_samples"],
+                compute_p95_pct=r["used_compute_p95_pct"],
+                compute_peak_pct=r["used_compute_peak_pct"],
+                memory_p95_mib=r["used_memory_p95_mib"],
+                memory_peak_mib=r["used_memory_peak_mib"],
+            )
+            for r in rows
+        ]
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
         """Jobs per queue and state (``qstat -Q``)."""
@@ -1122,7 +1180,11 @@ class Store:
         attempt: int,
         outcome: AttemptOutcome,
         exit_code: int | None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
+        """Close the attempt's row, with what it used where its agent measured it
+        (``usage``: :data:`~ebbtide.queue.models.USAGE_COLUMNS`; other keys are not ours)."""
+        measured = {k: v for k, v in (usage or {}).items() if k in USAGE_COLUMNS}
         conn.execute(
             ATTEMPTS.update()
             .where(
@@ -1130,7 +1192,9 @@ class Store:
                 ATTEMPTS.c.number == attempt,
                 ATTEMPTS.c.outcome.is_(None),
             )
-            .values(outcome=outcome.value, exit_code=exit_code, ended_at=self.clock.time())
+            .values(
+                outcome=outcome.value, exit_code=exit_code, ended_at=self.clock.time(), **measured
+            )
         )
 
     def finish_attempt(
@@ -1144,6 +1208,7 @@ class Store:
         why: str | None = None,
         final: bool = False,
         reason_code: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> JobState:
         """Record the end of an attempt's process and move the job on; return its new state.
 
@@ -1151,7 +1216,9 @@ class Store:
         cancellation, eviction, failure, and what counts toward which limit); ``final``
         makes a failure end the job (it cannot be started at all); ``why`` says what ended
         it when the agent knows better than the exit code (``"walltime 2h exceeded"``),
-        ``reason_code`` the constant for it where there is one (``oom``, ``image``).
+        ``reason_code`` the constant for it where there is one (``oom``, ``image``);
+        ``usage`` what the attempt used, where its agent measured it (kept on its row,
+        evicted or not: it ran).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -1230,7 +1297,7 @@ class Store:
                 changes=changes,
                 now=now,
             )
-            self._end_attempt(conn, job_id, attempt, verdict.outcome, exit_code)
+            self._end_attempt(conn, job_id, attempt, verdict.outcome, exit_code, usage)
         return target
 
     def requeue_lost(
@@ -1241,6 +1308,7 @@ class Store:
         why: str,
         reason_code: str | None = None,
         max_losses: int | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         """Give up on an attempt whose agent is gone or whose start never happened;
         ``reason_code``: the constant for why, where there is one (``unschedulable``).
@@ -1248,7 +1316,8 @@ class Store:
         With ``max_losses``, a job lost that many times since it was last released is
         held with the reason (a job that keeps losing its node — say it exhausts the
         host — must not restart in a loop); losses do not count toward ``max_attempts``,
-        which is for the job's own failures.
+        which is for the job's own failures.  ``usage``: what the attempt used while it
+        ran, where its agent measured it.
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -1288,7 +1357,7 @@ class Store:
                         "requeued_at": self.clock.time(),
                     },
                 )
-            self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None)
+            self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None, usage)
             if max_losses is not None and not job.cancel_requested:
                 losses = self._losses_since_release(conn, job_id)
                 hold = outcomes.hold_after_losses(losses, max_losses, why)

@@ -9,7 +9,9 @@ store that is slow, locked or gone never delays a warning or a kill.  Handlers s
 
 1. renew every attempt's lease (its shim kills it when the renewals stop);
 2. sample the headroom source, telling the attempts' processes (their whole trees) from
-   the online tenants';
+   the online tenants'; about once a second, note what each attempt used where the
+   source attributes GPU use per process (:mod:`~ebbtide.workers.usage`, recorded with
+   the attempt's end for ``ebb recommend``);
 3. take in device faults (XIDs, a GPU off the bus): a device out of service has its
    slices evicted (killed at once when the GPU is gone) and takes nothing new;
 4. run what is in the inbox: starts the store thread prepared, evictions, kills of
@@ -91,6 +93,7 @@ from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, Result, StatusReader
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError, host_memory_mib, host_refusal
 from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
+from ebbtide.workers.usage import USAGE_SAMPLE_PERIOD_S, UsageSummary
 
 log = logging.getLogger("ebbtide.agent")
 
@@ -371,6 +374,10 @@ class NodeAgent:
             self._take_faults(now)
         except Exception:  # a broken source must not stop deadlines from being kept
             log.exception("sampling the headroom source failed; keeping the last sample")
+        try:
+            self._measure_usage(now)
+        except Exception:  # right-sizing figures never stop the tick
+            log.exception("measuring the attempts' GPU use failed")
         while True:
             try:
                 cmd = self.inbox.get_nowait()
@@ -418,6 +425,43 @@ class NodeAgent:
                 offline_memory_mib=memory,
                 healthy=not self.health.unhealthy(s.index),
             )
+
+    def _measure_usage(self, now: float) -> None:
+        """Feed each attempt's usage summary from the latest sample, at most once per
+        ``USAGE_SAMPLE_PERIOD_S``, where the source attributes GPU use per process (NVML):
+        the figures ``ebb recommend`` right-sizes slices from.  A source that cannot
+        attribute (static, trace, Prometheus) records nothing, and a paused attempt is
+        not measured (frozen, it uses less than it needs).
+
+        Per sample: memory is the most its processes hold on any of its devices (0 where
+        it has none: the driver lists every process with a context); compute the most
+        they use on a device where it has processes, measured per process (unknown where
+        it has none: a device that cannot sample per process would read as idle)."""
+        by_index = {s.index: s for s in self.latest}
+        for local in self.attempts.values():
+            if now < local.usage_due_at or local.paused_at is not None or not local.devices:
+                continue
+            local.usage_due_at = now + USAGE_SAMPLE_PERIOD_S  # measured or not: next second
+            samples = [by_index.get(d) for d in local.devices]
+            compute: list[float | None] = []
+            memory: list[float | None] = []
+            for s in samples:
+                if (
+                    s is None
+                    or not s.ok
+                    or s.offline_jobs is None
+                    or now - s.time > USAGE_SAMPLE_PERIOD_S
+                ):
+                    break  # not attributed (or stale) on one of its devices: no sample
+                mine = next((u for u in s.offline_jobs if u.job_id == local.job_id), None)
+                memory.append(0.0 if mine is None else mine.memory_mib)
+                if mine is not None:
+                    compute.append(mine.compute_pct)
+            else:
+                if local.usage is None:
+                    sizes = [d.memory_mib for d in self.devices if d.index in local.devices]
+                    local.usage = UsageSummary(max(sizes, default=0))
+                local.usage.add(_most(compute), _most(memory))
 
     def _watch(self, local: LocalAttempt, now: float) -> None:
         """Reap ``local`` if it ended, kill it at its deadline or walltime."""
@@ -959,6 +1003,7 @@ class NodeAgent:
                 attempt=local.attempt,
                 why=why,
                 reason_code=ended.cause,
+                usage=local.usage.report() if local.usage else None,
             )
             self._publish_view()
             self.metrics.attempt_ended(self.name, local.queue, "lost")
@@ -1028,6 +1073,8 @@ class NodeAgent:
             eviction=eviction,
             why=local.ended_by,
             reason_code=reason_code,
+            # what it used, evicted or not (it ran): right-sizing's figures
+            usage=local.usage.report() if local.usage else None,
         )
         self._publish_view()  # gone from the view only once its end is journaled
         self.metrics.attempt_ended(
@@ -1138,6 +1185,13 @@ class NodeAgent:
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
         self._publish_view()
+
+
+def _most(values: list[float | None]) -> float | None:
+    """The largest of ``values``; None when there is none, or one is unknown."""
+    if not values or any(v is None for v in values):
+        return None
+    return max(v for v in values if v is not None)
 
 
 def _outcome(code: int | None, eviction: dict[str, Any] | None, ended_by: str | None) -> str:

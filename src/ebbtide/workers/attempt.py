@@ -10,6 +10,7 @@ from ebbtide.scheduling.snapshot import ActiveAttempt
 from ebbtide.workers.executor import Handle
 from ebbtide.workers.ownership import Tree
 from ebbtide.workers.status import StatusReader
+from ebbtide.workers.usage import UsageSummary
 
 
 @dataclass
@@ -44,6 +45,11 @@ class LocalAttempt:
     suspended_at: float | None = None
     #: the processes whose CUDA state was moved to host memory (restored the same way)
     suspended_pids: tuple[int, ...] = ()
+    #: what it used of its GPUs so far, where the headroom source attributes GPU use per
+    #: process (None: nothing measured yet, or nothing can be)
+    usage: UsageSummary | None = None
+    #: Unix seconds its usage may be sampled next (about once a second, not every tick)
+    usage_due_at: float = 0.0
 
     def view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(

@@ -47,6 +47,19 @@ class ComputeBasis(StrEnum):
 
 
 @dataclass(frozen=True)
+class JobUsage:
+    """What one job's processes used of one device at one sample, as the source measured
+    it (never as granted)."""
+
+    job_id: int
+    #: the sum of its processes' per-process SM samples, in percent of the device (a
+    #: process without a fresh sample was idle); None: the source cannot tell per process
+    compute_pct: float | None
+    #: GPU memory its processes hold, in MiB; None: some process's is not reported
+    memory_mib: float | None
+
+
+@dataclass(frozen=True)
 class DeviceSample:
     """What the online tenants use on one device at one instant.
 
@@ -75,6 +88,11 @@ class DeviceSample:
     #: host pids of the online processes seen on the device, ascending, when the source
     #: lists processes (NVML); what :func:`~ebbtide.workers.cgroups.online_pods` names
     online_pids: tuple[int, ...] = ()
+    #: what each of ebbtide's jobs with a process on the device used, when the source
+    #: attributes GPU use per process (NVML): a job not listed held nothing here.  None:
+    #: the source cannot attribute (static, trace, Prometheus, a device that did not
+    #: answer), and nothing may be inferred per job
+    offline_jobs: tuple[JobUsage, ...] | None = None
 
 
 class Offline(Protocol):

@@ -261,6 +261,12 @@ class FakeNvml:
             util = None if sm_util is None else round(sm_util)
             process.sm_history.append((self._now_us(), util))
 
+    def set_memory(self, index: int, pid: int, memory_mib: float) -> None:
+        """Process ``pid`` holds ``memory_mib`` of GPU ``index`` from now on (it allocated
+        or freed some)."""
+        with self._lock:
+            self._gpus[index].processes[pid].memory_b = int(memory_mib * _MIB_B)
+
     def remove_process(self, index: int, pid: int) -> None:
         """End process ``pid`` on GPU ``index`` (samples taken before now still name it)."""
         with self._lock:

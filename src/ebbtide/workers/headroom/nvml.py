@@ -12,6 +12,12 @@ other process is online.
 **Online processes**: each sample lists the host pids of the online processes it saw on
 the device (``online_pids``), for people to tell which online tenants use which device.
 
+**Per job** (``offline_jobs``, what right-sizing is measured from): for each job with a
+process on the device, its processes' ``usedGpuMemory`` summed, and under the ``process``
+basis the sum of their fresh SM samples (a process without one was idle: 0, never the
+slice it was granted); ``None`` where NVML does not say (compute under ``slices`` and on
+MIG instances, memory a process does not report).
+
 **Online memory** is the sum of ``usedGpuMemory`` over the online compute and graphics
 processes.  When NVML cannot tell some online process's memory (``None``: no permission,
 WDDM), it is the device's used memory minus the memory of ebbtide's processes it could
@@ -75,6 +81,7 @@ from ebbtide.workers.headroom.base import (
     DeviceFault,
     DeviceInfo,
     DeviceSample,
+    JobUsage,
     Offline,
     RecoveryAction,
 )
@@ -328,6 +335,7 @@ class NvmlSource:
         basis = ComputeBasis.DEVICE
         offline_pct: float | None = 0.0
         online_pct = utilization_pct
+        shares: dict[int, int] | None = None
         if ours:
             assert slot.samples is not None
             try:
@@ -355,6 +363,7 @@ class NvmlSource:
             offline_memory_mib=offline_mib,
             basis=basis.value,
             online_pids=online_pids,
+            offline_jobs=_by_job(processes, ours, offline, shares),
         )
 
     def _sample_instance(
@@ -388,6 +397,7 @@ class NvmlSource:
             offline_memory_mib=offline_mib,
             basis=ComputeBasis.INSTANCE.value,
             online_pids=online_pids,
+            offline_jobs=_by_job(processes, set(processes) - set(online_pids), offline, None),
         )
 
     def _processes(self, handle: Any, *, by_instance: bool = False) -> Any:
@@ -539,6 +549,34 @@ def _memory_split(
         online_b = sum(used or 0 for used in theirs)
     offline_mib = None if any(used is None for used in ours) else ours_known_b / _MIB_B
     return online_b / _MIB_B, offline_mib
+
+
+def _by_job(
+    processes: dict[int, int | None],
+    ours: set[int],
+    offline: Offline,
+    shares: dict[int, int] | None,
+) -> tuple[JobUsage, ...]:
+    """What each job with a process among ``ours`` used: its processes' memory (``None``
+    if some process's is unknown) and, with per-process SM samples (``shares``, pid →
+    smUtil; ``None``: none kept here), their sum, capped at 100."""
+    memory_b: dict[int, int | None] = {}
+    compute: dict[int, int] = {}
+    for pid in ours:
+        job = offline.owner(pid)
+        if job is None:  # (gone between the two looks)
+            continue
+        used, seen = processes.get(pid), memory_b.get(job, 0)
+        memory_b[job] = None if used is None or seen is None else seen + used
+        compute[job] = compute.get(job, 0) + (shares or {}).get(pid, 0)
+    return tuple(
+        JobUsage(
+            job_id=job,
+            compute_pct=None if shares is None else float(min(100, compute[job])),
+            memory_mib=None if used_b is None else used_b / _MIB_B,
+        )
+        for job, used_b in sorted(memory_b.items())
+    )
 
 
 def _text(value: str | bytes) -> str:
