@@ -657,12 +657,16 @@ class Client(ClientBase):
         (what it ran is requeued, as for any silent node).  A node that still heartbeats
         is refused: stop its agent first.  Admins only."""
         self._device_admin("forget", node, None)
-        [row] = [n for n in self.store.nodes() if n.name == node]
+        row = next((n for n in self.store.nodes() if n.name == node), None)
+        if row is None:
+            raise UserError(f"no node named {node!r}")
         age = self.store.clock.time() - row.heartbeat_at
         timeout = self.policy.defaults.heartbeat_timeout_s
-        if not row.stopping and age <= timeout:
+        running = self.store.active_attempts(node=node)
+        if age <= timeout and (not row.stopping or running):
+            doing = f"is evicting {len(running)} attempt(s)" if row.stopping else "is alive"
             raise UserError(
-                f"node {node!r} heartbeated {age:.0f}s ago: its agent is alive; stop it "
+                f"node {node!r} heartbeated {age:.0f}s ago: its agent {doing}; stop it "
                 f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
             )
         self.store.forget_node(node)

@@ -113,7 +113,8 @@ class Metrics:
         )
         self.admission_wait = Histogram(
             "ebbtide_admission_wait_time_seconds",
-            "Time from queued (submitted or requeued) to dispatched.",
+            "Time from submission or the last requeue to dispatch (time held or waiting "
+            "on dependencies included).",
             ["queue"],
             buckets=WAIT_BUCKETS,
             registry=r,
@@ -235,7 +236,7 @@ class Metrics:
         )
         self.api_duration = Histogram(
             "ebbtide_api_request_duration_seconds",
-            "Time to serve one API request (a log follow counts until it ends).",
+            "Time to serve one API request.",
             ["route"],
             buckets=REQUEST_BUCKETS,
             registry=r,
@@ -325,7 +326,7 @@ class SchedulerCollector(Collector):
         if not s.leading:
             return
         try:
-            stats = s.store.queue_stats()
+            stats = s.store.queue_stats([*PENDING_STATUS, *SLICE_STATES])
             active = s.store.active_attempts()
             nodes = s.store.nodes()
         except Exception as exc:

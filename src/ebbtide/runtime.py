@@ -57,6 +57,8 @@ class Runtime:
     metrics_at: tuple[str, int] | None = None
 
     def start(self) -> None:
+        if self.agent:  # refused before its commands are served, if another has the name
+            self.agent.claim_name()
         if self.metrics_at is not None:
             stop = serve_metrics(self.metrics, *self.metrics_at)
             self.on_stop.append(stop)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from ebbtide.clock import FakeClock
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.workers.agent import NodeAgent
-from ebbtide.workers.claim import NodeClaim, NodeTaken
+from ebbtide.workers.claim import CLOCK_SKEW_S, POLL_S, NodeClaim, NodeTaken
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource
 
@@ -36,11 +37,13 @@ def test_a_second_agent_under_the_same_name_on_this_host_is_refused(
 ) -> None:
     first = agent(store, tmp_path)
     first.start()
+    journal = tmp_path / "run" / "n1" / "journal.jsonl"
     try:
-        second = agent(store, tmp_path)
-        with pytest.raises(NodeTaken, match="an agent already runs under this name on this host"):
-            second.start()
-        assert second._thread is None  # refused before it touched anything
+        inode = journal.stat().st_ino
+        with pytest.raises(NodeTaken, match=r"an agent already runs under this name \(pid \d+ on"):
+            agent(store, tmp_path)  # refused when made: before its journal is opened
+        # the live agent's journal is the one on disk still
+        assert journal.stat().st_ino == inode
     finally:
         first.shutdown(timeout_s=10)
     # gone cleanly: the name is free again at once
@@ -67,7 +70,6 @@ def test_the_lock_of_a_killed_process_is_free(tmp_path: Path, store: Store) -> N
         "from pathlib import Path\n"
         "from ebbtide.workers.claim import NodeClaim\n"
         "c = NodeClaim(Path(sys.argv[1]), 'n1')\n"
-        "c._lock_here()\n"
         "print('held', flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -78,7 +80,7 @@ def test_the_lock_of_a_killed_process_is_free(tmp_path: Path, store: Store) -> N
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
             with pytest.raises(NodeTaken, match=f"pid {proc.pid}"):
-                NodeClaim(run_dir, "n1").acquire(store, started_at=1.0, heartbeat_timeout_s=10)
+                NodeClaim(run_dir, "n1")
         finally:
             proc.kill()
     claim = NodeClaim(run_dir, "n1")
@@ -100,7 +102,7 @@ def test_an_agent_elsewhere_that_heartbeats_is_refused(tmp_path: Path, store: St
     with pytest.raises(NodeTaken, match=r"another agent runs under this name .* `ebb nodes`"):
         claim.acquire(store, started_at=2.0, heartbeat_timeout_s=10, sleep=elsewhere_beats)
     # refused: the lock here is let go too
-    NodeClaim(tmp_path / "run" / "n1", "n1")._lock_here()
+    NodeClaim(tmp_path / "run" / "n1", "n1").release()
 
 
 def test_an_agent_elsewhere_that_went_silent_is_waited_out(tmp_path: Path, store: Store) -> None:
@@ -117,7 +119,7 @@ def test_an_agent_elsewhere_that_went_silent_is_waited_out(tmp_path: Path, store
     claim = NodeClaim(tmp_path / "run" / "n1", "n1")
     claim.acquire(store, started_at=2.0, heartbeat_timeout_s=3, sleep=silent)
     claim.release()
-    assert 2.0 <= sum(waited) <= 3.0  # until the heartbeat was older than the timeout
+    assert 3.0 <= sum(waited) <= 3.0 + 2 * POLL_S  # until it stood still for the timeout
 
 
 def test_a_clean_stop_or_a_stale_heartbeat_frees_the_name_at_once(
@@ -131,7 +133,8 @@ def test_a_clean_stop_or_a_stale_heartbeat_frees_the_name_at_once(
     claim.acquire(store, started_at=2.0, heartbeat_timeout_s=10, sleep=never.append)
     claim.release()
     store.heartbeat("n1", started_at=500.0, devices=[])
-    clock.advance(11)
+    clock.advance(10 + CLOCK_SKEW_S + 1)  # older than the timeout, whatever the clocks
+    claim = NodeClaim(tmp_path / "run" / "n1", "n1")
     claim.acquire(store, started_at=3.0, heartbeat_timeout_s=10, sleep=never.append)
     claim.release()
     assert never == []
@@ -177,5 +180,32 @@ def test_the_cli_refuses_a_second_worker_with_a_clear_message(tmp_path: Path) ->
     finally:
         assert stop(first) == 0
     assert second.returncode != 0
-    assert "node box: an agent already runs under this name on this host" in second.stderr
+    assert "node box: an agent already runs under this name (pid " in second.stderr
     assert "Traceback" not in second.stderr
+
+
+def test_an_agent_that_is_stopping_holds_the_name_until_its_attempts_are_gone(
+    tmp_path: Path, store: Store
+) -> None:
+    """A draining agent heartbeats 'stopping' while it evicts: its attempts are still
+    running, so a replacement waits for them instead of taking them for lost."""
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    [job_id] = store.submit(JobSpec(command=["true"]), "alice", defaults_deadline_s=30)
+    store.dispatch(
+        job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1
+    )
+    store.heartbeat("n1", started_at=500.0, devices=[], stopping=True)
+    polls: list[float] = []
+
+    def draining(s: float) -> None:
+        polls.append(s)
+        clock.advance(s)
+        store.heartbeat("n1", started_at=500.0, devices=[], stopping=True)
+        if len(polls) == 3:  # its last attempt ends
+            store.requeue_lost(job_id, 1, why="evicted at shutdown")
+
+    claim = NodeClaim(tmp_path / "run" / "n1", "n1")
+    claim.acquire(store, started_at=2.0, heartbeat_timeout_s=10, sleep=draining)
+    claim.release()
+    assert len(polls) == 3

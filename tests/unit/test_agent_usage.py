@@ -89,11 +89,15 @@ def test_at_most_once_a_second(agent: NodeAgent) -> None:
     assert usage is not None and usage.samples == 3  # at 0 s, 1 s and 2 s
 
 
-def test_compute_unknown_where_it_has_no_process(agent: NodeAgent) -> None:
-    measure(agent, T0, sample(0), sample(1))  # started, no CUDA context yet
+def test_no_sample_until_a_process_of_it_is_seen(agent: NodeAgent) -> None:
+    """Started, no CUDA context yet (or its processes not told apart): no sample, never a
+    peak of 0 that would recommend a 1 GiB slice."""
+    measure(agent, T0, sample(0), sample(1))
+    assert agent.attempts[JOB].usage is None
+    measure(agent, T0 + 1, sample(0, JobUsage(JOB, 30.0, 4 * GIB)), sample(1))
     usage = agent.attempts[JOB].usage
     assert usage is not None and usage.samples == 1
-    assert (usage.compute.total, usage.memory.peak) == (0, 0.0)  # idle memory, no compute
+    assert usage.memory.peak == 4 * GIB  # the device without its process counts 0 memory
 
 
 @pytest.mark.parametrize(

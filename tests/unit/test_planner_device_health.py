@@ -76,7 +76,7 @@ def test_the_reserve_kept_back_is_named_and_the_cold_one_says_so() -> None:
     assert p.blocked[1] == (
         "waiting for headroom: no device has 80% and 1GiB free (margin included); "
         "n/0 keeps 30% and 8GiB back for the online side's growth (the cold reserve, "
-        "while its agent learns the online load: 7 min more; defaults.forecast_warmup_s)"
+        "while its agent learns the online load: defaults.forecast_warmup_s)"
     )
     warm = dataclasses.replace(idle, reserve_cold_for_s=0)
     p = plan(snap([job(1, c=80)], devices=[warm]))

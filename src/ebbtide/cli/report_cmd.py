@@ -75,9 +75,14 @@ def report(
     if error:
         raise UserError(f"--since {since} --until {until}: {error}")
     if plot_path is not None:
+        from pathlib import Path
+
         from ebbtide.report_plot import pyplot
 
         pyplot()  # say matplotlib is missing before reading anything
+        folder = Path(plot_path).expanduser().absolute().parent
+        if not folder.is_dir():
+            raise UserError(f"--plot {plot_path}: no directory {folder}")
     client = _client()
     try:
         data = client.report(start, end, queue=queue, user=user)
@@ -86,7 +91,10 @@ def report(
     if plot_path is not None:
         from ebbtide.report_plot import plot
 
-        plot(plot_path, data)
+        try:
+            plot(plot_path, data)
+        except OSError as exc:
+            raise UserError(f"--plot {plot_path}: {exc.strerror or exc}") from None
     if as_json:
         _echo_json(data)
     else:

@@ -431,11 +431,14 @@ class Store:
             for r in rows
         ]
 
-    def queue_stats(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue and state (``qstat -Q``)."""
+    def queue_stats(self, states: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """Jobs per queue and state (``qstat -Q``); only in ``states`` when given (the
+        metrics count the unfinished ones: an index range, not the whole history)."""
         stmt = sa.select(JOBS.c.queue, JOBS.c.state, sa.func.count()).group_by(
             JOBS.c.queue, JOBS.c.state
         )
+        if states is not None:
+            stmt = stmt.where(JOBS.c.state.in_(list(states)))
         out: dict[str, dict[str, int]] = {}
         with self._read() as conn:
             for queue, state, count in conn.execute(stmt):

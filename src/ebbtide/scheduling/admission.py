@@ -278,16 +278,13 @@ def _kept_back(d: DeviceView) -> str:
         f"{d.node}/{d.index} keeps {d.reserve_compute_pct:.0f}% and "
         f"{format_mib(d.reserve_memory_mib)} back for the online side's growth"
     )
-    if d.reserve_cold_for_s > 0:
+    if d.reserve_cold_for_s > 0:  # no countdown: a reason that changes every pass is a
+        # write per waiting job per pass
         text += (
-            f" (the cold reserve, while its agent learns the online load: "
-            f"{_minutes(d.reserve_cold_for_s)} more; defaults.forecast_warmup_s)"
+            " (the cold reserve, while its agent learns the online load: "
+            "defaults.forecast_warmup_s)"
         )
     return text
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _listed(items: list[str], most: int = 3) -> str:

@@ -232,7 +232,12 @@ class NodeAgent:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self) -> None:
+    def claim_name(self) -> None:
+        """Claim this agent's node name (:mod:`~ebbtide.workers.claim`; the lock on this
+        host is taken when the agent is made), before anything is served to it: raises
+        :class:`~ebbtide.workers.claim.NodeTaken` when another agent has it."""
+        if self.claim.acquired:
+            return
         self._started_at = self.clock.time()
         self.sync.started_at = self._started_at
         try:
@@ -244,6 +249,9 @@ class NodeAgent:
         except NodeTaken:
             self.journal.close()  # refused: this agent never runs
             raise
+
+    def start(self) -> None:
+        self.claim_name()
         try:
             self._start_claimed()
         except BaseException:
@@ -445,6 +453,7 @@ class NodeAgent:
             samples = [by_index.get(d) for d in local.devices]
             compute: list[float | None] = []
             memory: list[float | None] = []
+            seen = False  # a process of the job on one of its devices at least
             for s in samples:
                 if (
                     s is None
@@ -456,8 +465,11 @@ class NodeAgent:
                 mine = next((u for u in s.offline_jobs if u.job_id == local.job_id), None)
                 memory.append(0.0 if mine is None else mine.memory_mib)
                 if mine is not None:
+                    seen = True
                     compute.append(mine.compute_pct)
             else:
+                if not seen:  # none of its processes seen (yet): no sample, never a 0
+                    continue
                 if local.usage is None:
                     sizes = [d.memory_mib for d in self.devices if d.index in local.devices]
                     local.usage = UsageSummary(max(sizes, default=0))
@@ -645,8 +657,14 @@ class NodeAgent:
         if cc is None or not self.pause_rules.suspend:
             return False
         move_s = cc.suspend_time_s(a.memory_mib)
-        if move_s > a.deadline_s:
-            why: str | None = f"moving its memory would take about {move_s:.1f}s, past its deadline"
+        # the move runs on this loop: it must fit the deadline, and half the attempts'
+        # lease too (no shim is renewed meanwhile)
+        limit_s = min(a.deadline_s, self.lease_s / 2)
+        if move_s > limit_s:
+            why: str | None = (
+                f"moving its memory would take about {move_s:.1f}s, over {limit_s:g}s "
+                "(its deadline, and half the attempts' lease)"
+            )
         else:
             why = self._host_refusal(a.memory_mib * max(1, len(a.devices)))
         if why is not None:
@@ -674,6 +692,7 @@ class NodeAgent:
         was and the error returned: the caller evicts instead."""
         cc = self.cuda_checkpoint
         assert cc is not None
+        cc.timeout_s = min(cc.timeout_s, self.lease_s / 2)  # a hung utility: not the lease
         refused = self._host_refusal(local.memory_mib * max(1, len(local.devices)))
         if refused is not None:  # attempts suspended earlier in this pass took the room
             return refused
@@ -709,9 +728,12 @@ class NodeAgent:
         cc = self.cuda_checkpoint
         if local.suspended_at is None or local.paused_at is None or cc is None:
             return
+        cc.timeout_s = min(cc.timeout_s, self.lease_s / 2)
         self.executor.thaw(local.handle)  # its CUDA calls block until the state is back
         try:
-            cc.restore(local.suspended_pids or shim_tree(local.handle.pid))
+            tree = shim_tree(local.handle.pid)
+            # the pids suspended, while they are still the attempt's (a pid can be reused)
+            cc.restore([p for p in local.suspended_pids if p in tree] or tree)
         except SuspendError as exc:
             self._evict(
                 local,
