@@ -30,16 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
+import bench_stores
 import sqlalchemy as sa
 
 from ebbtide.queue.spec import JobSpec
@@ -102,30 +99,11 @@ def measure(url: str, arrays: int, array_tasks: int, singles: int) -> dict[str, 
     }
 
 
-@contextmanager
-def sqlite_url() -> Iterator[str]:
-    home = Path(tempfile.mkdtemp(prefix="ebbtide-submit-bench-"))
-    try:
-        yield f"sqlite:///{home / 'ebbtide.db'}"
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+def sqlite_url() -> AbstractContextManager[str]:
+    return bench_stores.sqlite_url("ebbtide-submit-bench-")
 
 
-@contextmanager
-def postgres_url(admin_url: str) -> Iterator[str]:
-    """A fresh database on ``admin_url``'s server, dropped afterwards."""
-    name = f"ebbtide_bench_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-        finally:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+postgres_url = bench_stores.postgres_url
 
 
 def run(

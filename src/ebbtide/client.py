@@ -35,6 +35,7 @@ from ebbtide.identity import Caller, local_caller
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
 from ebbtide.queue.rightsizing import NO_MEASUREMENT, RECENT_JOBS, combine, hint, recommend
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
@@ -670,6 +671,33 @@ class Client(ClientBase):
                 f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
             )
         self.store.forget_node(node)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def purge(
+        self, older_than_s: float, *, batch: int = DEFAULT_BATCH_JOBS, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Remove the jobs that finished more than ``older_than_s`` seconds ago (1 hour
+        at least), with their attempts and events, ``batch`` jobs per transaction;
+        ``dry_run``: count them, remove nothing.  Never a job not yet finished, one that
+        a job not yet finished depends on, or part of an array not all finished that
+        long ago.  Admins only.  What went (``ebb admin purge --json``): ``jobs``,
+        ``attempts``, ``events``, ``kept``, ``oldest_kept_finished_at``, ``elapsed_s``..."""
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may purge finished jobs; {self.user} is not one")
+        age = check_age(older_than_s)
+        batch = whole(batch, "batch", 1, MAX_BATCH_JOBS)
+        result = self.store.purge(age, batch=batch, dry_run=flag(dry_run, "dry_run"))
+        log.info(
+            "%s %s %s finished jobs, %s attempts, %s events (finished over %gs ago)",
+            self.caller.actor,
+            "would purge" if dry_run else "purged",
+            result.jobs,
+            result.attempts,
+            result.events,
+            age,
+        )
+        return result.as_dict()
 
     def _device_admin(self, what: str, node: str, device: int | None) -> None:
         if not self.is_admin:

@@ -164,3 +164,29 @@ def test_cli_latency_json() -> None:
     for key in ("qsub_p50_s", "qsub_p99_s", "qstat_p50_s", "qstat_array_p50_s"):
         assert sqlite[key] > 0, key
     assert result["postgresql"] is None and set(result["targets"]) == {"qsub_p50_s", "qstat_p50_s"}
+
+
+def test_agent_overhead_json() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "agent_overhead.py"),
+            *("--gpus", "2", "--attempts", "2", "--seconds", "2", "--warmup-s", "1", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    r = json.loads(lines[0])
+    assert (r["gpus"], r["attempts"], r["running"]) == (2, 2, 2)
+    assert 1 < r["sample_hz"] <= 21  # a tick every 50 ms at most
+    assert 0 < r["cpu_core_frac"] < 2 and r["cpu_per_tick_ms"] > 0
+    assert 10 < r["rss_mib"] < 2000 and r["threads"] >= 3  # loop, store, XID watcher
+    assert r["threads_cpu_core_frac"]["loop"] > 0
+    assert r["nvml_calls_per_tick"] > 0 and r["nvml_by_call_per_tick"]
+    assert r["nvml_call_us"] == 100 and r["nvml_floor_core_frac"] > 0
+    assert set(r["targets"]) == {"cpu_core_frac", "rss_mib", "cpu_met", "rss_met"}

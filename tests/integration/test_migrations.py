@@ -391,3 +391,48 @@ def test_upgrade_from_version_8_adds_the_usage_columns_and_keeps_an_attempt(db_u
         assert tuple(row) == (120, 18.0, 3072.5)
     finally:
         engine.dispose()
+
+
+def test_upgrade_from_version_9_indexes_finished_jobs_and_keeps_them(db_url: str) -> None:
+    """Version 10 indexes jobs by ``(finished_at, id)`` for retention; jobs that finished
+    before the upgrade are found through it, and only they are purged."""
+    import time
+
+    from ebbtide.queue import migrations as m
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            m._version_table().create(conn)
+            for version in range(1, 10):
+                m.MIGRATIONS[version - 1](conn)
+                conn.execute(
+                    m._version_table().insert().values(version=version, applied_at=time.time())
+                )
+            for name, state, finished_at in (("done", "succeeded", 5.0), ("next", "queued", None)):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO jobs (name, owner, queue, priority, kind, state, reason,"
+                        " spec_json, compute_pct, gpus, memory_mib, deadline_s, signal,"
+                        " depends_json, submitted_at, finished_at, attempts, evictions,"
+                        " failures, cancel_requested) VALUES (:name, 'alice', 'default', 0,"
+                        " 'batch', :state, '', '{\"command\": [\"true\"]}', 10, 0, 1024, 30,"
+                        " 15, '[]', 1.0, :finished_at, 0, 0, 0, false)"
+                    ),
+                    {"name": name, "state": state, "finished_at": finished_at},
+                )
+        indexes = {ix["name"] for ix in sa.inspect(engine).get_indexes("jobs")}
+        assert "ix_jobs_finished_at" not in indexes
+        assert m.migrate(engine) == 9
+        indexed = sa.inspect(engine).get_indexes("jobs")
+        [index] = [ix for ix in indexed if ix["name"] == "ix_jobs_finished_at"]
+        assert index["column_names"] == ["finished_at", "id"]
+    finally:
+        engine.dispose()
+    store = Store(db_url, clock=FakeClock())
+    try:
+        result = store.purge(0.0, now=10.0, pause_s=0.0)
+        assert (result.jobs, result.attempts, result.events) == (1, 0, 0)
+        assert [job.name for job in store.list_jobs()] == ["next"]
+    finally:
+        store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ebbtide.config.policy import load_policy
+from ebbtide.config.policy import load_policy, parse_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ebbtide.yaml"
 
@@ -26,3 +26,10 @@ def test_example_policy_documents_suspend_to_host_off() -> None:
     assert d.suspend_to_host == "never" and d.pause_rules().suspend is False
     assert (d.max_suspend_s, d.suspend_restore_hysteresis_mib) == (1800.0, 4096)
     assert d.suspend_host_memory_pct == 50
+
+
+def test_example_policy_documents_retention_off_and_how_to_turn_it_on() -> None:
+    assert load_policy(EXAMPLE).retention.finished_jobs is None  # kept for ever
+    text = EXAMPLE.read_text().replace("  #finished_jobs: 90d", "  finished_jobs: 90d")
+    retention = parse_policy(text, str(EXAMPLE)).retention
+    assert (retention.finished_jobs, retention.batch, retention.every) == (90 * 86400, 1000, 3600)

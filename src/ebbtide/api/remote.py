@@ -29,6 +29,7 @@ from ebbtide.config.settings import Settings, redacted
 from ebbtide.errors import ConfigError, ServerUnavailable
 from ebbtide.identity import Caller
 from ebbtide.queue.models import Job
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
 from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
@@ -272,6 +273,14 @@ class RemoteClient(ClientBase):
 
     def undrain(self, node: str, device: int | None = None) -> None:
         self._call("POST", f"/nodes/{quote(node, safe='')}/undrain", json={"device": device})
+
+    def purge(
+        self, older_than_s: float, *, batch: int = DEFAULT_BATCH_JOBS, dry_run: bool = False
+    ) -> dict[str, Any]:
+        body = {"older_than_s": older_than_s, "batch": batch, "dry_run": dry_run}
+        # a purge takes as long as it takes, a batch at a time: no read timeout
+        timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+        return dict(self._call("POST", "/admin/purge", json=body, timeout=timeout))
 
 
 def _endpoint(url: str) -> tuple[str, httpx.HTTPTransport | None]:

@@ -17,6 +17,7 @@ from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES
 from ebbtide.client import Client
 from ebbtide.errors import SpecError
 from ebbtide.queue.models import Job
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
 from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
 from ebbtide.units import shown
@@ -272,3 +273,28 @@ def undrain(
     body = body or UndrainRequest()
     client.undrain(node, body.device)
     return {"node": node, "device": body.device, "drained": False}
+
+
+# -- admin ------------------------------------------------------------------------------
+
+
+class PurgeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    older_than_s: float = Field(
+        description="Jobs that finished more than this many seconds ago go (1 hour at least)."
+    )
+    batch: int = Field(default=DEFAULT_BATCH_JOBS, description="Jobs removed per transaction.")
+    dry_run: bool = Field(default=False, description="Count them; remove nothing.")
+
+
+@router.post(
+    "/admin/purge",
+    summary="Remove old finished jobs with their attempts and events (ebb admin purge)",
+    tags=["admin"],
+)
+def purge(client: Caller, body: Annotated[PurgeRequest, Body()]) -> dict[str, Any]:
+    """Admins only.  Never a job not yet finished, one that a job not yet finished depends
+    on, or part of an array not all finished that long ago; ``batch`` jobs per
+    transaction, so the scheduler runs between two batches."""
+    return client.purge(body.older_than_s, batch=body.batch, dry_run=body.dry_run)

@@ -42,6 +42,7 @@ COMMANDS = {
     "k8s": ("ebbtide.cli.k8s_cmd", "k8s_group"),
     "server": ("ebbtide.cli.server_cmd", "server"),
     "token": ("ebbtide.cli.token_cmd", "token_group"),
+    "admin": ("ebbtide.cli.admin_cmd", "admin_group"),
 }
 
 __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
@@ -106,6 +107,7 @@ def cli() -> None:
       ebb server --listen 0.0.0.0:8786 --tls-cert C --tls-key K
       ebb server --socket /run/ebbtide/api.sock    local users, known by the kernel
       ebb token create alice                       a bearer token for alice (admins)
+      ebb admin purge --older-than 90d             remove old finished jobs (admins)
 
     State lives in $EBBTIDE_HOME (default ~/.ebbtide); see the README for all settings.
     """

@@ -10,6 +10,7 @@
   (default no: a root job on a fleet is a root shell on a GPU host);
 - ``kubernetes``: optional; offline attempts run as pods, sized by the fleet's resource
   profile (see :mod:`ebbtide.kube.profiles`).
+- ``retention``: how long finished jobs stay in the store (default: for ever).
 
 Unknown keys are errors; every error names the file, the line and column and the field
 path, and all errors are reported at once.  ``ebb policy schema`` prints the JSON Schema.
@@ -42,9 +43,11 @@ from ebbtide.preemption.relief import (
     THAW_HYSTERESIS_PCT,
     PauseRules,
 )
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, MIN_PURGE_AGE_S
 from ebbtide.queue.spec import MAX_DEADLINE_S, MAX_PATH_BYTES, MIN_DEADLINE_S, check_image
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
+from ebbtide.units import MAX_DURATION_S
 
 API_VERSION: Final = "ebbtide/v1"
 _QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -355,6 +358,28 @@ class KubernetesSettings(Strict):
         return profiles
 
 
+#: Shortest time between two automatic purges, in seconds.
+MIN_PURGE_EVERY_S = 60.0
+
+
+class RetentionSettings(Strict):
+    """The ``retention:`` section: how long finished jobs stay in the store.
+
+    The leading scheduler removes the jobs that finished (succeeded, failed, cancelled)
+    more than ``finished_jobs`` ago, with their attempts and events, at most every
+    ``every``, ``batch`` jobs per transaction (see :mod:`ebbtide.queue.purge` for what
+    is never removed).  Without ``finished_jobs`` nothing is: ebbtide has no separate
+    accounting database, so its store is the only record of what ran."""
+
+    #: finished jobs go this long after they finished, in seconds (``"90d"``); None
+    #: (the default): they are kept for ever
+    finished_jobs: Annotated[Duration, between(MIN_PURGE_AGE_S, MAX_DURATION_S)] | None = None
+    #: jobs removed per transaction; the scheduler waits for one batch at most
+    batch: Annotated[int, Field(ge=1, le=MAX_BATCH_JOBS), NOT_BOOL] = DEFAULT_BATCH_JOBS
+    #: how often the leading scheduler purges, in seconds
+    every: Annotated[Duration, between(MIN_PURGE_EVERY_S, MAX_WAIT_S)] = 3600.0
+
+
 class Policy(Strict):
     apiVersion: Literal["ebbtide/v1"] = "ebbtide/v1"
     defaults: Defaults = Field(default_factory=Defaults)
@@ -367,6 +392,8 @@ class Policy(Strict):
     allow_root_jobs: bool = False
     #: present: offline attempts run as Kubernetes pods (see :class:`KubernetesSettings`)
     kubernetes: KubernetesSettings | None = None
+    #: how long finished jobs stay in the store (see :class:`RetentionSettings`)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     @field_validator("queues")
     @classmethod

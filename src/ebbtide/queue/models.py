@@ -69,7 +69,12 @@ class JobTable(Job, table=True):
     """The ``jobs`` table (its columns are :class:`Job`'s)."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state_priority", "state", "priority", "id"),)
+    __table_args__ = (
+        Index("ix_jobs_state_priority", "state", "priority", "id"),
+        # retention reads finished jobs oldest first, from where its last batch stopped
+        # (schema v10)
+        Index("ix_jobs_finished_at", "finished_at", "id"),
+    )
 
 
 class Attempt(SQLModel, table=True):

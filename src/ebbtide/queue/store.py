@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -37,6 +39,13 @@ from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.drains import Drains
 from ebbtide.queue.engine import create_engine, reading
 from ebbtide.queue.models import USAGE_COLUMNS, Attempt, Event, Job, JobTable, Leadership, Node
+from ebbtide.queue.purge import (
+    DEFAULT_BATCH_JOBS,
+    PURGE_PAUSE_S,
+    Purger,
+    PurgeResult,
+    oldest_finished_at,
+)
 from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
@@ -226,9 +235,12 @@ class Store:
         with self._tx() as conn:
             if depends:
                 wanted = {d["job_id"] for d in depends}
-                found = {
-                    r[0] for r in conn.execute(sa.select(JOBS.c.id).where(JOBS.c.id.in_(wanted)))
-                }
+                named = sa.select(JOBS.c.id).where(JOBS.c.id.in_(wanted))
+                if conn.dialect.name == "postgresql":
+                    # a purge locks the jobs it removes before it reads who depends on
+                    # them: one of the two waits for the other (queue/purge.py)
+                    named = named.with_for_update(read=True)
+                found = {r[0] for r in conn.execute(named)}
                 missing = sorted(wanted - found)
                 if missing:
                     raise SpecError("depends", f"no job with id {missing[0]}")
@@ -1484,6 +1496,73 @@ class Store:
             except StaleState:
                 continue
         return held
+
+    # -- retention ----------------------------------------------------------------------
+
+    def purge_batches(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = DEFAULT_BATCH_JOBS,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause: Callable[[], bool] | None = None,
+    ) -> Iterator[PurgeResult]:
+        """:meth:`purge`, one batch at a time: each item is one batch's counts, its
+        transaction over.  ``pause`` is called between two batches; False ends the purge
+        there."""
+        cutoff = (self.clock.time() if now is None else now) - older_than_s
+        postgres = self.engine.dialect.name == "postgresql"
+        purger = Purger(cutoff, batch=batch, dry_run=dry_run, postgres=postgres)
+        first = True
+        while True:
+            with self._read() as conn:
+                more = purger.select(conn)
+            if not more:
+                rest = purger.leftover()
+                if rest.kept:
+                    yield rest
+                return
+            if not first and pause is not None and not pause():
+                return
+            first = False
+            batch_tx = self._read() if dry_run else self._tx()
+            with batch_tx as conn:
+                result = purger.remove(conn)
+            yield result
+
+    def purge(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = DEFAULT_BATCH_JOBS,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause_s: float = PURGE_PAUSE_S,
+    ) -> PurgeResult:
+        """Remove the jobs that finished (succeeded, failed, cancelled) more than
+        ``older_than_s`` seconds before ``now`` (default: the clock's), with their
+        attempts and events, ``batch`` jobs per transaction and ``pause_s`` seconds
+        apart; ``dry_run``: count them, remove nothing.  Never a job in another state,
+        one that a job not yet finished depends on, or part of an array not all
+        finished that long ago (:mod:`ebbtide.queue.purge`)."""
+        started = time.perf_counter()
+        at = self.clock.time() if now is None else now
+        total = PurgeResult(cutoff=at - older_than_s, dry_run=dry_run)
+
+        def pause() -> bool:
+            time.sleep(pause_s)
+            return True
+
+        for step in self.purge_batches(
+            older_than_s, batch=batch, dry_run=dry_run, now=at, pause=pause
+        ):
+            total += step
+        with self._read() as conn:
+            oldest = oldest_finished_at(conn)
+        return replace(
+            total, oldest_kept_finished_at=oldest, elapsed_s=time.perf_counter() - started
+        )
 
     # -- nodes --------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ evicted more often than their queue allows are held; the attempts of nodes that 
 heartbeating are requeued; dispatched attempts that never started are requeued.  Why each
 queued job still waits (a closed window, a quota, a backoff, no room) is written to its
 ``reason`` for ``qstat``.  The policy's live side (reloads, lull state, wake-ups at window
-boundaries) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`.
+boundaries) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`; removing old
+finished jobs (the policy's ``retention``) is :class:`~ebbtide.scheduling.retention.Retention`'s,
+in a thread of its own while the scheduler leads.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.planner import Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
+from ebbtide.scheduling.retention import Retention
 from ebbtide.scheduling.snapshot import DeviceView, Snapshot
 
 log = logging.getLogger("ebbtide.scheduler")
@@ -85,6 +88,10 @@ class Scheduler:
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_scheduler(self)
         self.metrics.leader.set(0)
+        #: purges old finished jobs while this scheduler leads (the policy's retention)
+        self.retention = Retention(
+            lambda: self.store, lambda: self.policy, clock=clock, leading=lambda: self.leading
+        )
 
     @property
     def policy(self) -> Policy:
@@ -261,6 +268,7 @@ class Scheduler:
             self.runtime.start_wakeups(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         self._thread.start()
+        self.retention.start()
 
     def request_reload(self) -> None:
         self.runtime.request_reload()
@@ -271,6 +279,7 @@ class Scheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self.retention.stop()
         self._lead_as(False)
         self.runtime.stop()
         if self.leader is not None:

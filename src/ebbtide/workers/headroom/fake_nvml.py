@@ -29,6 +29,12 @@ Usage::
     source = NvmlSource(nvml=nvml)
     nvml.inject_xid(gpu, 48)           # the source's watcher reports it from faults()
     nvml.fall_off_bus(gpu)             # every call on the GPU now raises GpuIsLost
+
+``FakeNvml(call_cost_s=100e-6)`` makes every ``nvml*`` call take at least that long, as
+the real library's do (for benchmarks of what sampling costs; ``None``, the default,
+leaves the calls as they are): the call's own work counts towards it, and the rest is
+spent busy (``call_wait="busy"``, on the CPU, as a call spent in the driver's ioctl is)
+or asleep (``"sleep"``).  ``calls`` then counts the calls of each function.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,7 +153,8 @@ class FakeNvml:
     ``clock`` (Unix seconds; default ``time.time``) stamps the per-process utilisation
     samples and the field values, in microseconds as NVML does; ``sample_period_s`` is
     how often the fake hardware takes a per-process sample (1/6 s by default; real GPUs
-    take one every 1/6 s to 1 s).  Waits on event sets use real time.
+    take one every 1/6 s to 1 s).  Waits on event sets use real time.  ``call_cost_s``
+    and ``call_wait``: what each call costs (see the module's doc; none by default).
     """
 
     NVMLError = NVMLError
@@ -166,7 +173,12 @@ class FakeNvml:
     nvmlEventTypeXidCriticalError = _XID
 
     def __init__(
-        self, clock: Callable[[], float] = time.time, *, sample_period_s: float = 1 / 6
+        self,
+        clock: Callable[[], float] = time.time,
+        *,
+        sample_period_s: float = 1 / 6,
+        call_cost_s: float | None = None,
+        call_wait: str = "busy",
     ) -> None:
         if sample_period_s <= 0:
             raise ValueError(f"sample_period_s must be positive, got {sample_period_s}")
@@ -184,6 +196,40 @@ class FakeNvml:
         #: how many times nvmlInit / nvmlShutdown succeeded (for tests)
         self.init_calls = 0
         self.shutdown_calls = 0
+        #: calls of each ``nvml*`` function (counted only with a ``call_cost_s``)
+        self.calls: Counter[str] = Counter()
+        if call_cost_s is not None:
+            self._cost_calls(call_cost_s, call_wait)
+
+    def _cost_calls(self, cost_s: float, wait: str) -> None:
+        """Make every ``nvml*`` method take at least ``cost_s`` seconds, spent busy or
+        asleep (``wait``), and count its calls."""
+        if cost_s < 0:
+            raise ValueError(f"call_cost_s must not be negative, got {cost_s}")
+        if wait not in ("busy", "sleep"):
+            raise ValueError(f"call_wait must be 'busy' or 'sleep', got {wait!r}")
+        for name in dir(type(self)):
+            if name.startswith("nvml") and callable(getattr(type(self), name)):
+                setattr(self, name, self._costly(name, getattr(self, name), cost_s, wait))
+
+    def _costly(
+        self, name: str, fn: Callable[..., Any], cost_s: float, wait: str
+    ) -> Callable[..., Any]:
+        calls = self.calls
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            done_at = time.perf_counter() + cost_s
+            calls[name] += 1  # (under the GIL; a lost count in a race does not matter)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if wait == "busy":
+                    while time.perf_counter() < done_at:
+                        pass
+                elif (left_s := done_at - time.perf_counter()) > 0:
+                    time.sleep(left_s)
+
+        return call
 
     # ---- declaring the fake machine (not part of pynvml) ----
 

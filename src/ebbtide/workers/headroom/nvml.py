@@ -305,6 +305,7 @@ class NvmlSource:
     # -- samples ------------------------------------------------------------------------
 
     def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
+        offline = _OwnersOnce(offline)
         with self._lock:
             if self._closed:
                 raise RuntimeError("NvmlSource.sample() called after close()")
@@ -534,6 +535,26 @@ class NvmlSource:
             self._closed = True
         self._watcher.close()
         self._nvml.nvmlShutdown()
+
+
+class _OwnersOnce:
+    """``offline`` for one sample, each pid's owner looked up once: a sample asks about
+    each GPU process several times, and a lookup reads ``/proc``."""
+
+    def __init__(self, offline: Offline) -> None:
+        self._offline = offline
+        self._owners: dict[int, int | None] = {}
+
+    def owner(self, pid: int) -> int | None:
+        if pid not in self._owners:
+            self._owners[pid] = self._offline.owner(pid)
+        return self._owners[pid]
+
+    def granted_compute_pct(self, index: int) -> float:
+        return self._offline.granted_compute_pct(index)
+
+    def granted_memory_mib(self, index: int) -> float:
+        return self._offline.granted_memory_mib(index)
 
 
 def _memory_split(
