@@ -410,3 +410,32 @@ def test_a_source_that_cannot_attribute_records_no_usage(node):  # type: ignore[
         None,
         None,
     )
+
+
+def test_leases_are_renewed_about_once_a_second_and_never_let_lapse(tmp_path):  # type: ignore[no-untyped-def]
+    """A renewal is a write and a shim wake-up per attempt: about once a second, not per
+    tick; and with the shortest lease (a 2 s heartbeat timeout: 1 s) at a quarter of it,
+    so the attempt lives on."""
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    agent = NodeAgent(
+        "n1", store, StaticSource(parse_devices("1x80GiB")), home=tmp_path, heartbeat_timeout_s=2
+    )
+    renewals: list[float] = []
+    renew = agent.executor.renew
+
+    def counted(handle):  # type: ignore[no-untyped-def]
+        renewals.append(time.monotonic())
+        renew(handle)
+
+    agent.executor.renew = counted  # type: ignore[method-assign]
+    agent.start()
+    try:
+        job_id, _ = _dispatch(store, SLEEPER)
+        wait_until(lambda: store.get(job_id).state == "running")
+        renewals.clear()
+        time.sleep(3.0)
+        assert store.get(job_id).state == "running"  # the 1 s lease never lapsed
+        assert 6 <= len(renewals) <= 16  # every 0.25 s, not every 50 ms tick (about 60)
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()

@@ -7,7 +7,8 @@ store: what it has to say goes to a local journal that a store thread delivers
 store that is slow, locked or gone never delays a warning or a kill.  Handlers stay short
 (a message only puts a command in an inbox).  Each tick (``SAMPLE_PERIOD_S``):
 
-1. renew every attempt's lease (its shim kills it when the renewals stop);
+1. about once a second (``RENEW_PERIOD_S``, at most a quarter of the lease), renew every
+   attempt's lease (its shim kills it when the renewals stop);
 2. sample the headroom source, telling the attempts' processes (their whole trees) from
    the online tenants'; about once a second, note what each attempt used where the
    source attributes GPU use per process (:mod:`~ebbtide.workers.usage`, recorded with
@@ -113,6 +114,9 @@ SHUTDOWN = object()
 SAMPLE_PERIOD_S = 0.05
 #: How often the agent looks at attempts being evicted, in seconds.
 EVICTING_PERIOD_S = 0.005
+#: How often the agent renews its attempts' leases, in seconds (at most a quarter of the
+#: lease, which is half the heartbeat timeout).
+RENEW_PERIOD_S = 1.0
 #: How often the agent heartbeats (the store thread delivers it), in seconds.
 HEARTBEAT_PERIOD_S = 0.5
 
@@ -215,6 +219,7 @@ class NodeAgent:
         self._started_at = clock.time()
         self._next_heartbeat = 0.0
         self._next_health_check = 0.0
+        self._next_renewal = 0.0  # monotonic seconds: the leases are renewed then
         #: Prometheus metrics (the process's, when it serves them)
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_agent(
@@ -367,8 +372,11 @@ class NodeAgent:
 
     def tick(self) -> None:
         now = self.clock.time()
-        for local in self.attempts.values():
-            self.executor.renew(local.handle)
+        mono = time.monotonic()
+        if mono >= self._next_renewal:  # a write and a shim wake-up per attempt: not per tick
+            self._next_renewal = mono + min(RENEW_PERIOD_S, self.lease_s / 4)
+            for local in self.attempts.values():
+                self.executor.renew(local.handle)
         try:
             self._update_ownership()
             self.latest = self.source.sample(now, self.ownership)

@@ -13,7 +13,7 @@ the executor says the attempt's processes are gone.  Two executors implement it:
 The shim is the leader of a new session and a child subreaper, so every process the job
 starts — through a shell script, a launcher with workers, a daemon that ``setsid``\\ s
 away — stays below it: the attempt's processes are exactly the shim's descendants.  The
-agent renews the shim's lease every tick; a shim whose agent is gone or silent kills the
+agent renews the shim's lease about once a second; a shim whose agent is gone or silent kills the
 attempt by itself.  Each shim is also recorded under ``run_dir`` so that a restarted agent
 kills whatever its previous incarnation left (:meth:`LocalExecutor.reap_leftovers`).
 
@@ -185,7 +185,7 @@ class Executor(Protocol):
         ...
 
     def renew(self, handle: Handle) -> None:
-        """Renew the attempt's lease (every agent tick)."""
+        """Renew the attempt's lease (about once a second, at most a quarter of it)."""
         ...
 
     def pause(self, handle: Handle) -> None:

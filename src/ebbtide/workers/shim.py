@@ -7,7 +7,7 @@ session.  The shim
    starts stays below it, however deep or detached (``setsid``, a double fork): the
    attempt's processes are exactly the shim's descendants;
 2. starts the job (its argv, environment and working directory) and waits for it;
-3. holds a **lease**: the agent writes to a pipe every tick.  When the agent is gone (the
+3. holds a **lease**: the agent writes to a pipe about once a second.  When the agent is gone (the
    pipe reads end-of-file: killed, crashed) or stops renewing for ``--lease-s`` (paused,
    hung, cut off), the shim kills every process of the attempt and exits.  No agent is
    needed for that, so an attempt never outlives its agent's lease.  The agent also kills
