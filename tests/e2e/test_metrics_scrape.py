@@ -73,11 +73,16 @@ def test_counters_and_histograms_move_during_an_eviction(tmp_path):  # type: ign
     )
     try:
         wait_for(lambda: job(env, coop)["state"] == "running", 20, "the job running")
+        # counted at the dispatch; the device figures at the agent's next heartbeat
         before = wait_for(
-            lambda: (s := scrape(port)) and value(s, "ebbtide_admitted_jobs_total") and s,
+            lambda: (s := scrape(port))
+            and value(s, "ebbtide_admitted_jobs_total")
+            and value(s, "ebbtide_offline_compute_ratio", node="box")
+            and s,
             10,
-            "the first admission counted",
+            "the first admission and its slice counted",
         )
+        device = job(env, coop)["device"]
         assert value(before, "ebbtide_scheduler_leader") == 1
         assert value(before, "ebbtide_admitted_jobs_total", queue="default") == 1
         assert value(before, "ebbtide_admission_wait_time_seconds_count", queue="default") == 1
@@ -85,7 +90,7 @@ def test_counters_and_histograms_move_during_an_eviction(tmp_path):  # type: ign
         assert value(before, "ebbtide_evicted_jobs_total") == 0
         assert value(before, "ebbtide_agent_running_attempts", node="box") == 1
         assert value(before, "ebbtide_device_memory_bytes", node="box", device="0") == 80 * 2**30
-        assert value(before, "ebbtide_offline_compute_ratio", node="box", device="0") > 0
+        assert value(before, "ebbtide_offline_compute_ratio", node="box", device=device) > 0
         assert value(before, "ebbtide_node_heartbeat_age_seconds", node="box") < 10
         assert value(before, "ebbtide_agent_samples_total", node="box") > 0
         assert value(before, "process_resident_memory_bytes") > 0  # the process collector
