@@ -75,10 +75,12 @@ def test_counters_and_histograms_move_during_an_eviction(tmp_path):  # type: ign
         wait_for(lambda: job(env, coop)["state"] == "running", 20, "the job running")
         # counted at the dispatch; the device figures at the agent's next heartbeat
         before = wait_for(
-            lambda: (s := scrape(port))
-            and value(s, "ebbtide_admitted_jobs_total")
-            and value(s, "ebbtide_offline_compute_ratio", node="box")
-            and s,
+            lambda: (
+                (s := scrape(port))
+                and value(s, "ebbtide_admitted_jobs_total")
+                and value(s, "ebbtide_offline_compute_ratio", node="box")
+                and s
+            ),
             10,
             "the first admission and its slice counted",
         )
