@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.planner import Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.retention import Retention
-from ebbtide.scheduling.snapshot import DeviceView, Snapshot
+from ebbtide.scheduling.snapshot import DeviceView, QueuedJob, Snapshot
 
 log = logging.getLogger("ebbtide.scheduler")
 
@@ -83,8 +83,6 @@ class Scheduler:
         self._published: tuple[str | None, int | None] | None = None
         #: whether this scheduler plans now (it leads, or needs no lock)
         self.leading = False
-        #: when each job planned for dispatch became queued (admission wait, for metrics)
-        self._queued_since: dict[int, tuple[str, float | None]] = {}
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_scheduler(self)
         self.metrics.leader.set(0)
@@ -158,13 +156,7 @@ class Scheduler:
         self.reconcile(now)
         snapshot = self.snapshot(now)
         decisions = plan(snapshot)
-        chosen = {d.job_id for d in decisions.dispatches}
-        self._queued_since = {
-            q.id: (q.queue, q.requeued_at or q.submitted_at)
-            for q in snapshot.queued
-            if q.id in chosen
-        }
-        self.apply(decisions, now)
+        self.apply(decisions, now, snapshot.queued)
         self.store.set_reasons(decisions.blocked)
         self.runtime.wake_at(decisions.wake_at)
         return decisions
@@ -180,7 +172,11 @@ class Scheduler:
         self.store.publish_policy(text, source)
         self._published = key
 
-    def apply(self, decisions: Plan, now: float) -> None:
+    def apply(self, decisions: Plan, now: float, queued: Sequence[QueuedJob] = ()) -> None:
+        """Carry out ``decisions``; ``queued`` (the snapshot's) times each dispatched
+        job's admission wait for the metrics."""
+        chosen = {d.job_id for d in decisions.dispatches}
+        waiting = {q.id: q for q in queued if q.id in chosen}
         active = {(a.job_id, a.attempt): a for a in self.store.active_attempts()}
         for ev in decisions.evictions:
             a = active.get((ev.job_id, ev.attempt))
@@ -232,9 +228,10 @@ class Scheduler:
             except StaleState:
                 continue
             log.info("dispatch job %s attempt %s to %s/%s", d.job_id, number, d.node, d.devices)
-            queue, since = self._queued_since.get(d.job_id, ("", None))
-            if queue:
-                self.metrics.dispatched(queue, None if since is None else now - since)
+            q = waiting.get(d.job_id)
+            if q is not None:
+                since = q.requeued_at or q.submitted_at
+                self.metrics.dispatched(q.queue, None if since is None else now - since)
             self.send(d.node, StartAttempt(job_id=d.job_id, attempt=number))
 
     def reconcile(self, now: float) -> None:
