@@ -27,6 +27,9 @@ from tests.k8s import KubeHarness
 from tests.k8s.test_kube_executor import ALLOCATABLE, NODE, NS, settings
 
 COUNT = Path(__file__).resolve().parents[2] / "examples" / "count.py"
+#: steps of 0.05 s: long enough that a loaded machine's spike still finds the job running
+#: (with 60, 3 s of work, it could finish before its warning and checkpoint none)
+STEPS = 200
 
 
 def wait_until(predicate, timeout=20.0):  # type: ignore[no-untyped-def]
@@ -79,7 +82,7 @@ def test_a_job_runs_as_a_pod_is_evicted_with_grace_and_resumes_in_a_new_pod(
         command=[
             sys.executable,
             str(COUNT),
-            "60",
+            str(STEPS),
             "--step-s",
             "0.05",
             "--every",
@@ -114,7 +117,7 @@ def test_a_job_runs_as_a_pod_is_evicted_with_grace_and_resumes_in_a_new_pod(
     dispatch(store, job_id, 1)
     wait_until(lambda: store.get(job_id).state == "succeeded", timeout=30)
     result = json.loads(out.read_text())
-    assert result["count"] == 60 and result["attempts_seen"] == [1, 2]  # resumed, not redone
+    assert result["count"] == STEPS and result["attempts_seen"] == [1, 2]  # resumed, not redone
     log = (tmp_path / "logs" / str(job_id) / "2" / "stdout.log").read_text()
     assert "attempt 2: starting at" in log and "starting at 0 " not in log
 
