@@ -355,6 +355,34 @@ def test_count_sh_is_evicted_cleanly_by_a_real_agent(node, tmp_path):  # type: i
     assert (ev["exit_code"], ev["killed"], ev["checkpointed"]) == (99, False, True)
 
 
+def test_a_checkpoint_written_while_the_warning_is_sent_counts(tmp_path):  # type: ignore[no-untyped-def]
+    """The warning's clock starts before it is sent: a job quick to checkpoint can answer
+    before a slow delivery returns (a Kubernetes delete with grace through a loaded API
+    server; seen in CI), and its checkpoint is an answer to the warning all the same."""
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    source = StaticSource(parse_devices("1x80GiB"))
+    agent = NodeAgent("n1", store, source, home=tmp_path)
+    real_signal = agent.executor.signal
+
+    def slow_signal(handle, signum):  # type: ignore[no-untyped-def]
+        real_signal(handle, signum)
+        time.sleep(1.0)  # the job has saved its checkpoint before this returns
+
+    agent.executor.signal = slow_signal  # type: ignore[method-assign]
+    agent.start()
+    try:
+        count_sh = Path(__file__).resolve().parents[2] / "examples" / "count.sh"
+        job_id, _ = _dispatch(store, ["bash", str(count_sh), "1000", "0.05", "5"], deadline_s=5)
+        wait_until(lambda: store.get(job_id).checkpoint_path is not None)
+        source.set(0, 10.0, 80_000)
+        wait_until(lambda: store.get(job_id).state == "queued")
+        [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
+        assert (ev["exit_code"], ev["killed"], ev["checkpointed"]) == (99, False, True)
+    finally:
+        agent.shutdown(timeout_s=20)
+        store.close()
+
+
 def test_victims_of_one_spike_are_all_killed_at_their_deadline(tmp_path):  # type: ignore[no-untyped-def]
     """Stubborn jobs evicted by one spike share a deadline: each is killed at it, not
     after the sweep of the one before (seen in the chaos run: a sweep waits for its

@@ -941,13 +941,15 @@ class NodeAgent:
         # before the warning, it lets a child outlive a wrapper the warning ends
         left_s = local.eviction.deadline_at - KILL_LEAD_S - self.clock.time()
         self.executor.kill_at(local.handle, time.monotonic() + max(0.0, left_s))
+        # the warning counts from when it is sent: a job quick to checkpoint may answer
+        # before a slow delivery (a delete with grace through a busy API server) returns
+        local.eviction.warned_at = self.clock.time()
         self.executor.signal(local.handle, local.signal)
         if local.paused_at is not None:  # a frozen job cannot handle its warning
             # (a suspended one stays on the host: its memory does not fit, so its CUDA
             # calls block and it is killed at the deadline; it resumes from its last
             # checkpoint)
             self._thaw(local, self.clock.time())
-        local.eviction.warned_at = self.clock.time()
         log.info(
             "job %s attempt %s: warned (%s): %s",
             local.job_id,
