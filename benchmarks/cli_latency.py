@@ -9,13 +9,18 @@ For each store:
    then ``ebb qstat`` ``--lists`` times, output to /dev/null;
 3. one array of ``--jobs`` tasks, then ``ebb qstat`` (shown compressed as ``ID[1-N]``).
 
+Each step twice: with the store opened by every ``ebb`` process, and through an ``ebb
+server --socket`` on the same store (``EBBTIDE_URL=unix:///...``: the thin client, which
+loads neither SQLAlchemy nor pydantic).
+
 Usage (from the repository root)::
 
     python benchmarks/cli_latency.py [--submits 20] [--lists 5] [--jobs 10000] [--json]
 
 Prints p50 / p99 / max per command and store; with ``--json`` one object with, per store,
 ``qsub_p50_s``, ``qsub_p99_s``, ``qsub_max_s``, ``qstat_p50_s``, ``qstat_p99_s``,
-``qstat_array_p50_s`` (and ``slurm`` with ``sbatch_p50_s``/``squeue_p50_s``, or null).
+``qstat_array_p50_s``, and the same under ``socket`` (and ``slurm`` with
+``sbatch_p50_s``/``squeue_p50_s``, or null).
 Targets (issue: as fast as the tools it replaces): qsub ≤ 0.150 s, qstat of 10,000 jobs
 ≤ 0.300 s.  Measured on an idle machine; a busy one inflates every figure.
 """
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -83,28 +89,65 @@ def _postgres_url() -> str | None:
     return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{PG_DB}"
 
 
+def _serve(ebb: list[str], env: dict[str, str], sock: Path) -> subprocess.Popen[bytes]:
+    """``ebb server --socket SOCK`` on the store of ``env``, once it answers."""
+    server = subprocess.Popen(
+        [*ebb, "server", "--socket", str(sock), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    give_up = time.monotonic() + 60
+    while True:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(sock))
+            return server
+        except OSError:
+            if server.poll() is not None or time.monotonic() > give_up:
+                server.kill()
+                why = server.communicate()[1][-500:]
+                raise SystemExit(f"ebb server did not start: {why!r}") from None
+            time.sleep(0.1)
+        finally:
+            probe.close()
+
+
 def measure(db_url: str, home: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The figures of one store: opened by each ``ebb`` process (``qsub_p50_s``, ...),
+    and through ``ebb server`` on a Unix socket (``socket``: the thin client)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
     env.update({"EBBTIDE_HOME": str(home), "EBBTIDE_DB_URL": db_url})
     ebb = _ebb()
+    home.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
-    out.update(_stats("qsub", _timed([*ebb, "qsub", "-h", "--", "true"], env, args.submits)))
+    via: dict[str, Any] = {}
+    qsub = [*ebb, "qsub", "-h", "--", "true"]
+    out.update(_stats("qsub", _timed(qsub, env, args.submits)))
+    thin = {**env, "EBBTIDE_URL": f"unix://{home / 'api.sock'}"}
+    server = _serve(ebb, env, home / "api.sock")
     store = Store(db_url)
     try:
+        via.update(_stats("qsub", _timed(qsub, thin, args.submits)))
         chunk = [JobSpec(command=["true"], hold=True)] * 1000
         for _ in range(args.jobs // 1000):
             for spec in chunk:
                 store.submit(spec, "bench", defaults_deadline_s=30)
         out["jobs"] = len(store.list_jobs())
         out.update(_stats("qstat", _timed([*ebb, "qstat"], env, args.lists)))
+        via.update(_stats("qstat", _timed([*ebb, "qstat"], thin, args.lists)))
         store.submit(
             JobSpec(command=["true"], hold=True, array=f"1-{args.jobs}"),
             "bench",
             defaults_deadline_s=30,
         )
         out.update(_stats("qstat_array", _timed([*ebb, "qstat"], env, args.lists)))
+        via.update(_stats("qstat_array", _timed([*ebb, "qstat"], thin, args.lists)))
     finally:
         store.close()
+        server.terminate()
+        server.wait(timeout=30)
+    out["socket"] = via
     return out
 
 
@@ -142,7 +185,10 @@ def main() -> int:
         if figures is None:
             print(f"{name:>10}: not measured (not reachable here)")
             continue
+        thin = figures.pop("socket", None)
         print(f"{name:>10}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
+        if thin is not None:
+            print(f"{'  socket':>10}: " + ", ".join(f"{k} {v}" for k, v in thin.items()))
     return 0
 
 

@@ -7,6 +7,11 @@ server reads them where that home is shared with the agents.
 The reader may run as root (``ebb server``) for a job's owner, who may own the attempt's
 directory: so the path below ``logs/`` is walked without following symbolic links, and
 only a plain file with one name is read — never what a job pointed its log at.
+
+A job submitted with ``-o``/``-e`` (PBS) or ``--output``/``--error`` (Slurm, whose
+default is ``slurm-%j.out``) writes there instead; its node agent records the path each
+attempt's output went to (``%j``, ``%N``... filled in), and :func:`read_job_file` reads
+it — a path the job's owner chose, so only a plain file of theirs is shown.
 """
 
 from __future__ import annotations
@@ -45,9 +50,22 @@ class LogTail:
     size: int
     #: the file holds more than was read
     truncated: bool
+    #: the file the job sent this output to (``-o``, ``--output``...), where it was read
+    #: from; None: the attempt's log, kept by ebbtide
+    path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogTail:
+        """From :meth:`to_dict`'s shape; keys this version does not know are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+class NoLogYet(UserError):
+    """There is no output to show yet: the attempt has not started, or has not written
+    any (``ebb logs -f`` waits for it)."""
 
 
 def attempt_dir(home: Path, job_id: int, attempt: int) -> Path:
@@ -79,7 +97,7 @@ def read_tail(
         start = max(0, info.st_size - tail_bytes)
         data = _read_from(fds[-1], start, info.st_size - start)
     except FileNotFoundError:
-        raise UserError(
+        raise NoLogYet(
             f"job {job_id} attempt {attempt} has no {stream} log at {path} (no output yet, "
             "or the node agent's home is not shared with this host)"
         ) from None
@@ -98,6 +116,82 @@ def read_tail(
         size=info.st_size,
         truncated=start > 0,
     )
+
+
+def is_kept_log(path: str, job_id: int, attempt: int, stream: str) -> bool:
+    """Whether ``path``, where an attempt's ``stream`` went, is the log ebbtide keeps for
+    the attempt (``…/logs/<job id>/<attempt>/<stream>.log``) rather than a file the job
+    named."""
+    return Path(path).parts[-4:] == ("logs", str(job_id), str(attempt), f"{stream}.log")
+
+
+def read_job_file(
+    path: str,
+    job_id: int,
+    attempt: int,
+    stream: str,
+    tail_bytes: int,
+    *,
+    owner: str,
+    reader_uid: int | None = None,
+) -> LogTail:
+    """The last ``tail_bytes`` of ``path``, the file the attempt's ``stream`` went to (the
+    job's ``-o``/``--output``), or a :class:`UserError` saying why it is not shown.
+
+    The job's owner chose the path, and may have replaced the file since: it is shown only
+    if it is a plain file (never opened if it is a device or a FIFO; a symbolic link in
+    its last part is not followed) that belongs to the job's owner — or to ``reader_uid``,
+    the user this process reads for itself (a client on one host, whose own permissions
+    already decide what it may read; never ``ebb server`` reading for a caller)."""
+    where = f"job {job_id} attempt {attempt} sent its {stream} to {path}"
+    if path == os.devnull:
+        raise UserError(f"{where}: nothing was kept")
+    uids = set() if reader_uid is None else {reader_uid}
+    with contextlib.suppress(KeyError, ValueError):
+        uids.add(pwd.getpwnam(owner).pw_uid)
+    try:
+        seen = os.lstat(path)
+        if not stat.S_ISREG(seen.st_mode):
+            raise UserError(f"{where}, which is not a plain file now; it cannot be shown")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+                raise UserError(f"{where}, which changed while it was opened; try again")
+            if info.st_uid not in uids:
+                raise UserError(
+                    f"{where}, which belongs to {_user(info.st_uid)}, not {owner}; "
+                    "it cannot be shown"
+                )
+            start = max(0, info.st_size - tail_bytes)
+            data = _read_from(fd, start, info.st_size - start)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        raise NoLogYet(
+            f"{where}, which is not there (no output yet; or it was moved or deleted, or "
+            "it is on a file system this host does not see)"
+        ) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UserError(f"{where}, which is not a plain file now; it cannot be shown") from None
+        raise UserError(f"{where}, which cannot be read here: {exc.strerror}") from None
+    return LogTail(
+        job_id=job_id,
+        attempt=attempt,
+        stream=stream,
+        text=data.decode("utf-8", errors="replace"),
+        size=info.st_size,
+        truncated=start > 0,
+        path=path,
+    )
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _log_owners(owner: str) -> set[int]:

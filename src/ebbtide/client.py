@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Iterable, Sequence
@@ -26,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from ebbtide.args import filter_name, flag, text, whole
-from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES, LogTail, read_tail
+from ebbtide.attempt_logs import (
+    DEFAULT_TAIL_BYTES,
+    MAX_TAIL_BYTES,
+    LogTail,
+    NoLogYet,
+    is_kept_log,
+    read_job_file,
+    read_tail,
+)
 from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.config.policy import Policy, load_policy, parse_policy
 from ebbtide.config.settings import Settings
@@ -82,6 +91,26 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
 
 #: The published policy last parsed, by its text: a server parses it once, not per request.
 _parsed: dict[str, Policy] = {}
+
+
+def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
+    by an alias (:func:`queue_notes`), what attempts running as pods do not do
+    (:func:`pod_notes`)."""
+    return [*queue_notes(spec, policy), *pod_notes(spec, policy)]
+
+
+def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """A note when the spec names its queue by an alias (a Slurm partition, a PBS queue
+    of another site's): the job is recorded under the queue's own name."""
+    try:
+        named = policy.queue_named(spec.queue)
+    except ConfigError:
+        return []
+    if named == spec.queue:
+        return []
+    what = "partition" if spec.compat == "slurm" else "queue"
+    return [f"{what} {spec.queue!r} is queue {named!r} here"]
 
 
 def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
@@ -200,6 +229,46 @@ SUBMITTED_FIELDS = (
 )
 
 
+#: The fields of a job anyone may list for any job, in :meth:`Client.table`'s order (no
+#: spec: what a job runs is for its owner and admins to see).
+TABLE_COLUMNS = (
+    "id",
+    "name",
+    "owner",
+    "queue",
+    "priority",
+    "state",
+    "suspended_at",
+    "paused_at",
+    "attempts",
+    "node",
+    "devices",
+    "gpus",
+    "compute_pct",
+    "memory_mib",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "reason",
+    "array_id",
+    "array_index",
+)
+
+
+def _job_states(
+    state: JobState | str | Iterable[JobState | str] | None,
+) -> builtins.list[JobState] | None:
+    """``state`` as a list of states; None for all."""
+    if state is None:
+        return None
+    items = [state] if isinstance(state, str | JobState) else builtins.list(state)
+    try:
+        return [JobState(s) for s in items]
+    except ValueError:
+        known = ", ".join(s.value for s in JobState)
+        raise SpecError("state", f"expected one of {known}, got {shown(state, 60)}") from None
+
+
 def submitted_fields(spec: dict[str, Any]) -> dict[str, Any]:
     """The job's spec as ``qstat -f`` shows it: the fields above (a script shows as
     ``"script"`` in ``command``), and the warning signal by name."""
@@ -270,6 +339,8 @@ class Client(ClientBase):
                 self.store.close()
             raise
         self._caller = caller or local_caller(self.policy.admins, self.settings.act_as)
+        #: the caller is this process's own user (not ``ebb server`` reading for someone)
+        self._reads_for_itself = caller is None
         self.workdir = workdir
 
     @property
@@ -291,7 +362,9 @@ class Client(ClientBase):
         # under Kubernetes, a job with no cwd runs in its image's working directory
         spec = with_workdir(spec, self.workdir, default_cwd=self.policy.kubernetes is None)
         spec = with_submit_host(spec)
-        self.policy.check_queue(spec.queue)
+        named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
+        if named != spec.queue:
+            spec = spec.model_copy(update={"queue": named})
         queue = self.policy.queues[spec.queue]
         if queue.users is not None and not self.is_admin and self.user not in queue.users:
             raise PermissionDenied(
@@ -344,16 +417,7 @@ class Client(ClientBase):
         array_id: int | None = None,
         limit: int | None = None,
     ) -> builtins.list[Job]:
-        states = None
-        if state is not None:
-            items = [state] if isinstance(state, str | JobState) else list(state)
-            try:
-                states = [JobState(s) for s in items]
-            except ValueError:
-                known = ", ".join(s.value for s in JobState)
-                raise SpecError(
-                    "state", f"expected one of {known}, got {shown(state, 60)}"
-                ) from None
+        states = _job_states(state)
         if array_id is not None:
             array_id = whole(array_id, "array_id")
         if limit is not None:
@@ -366,6 +430,23 @@ class Client(ClientBase):
             limit=limit,
         )
         return [self._shown(job) for job in jobs]
+
+    def table(
+        self,
+        columns: Sequence[str],
+        *,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        owner: str | None = None,
+    ) -> builtins.list[tuple[Any, ...]]:
+        """``columns`` (fields of :class:`~ebbtide.queue.models.Job` that say nothing of
+        what it runs: ``ebb qstat``'s table) of the jobs :meth:`list` lists, a tuple
+        each: far cheaper than whole jobs for a long queue."""
+        for name in columns:
+            if name not in TABLE_COLUMNS:
+                raise SpecError("columns", f"{shown(name, 40)} is not a column of the table")
+        return self.store.job_rows(
+            columns, states=_job_states(state), owner=filter_name(owner, "owner")
+        )
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         """What happened to the job, oldest first; a result's value only for the job's
@@ -426,11 +507,25 @@ class Client(ClientBase):
                 f"job {job.id} belongs to {job.owner}; only its owner or an admin may read its logs"
             )
         if job.attempts == 0:
-            raise UserError(f"job {job.id} has not started yet, so it has no logs")
+            raise NoLogYet(f"job {job.id} has not started yet, so it has no logs")
         number = job.attempts if attempt is None else whole(attempt, "attempt", 1, job.attempts)
         size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
         stream = "stderr" if flag(stderr, "stderr") else "stdout"
-        return read_tail(self.settings.home, job.id or 0, number, stream, size, owner=job.owner)
+        job_id = job.id or 0
+        if json.loads(job.spec_json).get(stream):  # -o/--output: where this attempt's went
+            row = next((a for a in self.store.attempts(job_id) if a.number == number), None)
+            path = getattr(row, f"{stream}_path", None) if row is not None else None
+            if path is None:
+                raise NoLogYet(
+                    f"job {job_id} attempt {number} has not started yet; its {stream} will "
+                    "go to the file the job named"
+                )
+            if not is_kept_log(path, job_id, number, stream):  # (pods: kept as the log)
+                reader = os.geteuid() if self._reads_for_itself else None
+                return read_job_file(
+                    path, job_id, number, stream, size, owner=job.owner, reader_uid=reader
+                )
+        return read_tail(self.settings.home, job_id, number, stream, size, owner=job.owner)
 
     def describe(self, job_id: int) -> dict[str, Any]:
         """One job in full, as ``ebb qstat -f --json`` shows it: :meth:`as_dict` with the

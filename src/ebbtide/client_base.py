@@ -73,8 +73,9 @@ class ClientBase(ABC):
         stderr: bool = False,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> LogTail:
-        """Like :meth:`logs`, with which attempt was read, the file's size and whether
-        more of it was left unread."""
+        """Like :meth:`logs`, with which attempt was read, the file's size, whether
+        more of it was left unread, and the job's own file it was read from (``path``;
+        None: the attempt's log)."""
 
     @abstractmethod
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
@@ -122,7 +123,11 @@ class ClientBase(ABC):
         tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> str:
         """The end (``tail_bytes``, 1 MiB by default) of an attempt's stdout (or
-        ``stderr``); the latest attempt by default.  Its owner and admins only."""
+        ``stderr``); the latest attempt by default.  Where the job sent it to a file
+        (``-o``/``-e``, ``--output``/``--error``, Slurm's ``slurm-%j.out``), that file's, if
+        it is a plain file of the job's owner (:meth:`log_tail` says which file).  Its
+        owner and admins only; :class:`~ebbtide.attempt_logs.NoLogYet` (a
+        :class:`~ebbtide.errors.UserError`) while there is nothing to read yet."""
         return self.log_tail(job_id, attempt=attempt, stderr=stderr, tail_bytes=tail_bytes).text
 
     def wait(self, job_id: int, timeout: float | None = None) -> Job:

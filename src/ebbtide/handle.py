@@ -85,7 +85,8 @@ class JobHandle(int):
         return self._client.cancel(self.id)
 
     def logs(self, *, attempt: int | None = None, stderr: bool = False) -> str:
-        """The end of its latest (or ``attempt``'s) stdout, or ``stderr``."""
+        """The end of its latest (or ``attempt``'s) stdout, or ``stderr`` — from the file
+        it sent them to, if it named one (``stdout=``/``stderr=``, ``-o``/``--output``)."""
         return self._client.logs(self.id, attempt=attempt, stderr=stderr)
 
     def events(self) -> list[dict[str, Any]]:

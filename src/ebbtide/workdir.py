@@ -52,12 +52,12 @@ def base_directory(workdir: str) -> str:
         ) from None
 
 
-def with_submit_host(spec: JobSpec) -> JobSpec:
+def with_submit_host(spec: JobSpec, host: str | None = None) -> JobSpec:
     """``spec`` with the host it is submitted from (``PBS_O_HOST``,
-    ``SLURM_SUBMIT_HOST``), unless it names one."""
+    ``SLURM_SUBMIT_HOST``): ``host``, else this one's name, unless it names one."""
     if spec.submit_host is not None:
         return spec
-    host = socket.gethostname()
+    host = socket.gethostname() if host is None else host
     if not host or len(host) > 255:
         return spec
     try:

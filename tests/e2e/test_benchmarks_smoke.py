@@ -160,9 +160,10 @@ def test_cli_latency_json() -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     sqlite = result["sqlite"]
-    assert sqlite["jobs"] == 1000 + 2  # the filled jobs and the timed submits
+    assert sqlite["jobs"] == 1000 + 2 + 2  # the filled jobs and the timed submits, both ways
     for key in ("qsub_p50_s", "qsub_p99_s", "qstat_p50_s", "qstat_array_p50_s"):
         assert sqlite[key] > 0, key
+        assert sqlite["socket"][key] > 0, key  # through ebb server, the thin client
     assert result["postgresql"] is None and set(result["targets"]) == {"qsub_p50_s", "qstat_p50_s"}
 
 

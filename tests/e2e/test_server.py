@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from tests.e2e.helpers import REPO, ebb, ebb_env, start, stop, wait_for
 from tests.users import ALICE, BOB, CAROL, User, _unavailable, real_user, require_root
@@ -385,3 +386,49 @@ def test_a_server_that_cannot_listen_says_why_in_one_line(tmp_path: Path) -> Non
         proc = ebb(env, "server", "--socket", str(path), check=False)
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_logs_of_a_file_the_job_named_are_its_owners_alone(fleet: Fleet) -> None:
+    """Alice's job sent its output to a file in a directory of hers (``-o``): the root
+    server shows it to her, says which file, and shows nothing when she swaps the file
+    for a link to root's, or the directory for one of root's."""
+    alice = fleet.users[ALICE]
+    mine = fleet.root / "alices-dir"
+    mine.mkdir()
+    os.chown(mine, alice.uid, alice.gid)
+    store = Store(f"sqlite:///{fleet.home / 'ebbtide.db'}")
+    try:  # submitted with -o; the node agent records where the attempt's output went
+        spec = JobSpec(command=["true"], stdout="alices-dir/out-%j.log", cwd=str(fleet.root))
+        [job] = store.submit(spec, ALICE, defaults_deadline_s=30)
+        out = mine / f"out-{job}.log"
+        attempt = store.dispatch(
+            job, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1
+        )
+        store.mark_started(job, attempt, pid=1, stdout_path=str(out), stderr_path="e")
+    finally:
+        store.close()
+    missing = fleet.ebb_as(ALICE, "logs", str(job))
+    assert missing.returncode == 1 and f"{out}, which is not there" in missing.stderr
+    out.write_text("alice's output\n")
+    os.chown(out, alice.uid, alice.gid)
+    shown = fleet.ebb_as(ALICE, "logs", str(job))
+    assert shown.stdout == "alice's output\n"
+    assert f"ebb: job {job} attempt 1: stdout from {out}" in shown.stderr
+    assert fleet.ebb_as(BOB, "logs", str(job)).returncode == 1
+
+    secret = fleet.root / "roots-dir"
+    secret.mkdir()
+    (secret / out.name).write_text("root's secret\n")  # root's, as the server is
+    out.unlink()
+    out.symlink_to(secret / out.name)  # a link at the end
+    refused = fleet.ebb_as(ALICE, "logs", str(job))
+    assert refused.returncode == 1 and "not a plain file now" in refused.stderr
+    out.unlink()
+    mine.rmdir()
+    mine.symlink_to(secret)  # the directory swapped for root's
+    for proc in (fleet.ebb_as(ALICE, "logs", str(job)), fleet.ebb_as(CAROL, "logs", str(job))):
+        assert proc.returncode == 1 and f"belongs to root, not {ALICE}" in proc.stderr
+        assert "secret" not in proc.stdout
+    with fleet.http(ALICE) as http:
+        response = http.get(f"/jobs/{job}/logs")
+    assert response.status_code == 400 and "root's secret" not in response.text

@@ -194,6 +194,7 @@ def test_logs_are_for_the_owner_and_admins(api: Api) -> None:
             "text": "step 1\nstep 2\n",
             "size": 14,
             "truncated": False,
+            "path": None,  # the attempt's own log, not a file the job named
         }
     err = api.call("GET", f"/jobs/{job_id}/logs", params={"stream": "stderr", "tail_bytes": 3})
     assert err.json()["text"] == "ng\n" and err.json()["truncated"] is True
@@ -309,7 +310,8 @@ def test_submit_resolves_paths_against_the_workdir(api: Api) -> None:
 def test_submit_an_array_returns_every_id(api: Api) -> None:
     body = {"command": ["x"], "array": {"start": 1, "end": 3}}
     out = api.call("POST", "/jobs", json=body).json()
-    assert out == {"id": out["ids"][0], "ids": out["ids"], "array": True} and len(out["ids"]) == 3
+    assert out == {"id": out["ids"][0], "ids": out["ids"], "array": True, "notes": []}
+    assert len(out["ids"]) == 3
     tasks = api.call("GET", "/jobs", params={"array_id": out["id"]}).json()
     assert [t["id"] for t in tasks] == out["ids"]
 
@@ -583,3 +585,71 @@ def test_recommendations_through_the_server_are_the_sdks(
         full = alice.describe(job_id)
         assert full["usage"]["memory_peak_mib"] == 6144.0
         assert full["hint"] == local.describe(job_id)["hint"]
+
+
+# -- the thin CLI's paths -----------------------------------------------------------------
+
+
+def test_the_table_is_the_listing_s_fields_and_nothing_of_the_spec(api: Api) -> None:
+    from ebbtide.api.remote import RemoteClient
+    from ebbtide.client import TABLE_COLUMNS, Client
+    from ebbtide.errors import SpecError
+
+    first = api.submit("alice")
+    api.submit("bob", hold=True)
+    answer = api.call("GET", "/qstat", "bob").json()
+    assert answer["fields"] == list(TABLE_COLUMNS)
+    rows = [dict(zip(answer["fields"], row, strict=True)) for row in answer["rows"]]
+    assert [(r["id"], r["owner"], r["state"]) for r in rows] == [
+        (first, "alice", "queued"),
+        (first + 1, "bob", "held"),
+    ]
+    assert "hunter2" not in json.dumps(answer) and "spec_json" not in answer["fields"]
+    held = api.call("GET", "/qstat", params={"state": "held", "owner": "bob"}).json()
+    assert [row[0] for row in held["rows"]] == [first + 1]
+    bad = api.call("GET", "/qstat", params={"state": "sleeping"})
+    assert bad.status_code == 422 and "expected one of" in bad.json()["detail"]
+    env = {"EBBTIDE_URL": api.served.url, "EBBTIDE_TOKEN": api.tokens["alice"]}
+    local = Client(api.settings, store=api.store)
+    with Client(Settings.from_env(env)) as remote:
+        assert isinstance(remote, RemoteClient)
+        columns = ("id", "owner", "state", "memory_mib")
+        assert remote.table(columns) == local.table(columns)
+        assert remote.table(columns, state="held") == local.table(columns, state="held")
+    with pytest.raises(SpecError, match="not a column"):
+        local.table(["spec_json"])
+
+
+def test_qsub_from_a_command_line_uses_the_callers_environment_and_directory(api: Api) -> None:
+    body = {
+        "options": {"name": "thin", "env": ["FROM_CLIENT"], "resources": ["gpu=25%"]},
+        "args": ["a1"],
+        "script": {"name": "job.sh", "text": "#!/bin/sh\n#PBS -l walltime=1:00\necho $1\n"},
+        "workdir": "/home/alice/proj",
+        "host": "laptop",
+        "environ": {"FROM_CLIENT": "yes"},
+    }
+    out = api.call("POST", "/qsub", json=body).json()
+    assert out["array"] is False and out["notes"] == []
+    spec = api.store.spec(out["id"])
+    assert (spec.name, spec.env, spec.args, spec.cwd) == (
+        "thin",
+        {"FROM_CLIENT": "yes"},
+        ["a1"],
+        "/home/alice/proj",
+    )
+    assert (spec.submit_host, spec.walltime_s) == ("laptop", 60.0)
+    assert api.store.get(out["id"]).owner == "alice"
+    # a bare -v VAR the caller did not send is refused: the server's own never stands in
+    refused = api.call("POST", "/qsub", json={**body, "environ": {"PATH": "/bin"}})
+    assert refused.status_code == 422 and "FROM_CLIENT is not set" in refused.json()["detail"]
+    for bad in (
+        {**body, "options": {"nosuch": "1"}},
+        {**body, "options": {"name": 5}},
+        {**body, "options": {"hold": "yes"}},
+        {**body, "workdir": "relative"},
+        {**body, "script": {"name": "job.sh", "text": "  \n"}},
+    ):
+        response = api.call("POST", "/qsub", json=bad)
+        assert response.status_code == 422, (bad, response.text)
+    assert len(api.store.list_jobs()) == 1  # nothing else was submitted

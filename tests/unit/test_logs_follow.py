@@ -80,3 +80,41 @@ def test_follow_of_a_job_that_never_started_ends_quietly(
 ) -> None:
     jobs_cmd._follow(GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False})
     assert capsys.readouterr().out == ""
+
+
+def test_follow_says_once_per_attempt_which_file_it_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dataclasses import replace
+
+    class Named(GrowingJob):
+        def log_tail(self, job_id: int, **kw: Any) -> LogTail:
+            tail = super().log_tail(job_id, **kw)
+            return replace(tail, path=f"/work/slurm-{job_id}.out")
+
+    job = Named(
+        [
+            ("running", 1, {1: "a1\n"}),
+            ("running", 1, {1: "a1\na2\n"}),
+            ("running", 2, {1: "a1\na2\n", 2: "b1\n"}),
+            ("succeeded", 2, {1: "a1\na2\n", 2: "b1\n"}),
+        ]
+    )
+    jobs_cmd._follow(job, 7, {"stderr": False, "attempt": None})
+    out, err = capsys.readouterr()
+    assert out == "a1\na2\nb1\n"
+    assert err.count("ebb: job 7 attempt 1: stdout from /work/slurm-7.out") == 1
+    assert err.count("ebb: job 7 attempt 2: stdout from /work/slurm-7.out") == 1
+
+
+def test_follow_of_a_job_whose_file_is_gone_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from ebbtide.attempt_logs import NoLogYet
+
+    class Gone(GrowingJob):
+        def log_tail(self, job_id: int, **kw: Any) -> LogTail:
+            raise NoLogYet(f"job {job_id} attempt 1 sent its stdout to /w/x.out, not there")
+
+    jobs_cmd._follow(Gone([("running", 1, {}), ("succeeded", 1, {})]), 5, {"stderr": False})
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "ebb: note: job 5 attempt 1 sent its stdout to /w/x.out, not there" in err

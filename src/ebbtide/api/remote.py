@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import copy
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -173,11 +173,26 @@ class RemoteClient(ClientBase):
     ) -> builtins.list[Job]:
         params: dict[str, Any] = {"owner": owner, "queue": queue, "array_id": array_id}
         params["limit"] = limit
-        if state is not None:
-            items = [state] if isinstance(state, str | JobState) else builtins.list(state)
-            params["state"] = [JobState(s).value if isinstance(s, JobState) else s for s in items]
+        params["state"] = _state_param(state)
         sent = {k: v for k, v in params.items() if v is not None}
         return [self._job(data) for data in self._call("GET", "/jobs", params=sent)]
+
+    def table(
+        self,
+        columns: Sequence[str],
+        *,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        owner: str | None = None,
+    ) -> builtins.list[tuple[Any, ...]]:
+        params = {"owner": owner, "state": _state_param(state)}
+        sent = {k: v for k, v in params.items() if v is not None}
+        answer = self._call("GET", "/qstat", params=sent)
+        at = {name: i for i, name in enumerate(answer["fields"])}
+        missing = [name for name in columns if name not in at]
+        if missing:
+            jobs = self.list(state=state, owner=owner)
+            return [tuple(getattr(job, name) for name in columns) for job in jobs]
+        return [tuple(row[at[name]] for name in columns) for row in answer["rows"]]
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         return list(self._call("GET", f"/jobs/{whole(job_id, 'job_id')}/events"))
@@ -243,7 +258,7 @@ class RemoteClient(ClientBase):
         if attempt is not None:
             params["attempt"] = whole(attempt, "attempt")
         data = self._call("GET", f"/jobs/{whole(job_id, 'job_id')}/logs", params=params)
-        return LogTail(**data)
+        return LogTail.from_dict(data)
 
     def cancel(self, job_id: int) -> Job:
         return self._act(job_id, "cancel")
@@ -281,6 +296,16 @@ class RemoteClient(ClientBase):
         # a purge takes as long as it takes, a batch at a time: no read timeout
         timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
         return dict(self._call("POST", "/admin/purge", json=body, timeout=timeout))
+
+
+def _state_param(
+    state: JobState | str | Iterable[JobState | str] | None,
+) -> builtins.list[str] | None:
+    """``state`` as the ``state`` query parameter's values; None for all."""
+    if state is None:
+        return None
+    items = [state] if isinstance(state, str | JobState) else builtins.list(state)
+    return [JobState(s).value if isinstance(s, JobState) else s for s in items]
 
 
 def _endpoint(url: str) -> tuple[str, httpx.HTTPTransport | None]:

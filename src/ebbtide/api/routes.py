@@ -6,15 +6,16 @@ nothing else: the client checks the arguments and decides what the caller may do
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ebbtide.api.app import request_client
 from ebbtide.api.wire import PREFIX, job_out
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES
-from ebbtide.client import Client
+from ebbtide.client import TABLE_COLUMNS, Client, submit_notes
 from ebbtide.errors import SpecError
 from ebbtide.queue.models import Job
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
@@ -54,6 +55,11 @@ class Submitted(BaseModel):
     id: int = Field(description="The job's id; for an array, the array's (its first task's).")
     ids: list[int] = Field(description="Every task's id, in task order (one for a plain job).")
     array: bool = Field(description="Whether the spec asked for an array of tasks.")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What to tell the submitter about how the spec is taken here (a queue "
+        "named by an alias, what attempts running as pods do not do), one sentence each.",
+    )
 
 
 @router.post(
@@ -84,7 +90,59 @@ def submit(
         raise SpecError("workdir", f"must be an absolute path, got {shown(workdir, 60)}")
     client.workdir = workdir  # checked as the job's cwd when it becomes that
     ids = client.submit_many(job_spec, allow_future=allow_future)
-    return Submitted(id=ids[0], ids=ids, array=job_spec.array is not None)
+    notes = submit_notes(job_spec, client.policy)
+    return Submitted(id=ids[0], ids=ids, array=job_spec.array is not None, notes=notes)
+
+
+class ScriptText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="The script's path as the submitter gave it (for messages).")
+    text: str = Field(description="The script itself.")
+
+
+class QsubRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    options: dict[str, Any] = Field(
+        description="`ebb qsub`'s options by their names in the CLI's code (name, queue, "
+        "resources, array, depend, env, hold, pause, export_all, signal, ...): text, lists "
+        "of text for repeated flags, true/false for switches."
+    )
+    args: list[str] = Field(description="The script's arguments; with no script, the command.")
+    script: ScriptText | None = Field(default=None, description="The job script, if any.")
+    workdir: str = Field(description="The absolute directory it is submitted from.")
+    host: str | None = Field(default=None, description="The host it is submitted from.")
+    environ: dict[str, str] = Field(
+        default_factory=dict,
+        description="The submitting environment, for -V and a bare -v VAR (else empty).",
+    )
+    allow_future: bool = False
+
+
+@router.post(
+    "/qsub",
+    status_code=201,
+    summary="Submit a job from a qsub command line (the thin CLI)",
+    tags=["jobs"],
+)
+def qsub(client: Caller, request: QsubRequest) -> Submitted:
+    """Read the command line and the script's directives as ``ebb qsub`` does, then
+    submit as ``POST /jobs`` does.  What the script's directives read from the submitting
+    environment comes from ``environ``, never the server's own."""
+    from ebbtide.cli.qsub import qsub_spec
+    from ebbtide.workdir import with_submit_host
+
+    if not request.workdir.startswith("/"):
+        raise SpecError("workdir", f"must be an absolute path, got {shown(request.workdir, 60)}")
+    notes: list[str] = []
+    script = None if request.script is None else (request.script.name, request.script.text)
+    spec = qsub_spec(
+        request.options, request.args, script=script, environ=request.environ, notes=notes
+    )
+    spec = with_submit_host(spec, request.host or "")
+    client.workdir = request.workdir
+    ids = client.submit_many(spec, allow_future=request.allow_future)
+    notes.extend(submit_notes(spec, client.policy))
+    return Submitted(id=ids[0], ids=ids, array=spec.array is not None, notes=notes)
 
 
 @router.get("/jobs", summary="List jobs, oldest first (qstat)", tags=["jobs"])
@@ -100,6 +158,31 @@ def list_jobs(
     (the values of its environment as ``***`` unless the caller owns it or is an admin)."""
     jobs = client.list(state=state, owner=owner, queue=queue, array_id=array_id, limit=limit)
     return [_job(client, job) for job in jobs]
+
+
+class Table(BaseModel):
+    fields: list[str] = Field(description="The name of each column of a row.")
+    rows: list[list[Any]] = Field(description="A job a row, oldest first.")
+
+
+@router.get(
+    "/qstat",
+    summary="The rows of qstat's table (the thin CLI)",
+    tags=["jobs"],
+    response_model=Table,
+)
+def qstat_table(
+    client: Caller,
+    state: Annotated[list[str] | None, Query(description="Only jobs in these states.")] = None,
+    owner: Annotated[str | None, Query(description="Only this user's jobs.")] = None,
+) -> Response:
+    """The jobs ``GET /jobs`` lists, with only the fields of ``ebb qstat``'s table (no
+    spec), as rows: far less to make and send for a long queue."""
+    rows = client.table(TABLE_COLUMNS, state=state, owner=owner)
+    # written as it is: checking 200,000 plain values against the model takes longer
+    # than reading them from the store
+    body = json.dumps({"fields": TABLE_COLUMNS, "rows": rows}, separators=(",", ":"))
+    return Response(body, media_type="application/json")
 
 
 @router.get("/jobs/{job_id}", summary="One job in full (qstat -f)", tags=["jobs"])
@@ -163,7 +246,9 @@ def logs(
     ),
 ) -> dict[str, Any]:
     """The job's owner and admins only.  ``text`` is the end of the file as UTF-8;
-    ``truncated`` says whether more of it (``size`` bytes in all) was left unread."""
+    ``truncated`` says whether more of it (``size`` bytes in all) was left unread;
+    ``path`` is the file the job sent this output to (``-o``, ``--output``), if it named
+    one, read if it is a plain file of the job's owner (null: the attempt's own log)."""
     tail = client.log_tail(
         job_id, attempt=attempt, stderr=stream == "stderr", tail_bytes=tail_bytes
     )

@@ -16,7 +16,7 @@ web framework: the remote client does not need it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ebbtide.errors import (
     ConfigError,
@@ -29,7 +29,9 @@ from ebbtide.errors import (
     Unauthenticated,
     UserError,
 )
-from ebbtide.queue.models import Job
+
+if TYPE_CHECKING:  # the thin client (ebbtide.cli.fast) reads errors without the models
+    from ebbtide.queue.models import Job
 
 #: The API's version prefix.
 PREFIX = "/v1"
@@ -68,6 +70,8 @@ def job_out(data: dict[str, Any], job: Job) -> dict[str, Any]:
 
 def job_in(data: dict[str, Any]) -> Job:
     """The job row a job's JSON was made from."""
+    from ebbtide.queue.models import Job
+
     fields = {name: data[name] for name in Job.model_fields if name in data}
     fields["spec_json"] = json.dumps(data["spec"])
     fields["depends_json"] = json.dumps(data.get("depends") or [])

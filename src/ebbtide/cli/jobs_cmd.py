@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import click
 
+from ebbtide.cli import fast
 from ebbtide.cli.common import _client, _echo_json, _listing_client
 from ebbtide.errors import UserError
-from ebbtide.units import MAX_INT64, shown
+from ebbtide.scriptfile import read_script
+from ebbtide.units import MAX_INT64, format_mib, shown
 
 JOB_STATES_HELP = (
     "held, waiting, queued, dispatched, running, evicting, succeeded, failed, cancelled"
@@ -33,7 +37,7 @@ class _QsubCommand(click.Command):
     context_settings={"allow_interspersed_args": False, "help_option_names": ["--help"]},
 )
 @click.option("-N", "name", help="Job name.")
-@click.option("-q", "queue", help="Queue (default: default).")
+@click.option("-q", "queue", help="Queue, or one of its aliases in the policy (default: default).")
 @click.option("-p", "priority", help="Priority, -1024..1023; higher runs first.")
 @click.option(
     "-l",
@@ -123,81 +127,58 @@ def qsub(
     resource profile grants (qstat -f shows both), and a slice the profile cannot
     express, a --signal other than TERM, or a job with no image is refused.
     """
-    from ebbtide.cli.qsub import PBS_IGNORED, QsubOptions, load_script
-
     if not args:
         raise UserError("qsub needs a SCRIPT, or -- followed by a command")
-    cli_opts = QsubOptions(
-        name=opts["name"],
-        queue=opts["queue"],
-        priority=opts["priority"],
-        resources=list(opts["resources"]),
-        array=opts["array"],
-        depend=list(opts["depend"]),
-        hold=opts["hold"],
-        pause=opts["pause"],
-        env=list(opts["env"]),
-        kind=opts["kind"],
-        deadline=opts["deadline"],
-        signal=signal_,
-        checkpoint_dir=opts["checkpoint_dir"],
-        cwd=opts["cwd"],
-        max_attempts=opts["max_attempts"],
-        image=opts["image"],
-        stdout=opts["stdout"],
-        stderr=opts["stderr"],
-        join=opts["join"],
-        account=opts["account"],
-        export="ALL" if opts["export_all"] else None,
-        shell=opts["shell"],
-    )
-    for flag, key in (("-m", "mail"), ("-M", "mail_to"), ("-r", "rerun")):
-        if opts[key] is not None:
-            why = PBS_IGNORED[flag][1]  # as a directive line would be told
-            cli_opts.notes.append(f"{flag} {opts[key]}: accepted, without effect: {why}")
-    directives = None
-    if ctx.meta.get("ebb_dashdash"):
-        cli_opts.command = list(args)
-    else:
-        text, directives = load_script(args[0])
-        cli_opts.script = text
-        cli_opts.args = list(args[1:])
-    submitted = _submit("qsub", cli_opts, directives, as_json, opts["allow_future"])
+    opts = {**opts, "signal": signal_}
+    allow_future = opts.pop("allow_future")
+    dashdash = bool(ctx.meta.get("ebb_dashdash"))
+    script = None if dashdash else (args[0], read_script(args[0]))
+    rest = list(args if dashdash else args[1:])
+    submitted = None
+    if fast.socket_url() is not None:  # a server on this host: no store, no heavy imports
+        submitted = fast.qsub(opts, rest, script=script, allow_future=allow_future)
     if submitted is not None:
-        ids, is_array = submitted
+        ids, is_array, notes = submitted["ids"], submitted["array"], submitted["notes"]
+    else:
+        from ebbtide.cli.qsub import qsub_spec
+
+        notes = []
+        spec = qsub_spec(opts, rest, script=script, notes=notes)
+        ids, is_array = _submitted(spec, notes, allow_future)
+    _say_submitted("qsub", ids, is_array, notes, as_json)
+    if not as_json:
         click.echo(f"{ids[0]}[]" if is_array else str(ids[0]))
 
 
-def _submit(
-    command: str, cli_opts: Any, directives: Any, as_json: bool, allow_future: bool = False
-) -> tuple[list[int], bool] | None:
-    """Build the spec, submit it, and say what it means: with ``as_json`` the ids and
-    the notes on stdout (then None); else one line on stderr per directive accepted
-    without (full) effect, and ``(ids, whether it is an array)`` to print."""
-    from ebbtide.cli.qsub import build_spec_kwargs
-    from ebbtide.queue.spec import JobSpec
-
-    notes: list[str] = []
-    spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
+def _submitted(spec: Any, notes: list[str], allow_future: bool) -> tuple[list[int], bool]:
+    """Submit ``spec`` through the SDK's client; its ids and whether it is an array.
+    Notes about the pod an attempt runs in are added to ``notes``."""
     client = _client(create=True)
     ids = client.submit_many(spec, allow_future=allow_future)
     policy = getattr(client, "policy", None)  # a server's client: the server's to say
     if policy is not None:
-        from ebbtide.client import pod_notes
+        from ebbtide.client import submit_notes
 
-        notes.extend(pod_notes(spec, policy))
+        notes.extend(submit_notes(spec, policy))
+    return ids, spec.array is not None
+
+
+def _say_submitted(
+    command: str, ids: list[int], is_array: bool, notes: list[str], as_json: bool
+) -> None:
+    """With ``as_json`` the ids and the notes on stdout; else one line on stderr per
+    note (a directive accepted without full effect, ...)."""
     if as_json:
         out: dict[str, Any] = {"id": ids[0]}
-        if spec.array:
+        if is_array:
             out["array"] = True
             out["tasks"] = list(ids)
         if notes:
             out["notes"] = notes
         _echo_json(out)
-        return None
+        return
     for note in notes:
         click.echo(f"ebb {command}: note: {note}", err=True)
-    return ids, spec.array is not None
 
 
 @click.command(
@@ -220,11 +201,12 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     -e/--error (%j %A %a %x %u %N; default slurm-%j.out in the job's directory, stderr
     with stdout), --signal=[B:]SIG[@SECS] (the eviction warning; B: to the script's shell
     alone; SECS its time to checkpoint, i.e. the eviction deadline), -d/--dependency
-    (afterok, afternotok, afterany), -D/--chdir, -p/--partition (the queue), -A/--account
-    and -c/--cpus-per-task and --mem (recorded), --export (ALL by default, NONE,
-    VAR[=value]), -H/--hold, --requeue. Options with no meaning here (--mail-type, --qos,
-    --exclusive, ...) are accepted with a note on stderr; more than one node or task is
-    refused, and so is a job no node could hold today unless --allow-future.
+    (afterok, afternotok, afterany), -D/--chdir, -p/--partition (the queue, or an alias
+    the policy gives it), -A/--account and -c/--cpus-per-task and --mem (recorded),
+    --export (ALL by default, NONE, VAR[=value]), -H/--hold, --requeue. Options with no
+    meaning here (--mail-type, --qos, --exclusive, ...) are accepted with a note on
+    stderr; more than one node or task is refused, and so is a job no node could hold
+    today unless --allow-future.
 
     Prints "Submitted batch job ID" (--parsable: the id alone). The job sees EBBTIDE_*
     variables and Slurm's: SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_SUBMIT_DIR,
@@ -251,9 +233,14 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
         text, directives = load_script(rest[0], dialect="slurm")
         cli_opts.script = text
         cli_opts.args = rest[1:]
-    submitted = _submit("sbatch", cli_opts, directives, as_json, allow_future)
-    if submitted is not None:
-        ids = submitted[0]
+    from ebbtide.cli.qsub import build_spec_kwargs
+    from ebbtide.queue.spec import JobSpec
+
+    notes: list[str] = []
+    spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
+    ids, is_array = _submitted(spec, notes, allow_future)
+    _say_submitted("sbatch", ids, is_array, notes, as_json)
+    if not as_json:
         click.echo(str(ids[0]) if "--parsable" in given else f"Submitted batch job {ids[0]}")
 
 
@@ -263,14 +250,10 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
 def _fmt_time(t: float | None) -> str:
     if not t:
         return "-"
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
 def _slice_text(job: Any) -> str:
-    from ebbtide.units import format_mib
-
     share = f"{job.gpus}gpu" if job.gpus else f"{job.compute_pct:g}%"
     return f"{share}/{format_mib(job.memory_mib)}"
 
@@ -355,6 +338,11 @@ def qstat(
     wanted = _states(states)
     named = _parse_ids(ids)
     number = None if full is None else parse_job_id(full, "-f")
+    if fast.socket_url() is not None and number is None and not (ids or queues or as_json):
+        rows = fast.qstat_rows([s.value for s in wanted or ()], user)
+        if rows is not None:  # a server on this host answered: its table
+            _echo_table(rows, expand=tasks)
+            return
     if number is not None or ids:  # jobs named: no store is an error
         client = _client()
     elif (client := _listing_client(as_json, {} if queues else [])) is None:
@@ -379,16 +367,26 @@ def qstat(
     if ids:
         jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]
         jobs = [j for j in jobs if wanted is None or j.state in wanted]
+    elif not as_json:  # the table's fields alone: far cheaper than whole jobs
+        from ebbtide.client import TABLE_COLUMNS
+
+        rows = client.table(TABLE_COLUMNS, state=wanted, owner=user)
+        jobs = [SimpleNamespace(**dict(zip(TABLE_COLUMNS, row, strict=True))) for row in rows]
     else:
         jobs = client.list(state=wanted, owner=user)
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
+    _echo_table(jobs, expand=tasks)
+
+
+def _echo_table(jobs: Sequence[Any], *, expand: bool) -> None:
+    """``qstat``'s table: a line per job, or per array unless ``expand``."""
     lines = [
         f"{'ID':>6} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
         f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
     ]
-    for group in _grouped(jobs, expand=tasks):
+    for group in _grouped(jobs, expand=expand):
         lines.append(_row(group[0]) if len(group) == 1 else _array_row(group))
     click.echo("\n".join(lines))
 
@@ -470,8 +468,6 @@ def _states(states: Sequence[str]) -> list[Any] | None:
 def _shown_value(key: str, value: Any) -> Any:
     """A ``qstat -f`` value for people: times (``*_at``, ``backoff_until``) as local ISO
     timestamps."""
-    import datetime as dt
-
     if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
     return value
@@ -502,7 +498,7 @@ def _follow(client: Any, job_id: int, options: dict[str, Any]) -> None:
 
     final = {s.value for s in FINAL_STATES}
     only = options.get("attempt")
-    number, printed, said_waiting = only, 0, False
+    number, printed, said_waiting, said_where = only, 0, False, False
     try:
         while True:
             job = client.get(job_id)
@@ -520,24 +516,47 @@ def _follow(client: Any, job_id: int, options: dict[str, Any]) -> None:
                 continue
             grown = _new_output(client, job_id, number, printed, options["stderr"], MAX_TAIL_BYTES)
             if grown is not None:
+                if grown[2] is not None and not said_where:
+                    _say_where(job_id, number, options["stderr"], grown[2])
+                    said_where = True
                 click.echo(grown[0], nl=False)
                 printed = grown[1]
             if job.attempts > number and only is None:
-                number, printed = number + 1, 0
+                number, printed, said_where = number + 1, 0, False
                 click.echo(f"ebb: --- job {job_id} attempt {number} ---", err=True)
                 continue
             if (job.state in final or (only is not None and job.attempts > only)) and not grown:
+                if printed == 0:
+                    _say_if_missing(client, job_id, number, options["stderr"])
                 return
             time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         click.echo(f"ebb: stopped following; job {job_id} goes on", err=True)
 
 
+def _say_if_missing(client: Any, job_id: int, attempt: int, stderr: bool) -> None:
+    """At the end of ``ebb logs -f`` with nothing shown: say why, if there was nothing
+    to read (the file the job named is not there, or cannot be shown)."""
+    try:
+        client.log_tail(job_id, attempt=attempt, stderr=stderr, tail_bytes=1)
+    except UserError as exc:
+        click.echo(f"ebb: note: {exc}", err=True)
+
+
+def _say_where(job_id: int, attempt: int, stderr: bool, path: str) -> None:
+    """Say that a job's output is read from the file it named (-o, --output)."""
+    stream = "stderr" if stderr else "stdout"
+    click.echo(f"ebb: job {job_id} attempt {attempt}: {stream} from {path}", err=True)
+
+
 def _new_output(
     client: Any, job_id: int, attempt: int, printed: int, stderr: bool, most: int
-) -> tuple[str, int] | None:
-    """What attempt ``attempt``'s log holds past its first ``printed`` bytes, and its
-    size; None while there is nothing new (or no log yet)."""
+) -> tuple[str, int, str | None] | None:
+    """What attempt ``attempt``'s log (or the file the job named) holds past its first
+    ``printed`` bytes, its size and that file; None while there is nothing new (or no
+    log yet)."""
+    from ebbtide.attempt_logs import NoLogYet
+
     try:
         size = client.log_tail(job_id, attempt=attempt, stderr=stderr, tail_bytes=1).size
         if size <= printed:
@@ -549,11 +568,13 @@ def _new_output(
             if grown.size == size:
                 break
             size = grown.size  # it grew meanwhile: ask again for all that is new
+    except NoLogYet:
+        return None
     except UserError as exc:
         if "no output yet" in str(exc) or "has not started" in str(exc):
-            return None
+            return None  # (a server of an older version says it so)
         raise
-    return grown.text, grown.size
+    return grown.text, grown.size, getattr(grown, "path", None)
 
 
 # -- qalter -----------------------------------------------------------------------------
@@ -746,7 +767,12 @@ def events(job_id: str, as_json: bool) -> None:
     help="Keep printing what the job writes, across its attempts (a requeued job's next "
     "attempt follows under a header), until it ends. Ctrl-C stops following, not the job.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the text with its attempt and size.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the text with its attempt, size and path (the file the job named, or null).",
+)
 def logs(
     job_id: str,
     stderr: bool,
@@ -756,8 +782,10 @@ def logs(
     as_json: bool,
 ) -> None:
     """Show what a job wrote: the end of its latest attempt's stdout (or -e stderr), or,
-    with -f, all of it as it comes. Its owner and admins only. A job whose output goes
-    to a file (-o, --output) says where in this log."""
+    with -f, all of it as it comes. Its owner and admins only. A job that sent its output
+    to a file (-o/-e, --output/--error, Slurm's default slurm-%j.out) is shown from that
+    file, as each attempt named it, with a line on stderr saying which; a file that is
+    not there (yet) is said so. It must be a plain file of the job's owner."""
     from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES
     from ebbtide.units import parse_int
 
@@ -781,6 +809,8 @@ def logs(
     if as_json:
         _echo_json(log_tail.to_dict())
         return
+    if log_tail.path is not None:
+        _say_where(number, log_tail.attempt, stderr, log_tail.path)
     click.echo(log_tail.text, nl=False)
     if log_tail.truncated:
         click.echo(

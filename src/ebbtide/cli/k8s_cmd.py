@@ -131,7 +131,7 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
     )
     chosen = opts["policy_path"] or os.environ.get("EBBTIDE_POLICY")
     policy = load_policy(Path(chosen)) if chosen else Policy()
-    policy.check_queue(spec.queue)
+    spec = spec.model_copy(update={"queue": policy.queue_named(spec.queue)})
     overrides = {key: opts[key] for key in ("profile", "namespace") if opts[key] is not None}
     if "profile" in overrides:
         profile_named(overrides["profile"])  # an unknown name: the choices, not pydantic's

@@ -111,11 +111,15 @@ def policy_group() -> None:
 @policy_group.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
 def check(file: str) -> None:
-    """Validate FILE: exit 0 with a one-line summary, or 1 with every error."""
+    """Validate FILE: exit 0 with a one-line summary (and a line per queue with aliases:
+    the names jobs may give for it), or 1 with every error."""
     from ebbtide.config.policy import load_policy
 
     policy = load_policy(Path(file))
     click.echo(f"{file}: ok: {policy.summary()}")
+    for name, q in sorted(policy.queues.items()):
+        if q.aliases:
+            click.echo(f"  queue {name}: also named {', '.join(q.aliases)}")
 
 
 @policy_group.command("explain")

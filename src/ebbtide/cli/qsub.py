@@ -9,7 +9,8 @@ two (the command line wins) into keyword arguments for
 Every error is a :class:`~ebbtide.errors.SpecError` whose message says where the bad
 value came from: the flag (``-l gpumem: ...``) or the file and line
 (``train.sh line 3: -J: ...``).  Numbers past their bounds are errors that name the
-bound; a script must be a regular file of at most :data:`MAX_SCRIPT_BYTES`.
+bound; a script must be a regular file of at most
+:data:`~ebbtide.scriptfile.MAX_SCRIPT_BYTES`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import difflib
 import os
 import re
 import shlex
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -31,12 +31,12 @@ from ebbtide.queue.spec import (
     MAX_CPUS,
     MAX_DEADLINE_S,
     MAX_DEPENDENCIES,
-    MAX_SCRIPT_BYTES,
     MIN_DEADLINE_S,
     ArraySpec,
     JobSpec,
     parse_array_text,
 )
+from ebbtide.scriptfile import read_script
 
 #: Directive prefixes recognised at the top of a script.
 DIRECTIVE_PREFIXES = ("#EBB", "#PBS", "#SBATCH")
@@ -647,61 +647,12 @@ def parse_script_directives(
     return opts
 
 
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def _check_regular(mode: int, size: int, name: str) -> None:
-    """A script is a regular file of at most :data:`MAX_SCRIPT_BYTES`."""
-    if not stat.S_ISREG(mode):
-        what = next((words for test, words in _NOT_REGULAR if test(mode)), "not a regular file")
-        raise SpecError("SCRIPT", f"{name!r} is {what}, not a script (give a regular file)")
-    if size > MAX_SCRIPT_BYTES:
-        raise SpecError(
-            "SCRIPT",
-            f"{name!r} is {size} bytes; a script may be at most {MAX_SCRIPT_BYTES} (1 MiB)",
-        )
-
-
 def load_script(path: str | os.PathLike[str], *, dialect: str = "pbs") -> tuple[str, QsubOptions]:
-    """Read a job script; return its text and its directives (errors name ``SCRIPT``),
-    read as ``dialect``'s (see :func:`parse_script_directives`).
-
-    The file is looked at (``os.stat``) before it is read: a directory, a named pipe, a
-    device or a file over :data:`MAX_SCRIPT_BYTES` is refused without reading a byte.
-    """
-    name = os.fspath(path)
-    if "\0" in name:
-        raise SpecError("SCRIPT", f"{name!r} holds a NUL byte, so it cannot be a path")
-    try:
-        info = os.stat(path)
-        _check_regular(info.st_mode, info.st_size, name)
-        # non-blocking: should the path turn into a pipe after the stat, open still returns
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        with open(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            _check_regular(info.st_mode, info.st_size, name)
-            data = f.read(MAX_SCRIPT_BYTES + 1)
-    except OSError as exc:
-        raise SpecError("SCRIPT", f"cannot read {name!r}: {exc.strerror}") from None
-    if len(data) > MAX_SCRIPT_BYTES:  # it grew after the stat
-        raise SpecError(
-            "SCRIPT", f"{name!r} is over {MAX_SCRIPT_BYTES} bytes; a script may be at most 1 MiB"
-        )
-    if b"\0" in data:
-        raise SpecError("SCRIPT", f"{name!r} is not a text file (it holds a NUL byte)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("SCRIPT", f"{name!r} is not a text file (it is not UTF-8)") from None
-    if not text.strip():
-        raise SpecError("SCRIPT", f"{name!r} is empty")
-    return text, parse_script_directives(text, source=name, dialect=dialect)
+    """Read a job script (:func:`~ebbtide.scriptfile.read_script`: errors name ``SCRIPT``);
+    return its text and its directives, read as ``dialect``'s (see
+    :func:`parse_script_directives`)."""
+    text = read_script(path)
+    return text, parse_script_directives(text, source=os.fspath(path), dialect=dialect)
 
 
 def _int(name: str, value: str, where: str | None, flag: str) -> int:
@@ -931,3 +882,123 @@ def _with_shell(script: str, shell: str | None, where: str | None, notes: list[s
             _note(notes, where, f"-S {shell}", f"the script's own #! line ({first}) is used")
         return script
     return f"#!{shell}\n{script}"
+
+
+# -- the qsub command line, wherever it is turned into a spec ---------------------------
+
+#: ``ebb qsub``'s options (their click names) that hold one string, or None.
+QSUB_TEXT_OPTIONS = (
+    "name",
+    "queue",
+    "priority",
+    "array",
+    "kind",
+    "deadline",
+    "signal",
+    "checkpoint_dir",
+    "cwd",
+    "max_attempts",
+    "image",
+    "stdout",
+    "stderr",
+    "join",
+    "account",
+    "shell",
+    "mail",
+    "mail_to",
+    "rerun",
+)
+#: ... a list of strings (a repeated flag).
+QSUB_LIST_OPTIONS = ("resources", "depend", "env")
+#: ... True or False (``pause``: or None, the queue's default).
+QSUB_FLAG_OPTIONS = ("hold", "export_all", "pause")
+
+
+def _checked_options(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """``opts`` with each value of the type its option has; a :class:`SpecError` for
+    anything else (a thin client's request is not trusted to be well formed)."""
+    known = {*QSUB_TEXT_OPTIONS, *QSUB_LIST_OPTIONS, *QSUB_FLAG_OPTIONS}
+    for key in opts:
+        if key not in known:
+            raise SpecError("options", f"{units.shown(key, 40)} is not an option of qsub")
+    checked: dict[str, Any] = {}
+    for key in QSUB_TEXT_OPTIONS:
+        value = opts.get(key)
+        if value is not None and not isinstance(value, str):
+            raise SpecError("options", f"{key}: expected text, got {type(value).__name__}")
+        checked[key] = value
+    for key in QSUB_LIST_OPTIONS:
+        value = opts.get(key) or []
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise SpecError("options", f"{key}: expected a list of text")
+        checked[key] = list(value)
+    for key in QSUB_FLAG_OPTIONS:
+        value = opts.get(key, None if key == "pause" else False)
+        if not (isinstance(value, bool) or (key == "pause" and value is None)):
+            raise SpecError("options", f"{key}: expected true or false")
+        checked[key] = value
+    return checked
+
+
+def qsub_command_line(opts: Mapping[str, Any]) -> QsubOptions:
+    """The command line's :class:`QsubOptions` from ``ebb qsub``'s option values, by their
+    click names (``signal`` for ``--signal``, ``export_all`` for ``-V``); ``-m``, ``-M``
+    and ``-r`` become notes, as the same directives in a script do."""
+    o = _checked_options(opts)
+    cli = QsubOptions(
+        name=o["name"],
+        queue=o["queue"],
+        priority=o["priority"],
+        resources=o["resources"],
+        array=o["array"],
+        depend=o["depend"],
+        hold=o["hold"],
+        pause=o["pause"],
+        env=o["env"],
+        kind=o["kind"],
+        deadline=o["deadline"],
+        signal=o["signal"],
+        checkpoint_dir=o["checkpoint_dir"],
+        cwd=o["cwd"],
+        max_attempts=o["max_attempts"],
+        image=o["image"],
+        stdout=o["stdout"],
+        stderr=o["stderr"],
+        join=o["join"],
+        account=o["account"],
+        export="ALL" if o["export_all"] else None,
+        shell=o["shell"],
+    )
+    for flag, key in (("-m", "mail"), ("-M", "mail_to"), ("-r", "rerun")):
+        if o[key] is not None:
+            why = PBS_IGNORED[flag][1]  # as a directive line would be told
+            cli.notes.append(f"{flag} {o[key]}: accepted, without effect: {why}")
+    return cli
+
+
+def qsub_spec(
+    opts: Mapping[str, Any],
+    args: list[str],
+    *,
+    script: tuple[str, str] | None,
+    environ: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
+) -> JobSpec:
+    """The job ``ebb qsub`` submits: its options (as :func:`qsub_command_line` takes
+    them), then either ``script`` (its name and text) with ``args`` for it, or, with no
+    script, ``args`` as the command (``ebb qsub -- CMD ARGS``).  ``environ`` is the
+    submitting environment (``-V``, a bare ``-v VAR``); notes for the submitter are
+    added to ``notes``.  The same here, in the CLI, and in ``ebb server`` for a thin
+    client that sent its command line."""
+    cli = qsub_command_line(opts)
+    directives = None
+    if script is None:
+        cli.command = list(args)
+    else:
+        name, text = script
+        if not text.strip():
+            raise SpecError("SCRIPT", f"{name!r} is empty")
+        directives = parse_script_directives(text, source=name, dialect="pbs")
+        cli.script = text
+        cli.args = list(args)
+    return JobSpec(**build_spec_kwargs(cli, directives, environ=environ, notes=notes))

@@ -1,7 +1,7 @@
 """The policy file (``ebbtide.yaml``): typed, versioned and strict.
 
 - ``defaults``: safety margins, the eviction deadline, timeouts, anti-thrash settings;
-- ``queues``: priority, preemptibility, deadlines, shares, limits, protections;
+- ``queues``: priority, preemptibility, deadlines, shares, limits, protections, aliases;
 - ``windows``: when offline work may run (see :mod:`ebbtide.config.windows`);
 - ``devices``: named pools of devices that windows can be limited to;
 - ``admins``: users who may act on anyone's jobs (root always may); the only place admins
@@ -157,6 +157,11 @@ class Defaults(Strict):
     #: a job whose attempts were lost this many times (its node went silent, the start
     #: never happened) is held with the reason instead of requeued again; qrls forgives
     max_losses: Count = 10
+    #: a job whose attempts are lost twice within this many seconds from a node that
+    #: stays up (the attempt simply vanished: not the node going silent, its agent
+    #: restarting, a device fault) is held with the reason at once: a loop, not bad
+    #: luck; 0: only max_losses holds
+    loss_window_s: Wait = 60.0
     #: admission keeps back this quantile of each device's recent online compute rises
     #: over deadline-long windows (memory keeps back the largest rise, and the way back
     #: up to the recent peak): see :mod:`ebbtide.scheduling.forecast`
@@ -283,6 +288,9 @@ class QueueConfig(Strict):
     #: under ``kubernetes:``, the PersistentVolumeClaim mounted for the queue's
     #: checkpoints (overrides ``kubernetes.checkpoint_claim``)
     checkpoint_claim: KubeName | None = None
+    #: other names a job may give for the queue (a Slurm ``--partition``, a PBS ``-q``
+    #: from scripts written for another site): it is recorded under this queue's name
+    aliases: list[Annotated[str, Field(pattern=_QUEUE_NAME)]] = Field(default_factory=list)
 
     @property
     def limits(self) -> QueueLimits:
@@ -418,10 +426,26 @@ class Policy(Strict):
         section = self.kubernetes.checkpoint_claim if self.kubernetes else None
         return (q.checkpoint_claim if q else None) or section
 
+    def queue_named(self, name: str) -> str:
+        """The queue ``name`` names: itself, or the queue it is an alias of (``aliases``);
+        a :class:`ConfigError` listing the queues and their aliases if none."""
+        if name in self.queues:
+            return name
+        for queue, q in self.queues.items():
+            if name in q.aliases:
+                return queue
+        raise ConfigError(f"queue: unknown queue {name!r}; known queues: {self.known_queues()}")
+
     def check_queue(self, queue: str) -> None:
-        if queue not in self.queues:
-            known = ", ".join(sorted(self.queues))
-            raise ConfigError(f"queue: unknown queue {queue!r}; known queues: {known}")
+        """A :class:`ConfigError` unless ``queue`` names a queue (or an alias of one)."""
+        self.queue_named(queue)
+
+    def known_queues(self) -> str:
+        """The queues in words, with their aliases: ``batch (aliases: gpu, workq), default``."""
+        return ", ".join(
+            f"{name} (aliases: {', '.join(q.aliases)})" if q.aliases else name
+            for name, q in sorted(self.queues.items())
+        )
 
     @property
     def cron_windows(self) -> list[CronWindow]:
@@ -437,8 +461,11 @@ class Policy(Strict):
 
     def summary(self) -> str:
         kinds = {k: sum(w.kind == k for w in self.windows) for k in ("cron", "lull", "blackout")}
+        aliases = sum(len(q.aliases) for q in self.queues.values())
         return (
-            f"{len(self.queues)} queue(s), {kinds['cron']} cron window(s), "
+            f"{len(self.queues)} queue(s)"
+            + (f" ({aliases} alias(es))" if aliases else "")
+            + f", {kinds['cron']} cron window(s), "
             f"{kinds['lull']} lull window(s), {kinds['blackout']} blackout(s), "
             f"{len(self.devices.pools)} device pool(s)"
             + (f", kubernetes ({self.kubernetes.profile})" if self.kubernetes else "")
@@ -465,12 +492,17 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
             )
         for j, q in enumerate(getattr(w, "queues", None) or []):
             if q not in policy.queues:
+                alias_of = [n for n, c in policy.queues.items() if q in c.aliases]
                 problems.append(
                     (
                         ("windows", i, "queues", j),
-                        f"unknown queue {q!r}; known queues: " + ", ".join(sorted(policy.queues)),
+                        f"{q!r} is an alias of queue {alias_of[0]!r}; name the queue here"
+                        if alias_of
+                        else f"unknown queue {q!r}; known queues: "
+                        + ", ".join(sorted(policy.queues)),
                     )
                 )
+    problems.extend(_alias_problems(policy))
     for name, q in policy.queues.items():
         if q.deadline_s and q.max_deadline_s and q.deadline_s > q.max_deadline_s:
             problems.append(
@@ -484,6 +516,25 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
                 "is the same path as state_dir; mount the checkpoint claim somewhere else",
             )
         )
+    return problems
+
+
+def _alias_problems(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every queue name and alias names one queue only: an alias that is a queue's name,
+    or another queue's alias (or its own twice), is an error at the alias."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    owner: dict[str, str] = {}
+    for name, q in policy.queues.items():
+        for j, alias in enumerate(q.aliases):
+            where: tuple[str | int, ...] = ("queues", name, "aliases", j)
+            if alias in policy.queues:
+                what = "the queue's own name" if alias == name else f"the name of queue {alias!r}"
+                problems.append((where, f"alias {alias!r} is {what}; a name names one queue"))
+            elif alias in owner:
+                other = "this queue" if owner[alias] == name else f"queue {owner[alias]!r}"
+                problems.append((where, f"alias {alias!r} is already an alias of {other}"))
+            else:
+                owner[alias] = name
     return problems
 
 

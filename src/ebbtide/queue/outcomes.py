@@ -16,10 +16,15 @@ by asking :func:`decide` what it means and writing that down; no policy lives in
 - any other exit is a **failure**: the job is requeued while failures remain below
   ``max_attempts`` (never when ``final``: a job that cannot be started at all), else it
   **failed**.
+
+A *lost* attempt (its node went silent, its process vanished, its start never happened)
+is none of these: the job is requeued, and held when :func:`hold_after_losses` says it
+keeps being lost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,9 +170,89 @@ def decide(
     )
 
 
-def hold_after_losses(losses: int, max_losses: int, why: str) -> str | None:
-    """The reason to hold a job whose attempts were lost ``losses`` times (this one
-    included) since it was last released, or None to requeue it as usual."""
-    if losses < max_losses:
+# Why an attempt was lost: ``requeue_lost``'s ``reason_code``, kept in the ``lost`` event.
+#: its node stopped heartbeating (the scheduler's)
+NODE_SILENT = "node_silent"
+#: its node did not start it within ``dispatch_timeout_s`` (the scheduler's)
+NOT_STARTED = "not_started"
+#: its node's agent restarted and found it gone (an attempt of the agent before)
+AGENT_RESTARTED = "agent_restarted"
+#: its node's agent shut down before starting it
+AGENT_LEFT = "agent_left"
+#: the platform could not start it (the Kubernetes API did not answer)
+START_DEFERRED = "start_deferred"
+#: The scheduler took back an attempt it had dispatched, before it started (to evict it):
+#: its decision, not a loss of the job's; not counted at all.
+TAKEN_BACK = "taken_back"
+#: A live agent that started after the attempt was dispatched has no such process: the
+#: attempt is simply gone (counted, and unexplained).
+GONE = "gone"
+#: The losses a node explains: it went silent, its agent restarted or left or stopped
+#: renewing the attempt's lease (the shim's causes ``lease``, ``agent_gone``), it did not
+#: start the attempt in time, a device failed, the platform could not start it or took it
+#: back (:data:`PLATFORM_EVICTIONS`, seen by an agent that restarted).  Such a loss
+#: counts toward ``max_losses`` only: a node that crashes twice in a minute is bad luck
+#: for the jobs on it, not a loop of theirs.
+NODE_LOSSES = frozenset(
+    {
+        NODE_SILENT,
+        NOT_STARTED,
+        AGENT_RESTARTED,
+        AGENT_LEFT,
+        START_DEFERRED,
+        GPU_FAULT,
+        "lease",
+        "agent_gone",
+    }
+    | PLATFORM_EVICTIONS
+)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One lost attempt of a job, as its ``lost`` event recorded it."""
+
+    attempt: int
+    #: Unix seconds it was recorded
+    at: float
+    reason: str
+    reason_code: str | None = None
+
+    @property
+    def counted(self) -> bool:
+        """It counts toward ``max_losses`` (everything but a take-back)."""
+        return self.reason_code != TAKEN_BACK
+
+    @property
+    def unexplained(self) -> bool:
+        """Its node does not explain it: the node stayed up and the attempt is gone."""
+        return self.counted and self.reason_code not in NODE_LOSSES
+
+
+def hold_after_losses(losses: Sequence[Loss], max_losses: int, window_s: float) -> str | None:
+    """The reason to hold a job whose attempts were lost as ``losses`` say (since it was
+    last released, oldest first, the latest included), or None to let it run again:
+
+    - ``max_losses`` losses of any kind but a take-back hold it;
+    - so do two unexplained losses (:attr:`Loss.unexplained`) less than ``window_s``
+      apart (0: never): an attempt that vanishes from a node that stays up, again and
+      again, is a loop that only a person can end (two agents under one node name did
+      it: 34 restarts in 15 s).
+    """
+    counted = [x for x in losses if x.counted]
+    if not counted:
         return None
-    return f"held: lost {losses} times (max_losses {max_losses}), last: {why}; qrls to try again"
+    last = counted[-1]
+    if len(counted) >= max_losses:
+        return (
+            f"held: lost {len(counted)} times (max_losses {max_losses}), last: {last.reason}; "
+            "qrls to try again"
+        )
+    odd = [x for x in counted if x.unexplained]
+    if window_s > 0 and len(odd) >= 2 and odd[-1] is last and last.at - odd[-2].at < window_s:
+        return (
+            f"held: attempts {odd[-2].attempt} and {last.attempt} were lost "
+            f"{last.at - odd[-2].at:.1f}s apart (loss_window_s {window_s:g}) while their node "
+            f"stayed up, last: {last.reason}; qrls to try again"
+        )
+    return None

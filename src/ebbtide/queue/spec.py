@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ebbtide import units
 from ebbtide.errors import SpecError
+from ebbtide.scriptfile import MAX_SCRIPT_BYTES
 from ebbtide.units import MAX_DURATION_S, MAX_GPUS, MAX_INT64, MAX_MEMORY_MIB, shown
 
 JobKind = Literal["training", "inference", "batch"]
@@ -41,8 +42,6 @@ MAX_DEADLINE_S = 3600.0
 #: Shortest walltime or checkpoint interval, in seconds: two of the node agent's 50 ms
 #: ticks, the finest it can enforce or see.
 MIN_JOB_DURATION_S = 0.1
-#: Largest script, in bytes (1 MiB): the script is stored with the job.
-MAX_SCRIPT_BYTES = 1024 * 1024
 #: Longest single argument or ``NAME=value`` environment entry, in bytes (Linux's
 #: ``MAX_ARG_STRLEN``, 128 KiB with its NUL).
 MAX_ARG_BYTES = 128 * 1024 - 1

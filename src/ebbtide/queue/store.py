@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -367,6 +367,23 @@ class Store:
         with self._read() as conn:
             rows = conn.execute(stmt).mappings().all()
         return [Job.model_validate(dict(r)) for r in rows]
+
+    def job_rows(
+        self,
+        columns: Sequence[str],
+        *,
+        states: Iterable[JobState] | None = None,
+        owner: str | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the jobs :meth:`list_jobs` lists, a tuple each, oldest first: no
+        :class:`Job` is made, which is most of the cost of a long listing."""
+        stmt = sa.select(*(JOBS.c[name] for name in columns)).order_by(JOBS.c.id)
+        if states is not None:
+            stmt = stmt.where(JOBS.c.state.in_([s.value for s in states]))
+        if owner is not None:
+            stmt = stmt.where(JOBS.c.owner == owner)
+        with self._read() as conn:
+            return [tuple(row) for row in conn.execute(stmt)]
 
     def events(self, job_id: int) -> list[dict[str, Any]]:
         """The job's events, oldest first: ``type``, ``time`` (Unix s), ``attempt`` and data."""
@@ -1323,16 +1340,20 @@ class Store:
         why: str,
         reason_code: str | None = None,
         max_losses: int | None = None,
+        loss_window_s: float = 0.0,
         usage: dict[str, Any] | None = None,
     ) -> None:
         """Give up on an attempt whose agent is gone or whose start never happened;
-        ``reason_code``: the constant for why, where there is one (``unschedulable``).
+        ``reason_code``: the constant for why, where there is one (``unschedulable``,
+        ``node_silent``: see :mod:`ebbtide.queue.outcomes`).
 
-        With ``max_losses``, a job lost that many times since it was last released is
-        held with the reason (a job that keeps losing its node — say it exhausts the
-        host — must not restart in a loop); losses do not count toward ``max_attempts``,
-        which is for the job's own failures.  ``usage``: what the attempt used while it
-        ran, where its agent measured it.
+        With ``max_losses``, a job that keeps being lost is held with the reason instead
+        of restarting in a loop, as :func:`~ebbtide.queue.outcomes.hold_after_losses`
+        says (``max_losses`` losses since it was last released, or two unexplained ones
+        within ``loss_window_s``); losses do not count toward ``max_attempts``, which is
+        for the job's own failures.  (Losses its node agent reports are held by
+        :meth:`hold_lost`, which the scheduler calls every pass.)  ``usage``: what the
+        attempt used while it ran, where its agent measured it.
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
@@ -1374,33 +1395,86 @@ class Store:
                 )
             self._end_attempt(conn, job_id, attempt, AttemptOutcome.LOST, None, usage)
             if max_losses is not None and not job.cancel_requested:
-                losses = self._losses_since_release(conn, job_id)
-                hold = outcomes.hold_after_losses(losses, max_losses, why)
-                if hold is not None:
-                    self._transition(
-                        conn,
-                        job_id,
-                        JobState.QUEUED,
-                        JobState.HELD,
-                        event=EventType.HELD,
-                        attempt=attempt,
-                        data={"by": "policy", "reason": hold},
-                        changes={"reason": hold},
-                    )
+                self._hold_if_lost_too_often(conn, job_id, attempt, max_losses, loss_window_s)
+
+    def hold_lost(self, max_losses: int, loss_window_s: float) -> list[int]:
+        """Hold the queued jobs whose latest attempt was lost and that keep being lost
+        (:func:`~ebbtide.queue.outcomes.hold_after_losses`): what :meth:`requeue_lost`
+        does with ``max_losses``, for the losses node agents report.  Their ids."""
+        a, j = ATTEMPTS.c, JOBS.c
+        stmt = (
+            sa.select(j.id, j.attempts)
+            .join(ATTEMPTS, sa.and_(a.job_id == j.id, a.number == j.attempts))
+            .where(j.state == JobState.QUEUED.value, a.outcome == AttemptOutcome.LOST.value)
+        )
+        with self._read() as conn:
+            lost = [
+                (job_id, attempt)
+                for job_id, attempt in conn.execute(stmt).all()
+                if outcomes.hold_after_losses(
+                    self._losses_since_release(conn, job_id), max_losses, loss_window_s
+                )
+            ]
+        held = []
+        for job_id, attempt in lost:  # decided again where it is written
+            try:
+                with self._tx() as conn:
+                    if self._hold_if_lost_too_often(
+                        conn, job_id, attempt, max_losses, loss_window_s
+                    ):
+                        held.append(job_id)
+            except StaleState:
+                continue
+        return held
+
+    def _hold_if_lost_too_often(
+        self, conn: Connection, job_id: int, attempt: int, max_losses: int, window_s: float
+    ) -> bool:
+        """Hold the (queued) job if its losses since its last ``qrls`` say so."""
+        hold = outcomes.hold_after_losses(
+            self._losses_since_release(conn, job_id), max_losses, window_s
+        )
+        if hold is None:
+            return False
+        self._transition(
+            conn,
+            job_id,
+            JobState.QUEUED,
+            JobState.HELD,
+            event=EventType.HELD,
+            attempt=attempt,
+            data={"by": "policy", "reason": hold},
+            changes={"reason": hold},
+        )
+        return True
 
     @staticmethod
-    def _losses_since_release(conn: Connection, job_id: int) -> int:
-        """The job's lost attempts since its last ``qrls`` (all of them, if never)."""
+    def _losses_since_release(conn: Connection, job_id: int) -> list[outcomes.Loss]:
+        """The job's lost attempts since its last ``qrls`` (all of them, if never),
+        oldest first."""
         e = EVENTS.c
         released = (
             sa.select(sa.func.coalesce(sa.func.max(e.id), 0))
             .where(e.job_id == job_id, e.type == EventType.RELEASED.value)
             .scalar_subquery()
         )
-        stmt = sa.select(sa.func.count()).where(
-            e.job_id == job_id, e.type == EventType.LOST.value, e.id > released
+        stmt = (
+            sa.select(e.attempt, e.time, e.data_json)
+            .where(e.job_id == job_id, e.type == EventType.LOST.value, e.id > released)
+            .order_by(e.id)
         )
-        return int(conn.execute(stmt).scalar_one())
+        losses = []
+        for number, at, data_json in conn.execute(stmt):
+            data = json.loads(data_json or "{}")
+            losses.append(
+                outcomes.Loss(
+                    attempt=int(number or 0),
+                    at=float(at),
+                    reason=str(data.get("reason", "")),
+                    reason_code=data.get("reason_code"),
+                )
+            )
+        return losses
 
     def promote_waiting(self) -> list[int]:
         """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""

@@ -6,7 +6,8 @@ fenced ``running → evicting`` followed by a message.  Losing a race is normal 
 
 Each pass also reconciles: waiting jobs whose dependencies are met are queued; jobs
 evicted more often than their queue allows are held; the attempts of nodes that stopped
-heartbeating are requeued; dispatched attempts that never started are requeued.  Why each
+heartbeating are requeued; dispatched attempts that never started are requeued; jobs
+whose attempts keep being lost are held (``max_losses``, ``loss_window_s``).  Why each
 queued job still waits (a closed window, a quota, a backoff, no room) is written to its
 ``reason`` for ``qstat``.  The policy's live side (reloads, lull state, wake-ups at window
 boundaries) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`; removing old
@@ -36,6 +37,7 @@ from ebbtide.messaging.messages import (
 )
 from ebbtide.metrics import Metrics
 from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.outcomes import NODE_SILENT, NOT_STARTED, TAKEN_BACK
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
@@ -185,7 +187,10 @@ class Scheduler:
             try:
                 if a.state == JobState.DISPATCHED:
                     self.store.requeue_lost(
-                        ev.job_id, ev.attempt, why=f"taken back before it started: {ev.message}"
+                        ev.job_id,
+                        ev.attempt,
+                        why=f"taken back before it started: {ev.message}",
+                        reason_code=TAKEN_BACK,
                     )
                     self.send(ev.node, EvictAttempt(job_id=ev.job_id, attempt=ev.attempt))
                     continue
@@ -240,23 +245,33 @@ class Scheduler:
         nodes = {n.name: n for n in self.store.nodes()}
         for a in self.store.active_attempts():
             node = nodes.get(a.node)
-            why = None
+            why = code = None
             if node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
-                why = f"node {a.node} stopped heartbeating"
+                why, code = f"node {a.node} stopped heartbeating", NODE_SILENT
             elif (
                 a.state == JobState.DISPATCHED
                 and now - a.dispatched_at > defaults.dispatch_timeout_s
             ):
                 why = f"node {a.node} did not start it within {defaults.dispatch_timeout_s:g}s"
+                code = NOT_STARTED
             if why is None:
                 continue
             try:
                 self.store.requeue_lost(
-                    a.job_id, a.attempt, why=why, max_losses=defaults.max_losses
+                    a.job_id,
+                    a.attempt,
+                    why=why,
+                    reason_code=code,
+                    max_losses=defaults.max_losses,
+                    loss_window_s=defaults.loss_window_s,
                 )
                 log.warning("job %s attempt %s lost: %s", a.job_id, a.attempt, why)
             except StaleState:
                 pass
+        # the losses node agents reported since the last pass: held before they are
+        # planned again if they keep being lost
+        for job_id in self.store.hold_lost(defaults.max_losses, defaults.loss_window_s):
+            log.warning("job %s held: its attempts keep being lost", job_id)
 
     # -- the loop -----------------------------------------------------------------------
 

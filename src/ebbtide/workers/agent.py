@@ -62,6 +62,7 @@ from ebbtide.preemption.relief import (
 )
 from ebbtide.preemption.victims import EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.forecast import Forecaster
@@ -849,7 +850,9 @@ class NodeAgent:
         if fault is not None:
             why = f"device {self.name}/{fault.index} is out of service ({fault.meaning})"
             log.warning("job %s attempt %s not started: %s", job_id, attempt, why)
-            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
+            self.journal.append(
+                "requeue_lost", job_id=job_id, attempt=attempt, why=why, reason_code=GPU_FAULT
+            )
             return
         by_index = {d.index: d for d in self.devices}
         try:
@@ -870,7 +873,9 @@ class NodeAgent:
         except StartDeferred as exc:
             why = f"could not be started on node {self.name}: {exc}"
             log.warning("job %s attempt %s %s", job_id, attempt, why)
-            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
+            self.journal.append(
+                "requeue_lost", job_id=job_id, attempt=attempt, why=why, reason_code=START_DEFERRED
+            )
             return
         except (OSError, ValueError, RunAsRefused) as exc:
             why = f"could not start: {exc}"
@@ -902,14 +907,16 @@ class NodeAgent:
             and self.pause_rules.enabled,
         )
         self._publish_view()  # the attempt is here before its start is reported
+        # a pod's output is its log, kept as the attempt's: -o/--output are not followed
+        named = self._runs_processes()
         self.journal.append(
             "mark_started",
             job_id=job_id,
             attempt=attempt,
             pid=handle.pid or None,
             # where ebb logs finds its output: the files the job named, else the attempt's
-            stdout_path=str(launch.job_stdout or launch.stdout_path),
-            stderr_path=str(launch.job_stderr or launch.stderr_path),
+            stdout_path=str((named and launch.job_stdout) or launch.stdout_path),
+            stderr_path=str((named and launch.job_stderr) or launch.stderr_path),
         )
         where = self.executor.describe(handle)
         if identity is not None and identity.switch:
@@ -1121,7 +1128,9 @@ class NodeAgent:
         job_id, attempt = leftover.job_id, leftover.attempt
         if ended.cause in (CAUSE_LOST, CAUSE_UNSCHEDULABLE, *PLATFORM_EVICTIONS):
             why = f"ended while no agent watched it on node {self.name}: {ended.detail}"
-            self.journal.append("requeue_lost", job_id=job_id, attempt=attempt, why=why)
+            self.journal.append(
+                "requeue_lost", job_id=job_id, attempt=attempt, why=why, reason_code=ended.cause
+            )
             return
         log.info(
             "job %s attempt %s ended (%s) while no agent watched it", job_id, attempt, ended.code

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from ebbtide.errors import EbbtideError, InvalidTransition, StaleState
 from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttempt
 from ebbtide.queue.models import Job
+from ebbtide.queue.outcomes import AGENT_LEFT, AGENT_RESTARTED, GONE
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -167,7 +168,13 @@ class StoreSync:
             for a in self.store.active_attempts(node=self.name):
                 if a.state == JobState.DISPATCHED:
                     why = f"node agent {self.name} shut down before starting it"
-                    self._call(self.store.requeue_lost, a.job_id, a.attempt, why=why)
+                    self._call(
+                        self.store.requeue_lost,
+                        a.job_id,
+                        a.attempt,
+                        why=why,
+                        reason_code=AGENT_LEFT,
+                    )
         except Exception:
             log.exception("store thread: could not requeue what was never started")
 
@@ -268,8 +275,13 @@ class StoreSync:
             if a.state == JobState.DISPATCHED:
                 self._prepare(StartAttempt(job_id=job_id, attempt=a.attempt))
             else:  # running here by the store's account, but no such process: lost
-                why = f"its process is no longer running on node {self.name}"
-                self._call(self.store.requeue_lost, job_id, a.attempt, why=why)
+                if a.dispatched_at < self.started_at:  # a previous agent's, here
+                    why = f"node agent {self.name} restarted; the attempt did not survive it"
+                    code = AGENT_RESTARTED
+                else:  # this agent's own time: it never saw it end (a second agent?)
+                    why = f"its process is no longer running on node {self.name}"
+                    code = GONE
+                self._call(self.store.requeue_lost, job_id, a.attempt, why=why, reason_code=code)
                 self._notify(job_id)
         self._take_undrains()
 
