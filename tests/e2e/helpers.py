@@ -73,8 +73,8 @@ def job(env: dict[str, str], job_id: int) -> dict[str, Any]:
 
 
 def jobs_by_id(env: dict[str, str]) -> dict[int, dict[str, Any]]:
-    """Every job, from one ``qstat --json``."""
-    return {j["id"]: j for j in ebb_json(env, "qstat")}
+    """Every job, finished ones too, from one ``qstat -x --json``."""
+    return {j["id"]: j for j in ebb_json(env, "qstat", "-x")}
 
 
 def wait_final(env: dict[str, str], job_ids: list[int], timeout: float) -> dict[int, dict]:

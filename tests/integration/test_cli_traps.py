@@ -46,6 +46,22 @@ def test_qstat_takes_ids_arrays_and_pbs_state_letters(home: Path) -> None:
     assert result.exit_code == 1 and "PBS letters (Q R H W E F)" in result.output
 
 
+def test_qstat_lists_unfinished_jobs_unless_x_as_pbs_does(home: Path) -> None:
+    ebb("qsub", "-N", "done", "--", "true")  # 1, cancelled below
+    ebb("qsub", "-N", "waits", "-h", "--", "true")  # 2, held
+    ebb("qdel", "1")
+    assert [r.split()[0] for r in ebb("qstat").splitlines()[1:]] == ["2"]
+    assert [j["id"] for j in json.loads(ebb("qstat", "--json"))] == [2]
+    assert [r.split()[0] for r in ebb("qstat", "-x").splitlines()[1:]] == ["1", "2"]
+    assert [j["id"] for j in json.loads(ebb("qstat", "-x", "--json"))] == [1, 2]
+    assert [r.split()[0] for r in ebb("qstat", "-s", "F").splitlines()[1:]] == ["1"]
+    assert [r.split()[0] for r in ebb("qstat", "1").splitlines()[1:]] == ["1"]  # named: shown
+    ebb("qdel", "2")
+    result = CliRunner().invoke(cli, ["qstat"])
+    assert result.exit_code == 0 and result.stdout.splitlines()[1:] == []
+    assert "no job is waiting or running; -x lists finished jobs" in result.stderr
+
+
 def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     ebb("qsub", "-h", "-l", "walltime=1:00:00", "--", "python", "train.py")
     text = ebb("qstat", "-f", "1")

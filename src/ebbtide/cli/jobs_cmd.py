@@ -316,6 +316,12 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
 @click.option(
     "-t", "tasks", is_flag=True, help="Show every task of an array (default: one line each)."
 )
+@click.option(
+    "-x",
+    "finished",
+    is_flag=True,
+    help="Finished jobs too (succeeded, failed, cancelled), as PBS's qstat -x.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every task).")
 @click.argument("ids", nargs=-1)
 def qstat(
@@ -324,24 +330,29 @@ def qstat(
     queues: bool,
     states: Sequence[str],
     tasks: bool,
+    finished: bool,
     as_json: bool,
     ids: Sequence[str],
 ) -> None:
-    """Show jobs (all states, oldest first), only the jobs IDS (`ebb qstat 12 13[]`), one
-    job in full (-f ID), or queues (-Q).
+    """Show the jobs that have not finished (oldest first; -x: finished ones too, -s:
+    these states), only the jobs IDS in any state (`ebb qstat 12 13[]`), one job in full
+    (-f ID), or queues (-Q).
 
     An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
     task. In -f, times are local ISO timestamps (Unix seconds in --json).
     """
-    from ebbtide.queue.states import JobState
+    from ebbtide.queue.states import FINAL_STATES, JobState
 
-    wanted = _states(states)
+    asked = wanted = _states(states)
+    unfinished_only = wanted is None and not finished and not ids
+    if unfinished_only:  # as PBS's qstat and Slurm's squeue
+        wanted = [s for s in JobState if s not in FINAL_STATES]
     named = _parse_ids(ids)
     number = None if full is None else parse_job_id(full, "-f")
     if fast.socket_url() is not None and number is None and not (ids or queues or as_json):
         rows = fast.qstat_rows([s.value for s in wanted or ()], user)
         if rows is not None:  # a server on this host answered: its table
-            _echo_table(rows, expand=tasks)
+            _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
             return
     if number is not None or ids:  # jobs named: no store is an error
         client = _client()
@@ -366,7 +377,7 @@ def qstat(
         return
     if ids:
         jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]
-        jobs = [j for j in jobs if wanted is None or j.state in wanted]
+        jobs = [j for j in jobs if asked is None or j.state in asked]
     elif not as_json:  # the table's fields alone: far cheaper than whole jobs
         from ebbtide.client import TABLE_COLUMNS
 
@@ -377,11 +388,14 @@ def qstat(
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
-    _echo_table(jobs, expand=tasks)
+    _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only)
 
 
-def _echo_table(jobs: Sequence[Any], *, expand: bool) -> None:
-    """``qstat``'s table: a line per job, or per array unless ``expand``."""
+def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = False) -> None:
+    """``qstat``'s table: a line per job, or per array unless ``expand``; when it lists
+    only unfinished jobs and there are none, a note says where the finished ones are."""
+    if not jobs and unfinished_only:
+        click.echo("ebb: note: no job is waiting or running; -x lists finished jobs", err=True)
     lines = [
         f"{'ID':>6} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
         f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
