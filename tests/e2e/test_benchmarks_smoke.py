@@ -191,3 +191,23 @@ def test_agent_overhead_json() -> None:
     assert r["nvml_calls_per_tick"] > 0 and r["nvml_by_call_per_tick"]
     assert r["nvml_call_us"] == 100 and r["nvml_floor_core_frac"] > 0
     assert set(r["targets"]) == {"cpu_core_frac", "rss_mib", "cpu_met", "rss_met"}
+
+
+def test_qstat_scale_json(postgres_admin_url: str) -> None:
+    """A small history: the figures are there and qstat lists the unfinished jobs only."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "qstat_scale.py"),
+            *("--jobs", "2000", "--active", "50", "--events", "8000", "--repeat", "4", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert (result["jobs"], result["events"], result["listed"]) == (2000, 8000, 50)
+    for key in ("table_p50_s", "describe_p50_s", "thin_p50_s", "load_s"):
+        assert result[key] > 0, key
