@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from ebbtide.clock import FakeClock
 from ebbtide.config.policy import parse_policy
@@ -125,5 +126,29 @@ def test_the_schedulers_own_take_backs_are_not_losses_of_the_job(store: Store) -
         store.requeue_lost(
             job_id, attempt, why="taken back before it started", reason_code="taken_back"
         )
-    assert store.hold_lost(max_losses=2, loss_window_s=60) == []
+    assert store.hold_lost(max_losses=2, loss_window_s=60)[0] == []
     assert store.get(job_id).state == S.QUEUED
+
+
+def test_a_pass_looks_only_at_the_losses_since_the_last(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``hold_lost`` reads the ``lost`` events after where the last pass stopped, not every
+    queued job (a million queued jobs would make each pass read them all)."""
+    import ebbtide.queue.store as store_module
+
+    monkeypatch.setattr(store_module, "LOST_RESCAN_EVENTS", 0)
+    sched = scheduler(store)
+    [job_id] = store.submit(JobSpec(command=["train"], gpu="20%"), "alice", defaults_deadline_s=30)
+    why = "its process is no longer running on node n1"
+    run_and_lose(store, sched, job_id, GONE, why)
+    run_and_lose(store, sched, job_id, GONE, why)
+    e = store_module.EVENTS.c
+    with store.engine.connect() as conn:
+        newest = conn.execute(sa.select(sa.func.max(e.id))).scalar()
+        last_loss = conn.execute(sa.select(sa.func.max(e.id)).where(e.type == "lost")).scalar()
+    assert store.hold_lost(5, 60, after_event=newest) == ([], newest)  # nothing new
+    assert store.get(job_id).state == S.QUEUED
+    held, seen = store.hold_lost(5, 60, after_event=last_loss - 1)  # the second loss is new
+    assert (held, seen) == ([job_id], newest)
+    assert store.get(job_id).state == S.HELD

@@ -65,6 +65,11 @@ EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 NODES: sa.Table = Node.__table__  # type: ignore[attr-defined]
 LEADERSHIP: sa.Table = Leadership.__table__  # type: ignore[attr-defined]
 
+#: How far back :meth:`Store.hold_lost` looks for losses when it is not told where it
+#: stopped (a scheduler's first pass), in seconds: at least the policy's ``loss_window_s``.
+LOST_LOOKBACK_S = 600.0
+#: How many events before where it stopped :meth:`Store.hold_lost` looks again, in events.
+LOST_RESCAN_EVENTS = 1_000
 #: How many of the latest events :meth:`Store.recent_evictions` looks through, in events.
 RECENT_EVICTIONS_SCAN_EVENTS = 200_000
 #: How far an event's time may lag behind the order of ids for :meth:`Store.report_rows`
@@ -1397,17 +1402,39 @@ class Store:
             if max_losses is not None and not job.cancel_requested:
                 self._hold_if_lost_too_often(conn, job_id, attempt, max_losses, loss_window_s)
 
-    def hold_lost(self, max_losses: int, loss_window_s: float) -> list[int]:
+    def hold_lost(
+        self, max_losses: int, loss_window_s: float, *, after_event: int | None = None
+    ) -> tuple[list[int], int]:
         """Hold the queued jobs whose latest attempt was lost and that keep being lost
         (:func:`~ebbtide.queue.outcomes.hold_after_losses`): what :meth:`requeue_lost`
-        does with ``max_losses``, for the losses node agents report.  Their ids."""
-        a, j = ATTEMPTS.c, JOBS.c
-        stmt = (
-            sa.select(j.id, j.attempts)
-            .join(ATTEMPTS, sa.and_(a.job_id == j.id, a.number == j.attempts))
-            .where(j.state == JobState.QUEUED.value, a.outcome == AttemptOutcome.LOST.value)
-        )
+        does with ``max_losses``, for the losses node agents report.  Only jobs with a
+        ``lost`` event after event id ``after_event`` are looked at (None: those of the
+        last :data:`LOST_LOOKBACK_S`), so a pass reads what happened since the one before,
+        not every queued job.  Their ids, and the last event id looked at (the next
+        call's ``after_event``)."""
+        a, j, e = ATTEMPTS.c, JOBS.c, EVENTS.c
         with self._read() as conn:
+            if after_event is None:
+                since = self.clock.time() - max(LOST_LOOKBACK_S, loss_window_s)
+                after_event = self._first_event_id(conn, since) - 1
+            newest = conn.execute(sa.select(sa.func.max(e.id))).scalar() or after_event
+            # from a little before: an event whose id was taken earlier may have been
+            # written after the last look (a job looked at twice is decided again, alike)
+            since_id = after_event - LOST_RESCAN_EVENTS
+            recent = (
+                sa.select(e.job_id)
+                .where(e.id > since_id, e.id <= newest, e.type == EventType.LOST.value)
+                .distinct()
+            )
+            stmt = (
+                sa.select(j.id, j.attempts)
+                .join(ATTEMPTS, sa.and_(a.job_id == j.id, a.number == j.attempts))
+                .where(
+                    j.id.in_(recent),
+                    j.state == JobState.QUEUED.value,
+                    a.outcome == AttemptOutcome.LOST.value,
+                )
+            )
             lost = [
                 (job_id, attempt)
                 for job_id, attempt in conn.execute(stmt).all()
@@ -1425,7 +1452,7 @@ class Store:
                         held.append(job_id)
             except StaleState:
                 continue
-        return held
+        return held, int(newest)
 
     def _hold_if_lost_too_often(
         self, conn: Connection, job_id: int, attempt: int, max_losses: int, window_s: float

@@ -85,6 +85,8 @@ class Scheduler:
         self._published: tuple[str | None, int | None] | None = None
         #: whether this scheduler plans now (it leads, or needs no lock)
         self.leading = False
+        #: the last event looked at for lost attempts (None: none yet, see ``hold_lost``)
+        self._losses_seen: int | None = None
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_scheduler(self)
         self.metrics.leader.set(0)
@@ -270,7 +272,10 @@ class Scheduler:
                 pass
         # the losses node agents reported since the last pass: held before they are
         # planned again if they keep being lost
-        for job_id in self.store.hold_lost(defaults.max_losses, defaults.loss_window_s):
+        held, self._losses_seen = self.store.hold_lost(
+            defaults.max_losses, defaults.loss_window_s, after_event=self._losses_seen
+        )
+        for job_id in held:
             log.warning("job %s held: its attempts keep being lost", job_id)
 
     # -- the loop -----------------------------------------------------------------------
