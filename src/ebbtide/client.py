@@ -191,6 +191,31 @@ def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
     )
 
 
+def with_whole_gpu_memory(spec: JobSpec, nodes: Sequence[Any]) -> tuple[JobSpec, str | None]:
+    """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
+    amount of their memory is given all of each card's memory, as a PBS or Slurm user
+    expects of a GPU: the smallest card's among the nodes that have reported (so it may
+    run on any of them), with a note saying so.  With none reported, or an amount asked
+    for, ``spec`` as it is."""
+    if not spec.gpus or "memory_mib" in spec.model_fields_set:
+        return spec, None
+    cards = [
+        int(d.get("memory_mib") or 0)
+        for node in nodes
+        for d in json.loads(node.devices_json or "[]")
+        if d.get("memory_mib")
+    ]
+    if not cards:
+        return spec, None
+    memory = min(cards)
+    plural = "s" if spec.gpus > 1 else ""
+    note = (
+        f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
+        f"memory on each, a whole card here (the smallest); -l gpumem=SIZE asks for less"
+    )
+    return spec.model_copy(update={"memory_mib": memory}), note
+
+
 #: What ``Client.alter`` (``ebb qalter``) may change, and the spec fields each replaces.
 ALTERABLE_FIELDS = (
     "name",
@@ -359,9 +384,13 @@ class Client(ClientBase):
     ) -> builtins.list[int]:
         """Like :meth:`submit` but returns every task id of an array."""
         spec = spec_from(spec, fields)
+        self.last_notes = []
         # under Kubernetes, a job with no cwd runs in its image's working directory
         spec = with_workdir(spec, self.workdir, default_cwd=self.policy.kubernetes is None)
         spec = with_submit_host(spec)
+        notes = submit_notes(spec, self.policy)
+        nodes = self.store.nodes()
+        spec, memory_note = with_whole_gpu_memory(spec, nodes)
         named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})
@@ -375,9 +404,9 @@ class Client(ClientBase):
             spec = spec.model_copy(update={"priority": queue.priority})
         self._check_deadline(spec)
         if not flag(allow_future, "allow_future"):
-            check_fits_fleet(spec, self.store.nodes())
+            check_fits_fleet(spec, nodes)
         grant = kubernetes_grant(spec, self.policy)
-        return self.store.submit(
+        ids = self.store.submit(
             spec,
             self.user,
             defaults_deadline_s=self.policy.deadline_for(spec.queue),
@@ -385,6 +414,8 @@ class Client(ClientBase):
             pausable=queue.pause if spec.pause is None else spec.pause,
             attribution=self.caller.attribution(),
         )
+        self.last_notes = [*notes, *([memory_note] if memory_note else [])]
+        return ids
 
     # -- reading ------------------------------------------------------------------------
 

@@ -55,11 +55,17 @@ class ClientBase(ABC):
     def is_admin(self) -> bool:
         return self.caller.admin
 
+    #: What the last submission should tell its submitter about how the spec was taken
+    #: here, one sentence each (a queue named by an alias, a whole GPU's memory, what
+    #: attempts running as pods do not do): ``qsub`` prints them as notes.
+    last_notes: builtins.list[str] = []
+
     @abstractmethod
     def submit_many(
         self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
     ) -> builtins.list[int]:
-        """Like :meth:`submit` but returns every task id of an array."""
+        """Like :meth:`submit` but returns every task id of an array (and sets
+        :attr:`last_notes`)."""
 
     @abstractmethod
     def get(self, job_id: int) -> Job: ...

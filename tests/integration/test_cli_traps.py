@@ -144,6 +144,34 @@ def test_a_job_no_node_could_hold_is_refused_with_what_the_fleet_offers(home: Pa
     assert len(json.loads(ebb("qstat", "--json"))) == 4  # the refused two are not there
 
 
+def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> None:
+    """PBS's ``ngpus=1`` and Slurm's ``--gres=gpu:1`` mean a GPU, all of it: not the 1 GiB
+    a slice gets by default, past which its attempts would be evicted."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat(
+        "gpu-a", started_at=time.time(), devices=[{"index": i, "memory_mib": 81920} for i in (0, 1)]
+    )
+    store.heartbeat("gpu-b", started_at=time.time(), devices=[{"index": 0, "memory_mib": 40960}])
+    script = home.parent / "train.pbs"
+    script.write_text("#!/bin/sh\n#PBS -l select=1:ncpus=8:ngpus=1:mem=32gb\npython train.py\n")
+    result = CliRunner().invoke(cli, ["qsub", "--json", str(script)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["notes"] == [
+        "1 whole GPU with no gpumem: granted 40GiB of memory on each, a whole card here "
+        "(the smallest); -l gpumem=SIZE asks for less"
+    ]
+    assert (store.get(out["id"]).gpus, store.get(out["id"]).memory_mib) == (1, 40960)
+    result = CliRunner().invoke(cli, ["sbatch", "--gres=gpu:2", "--wrap", "true"])
+    assert result.exit_code == 0 and "2 whole GPUs with no gpumem: granted 40GiB" in result.output
+    asked = json.loads(ebb("qsub", "--json", "-l", "gpu=1,gpumem=70GiB", "--", "true"))
+    assert "notes" not in asked and store.get(asked["id"]).memory_mib == 70 * 1024
+    sliced = json.loads(ebb("qsub", "--json", "-l", "gpu=25%", "--", "true"))
+    assert "notes" not in sliced and store.get(sliced["id"]).memory_mib == 1024  # a slice
+    store.close()
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

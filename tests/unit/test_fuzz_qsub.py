@@ -233,6 +233,7 @@ class _Recorder:
 
     def __init__(self) -> None:
         self.specs: list[JobSpec] = []
+        self.last_notes: list[str] = []
 
     def submit_many(self, spec: JobSpec, *, allow_future: bool = False) -> list[int]:
         self.specs.append(spec)

@@ -157,7 +157,9 @@ class RemoteClient(ClientBase):
         if allow_future:
             params["allow_future"] = "true"
         body = spec.model_dump(mode="json", exclude_unset=True)
-        return list(self._call("POST", "/jobs", json=body, params=params)["ids"])
+        answer = self._call("POST", "/jobs", json=body, params=params)
+        self.last_notes = [str(note) for note in answer.get("notes") or []]
+        return list(answer["ids"])
 
     def get(self, job_id: int) -> Job:
         return self._job(self._call("GET", f"/jobs/{whole(job_id, 'job_id')}"))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ebbtide.api.app import request_client
 from ebbtide.api.wire import PREFIX, job_out
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES
-from ebbtide.client import TABLE_COLUMNS, Client, submit_notes
+from ebbtide.client import TABLE_COLUMNS, Client
 from ebbtide.errors import SpecError
 from ebbtide.queue.models import Job
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
@@ -90,7 +90,7 @@ def submit(
         raise SpecError("workdir", f"must be an absolute path, got {shown(workdir, 60)}")
     client.workdir = workdir  # checked as the job's cwd when it becomes that
     ids = client.submit_many(job_spec, allow_future=allow_future)
-    notes = submit_notes(job_spec, client.policy)
+    notes = client.last_notes
     return Submitted(id=ids[0], ids=ids, array=job_spec.array is not None, notes=notes)
 
 
@@ -141,7 +141,7 @@ def qsub(client: Caller, request: QsubRequest) -> Submitted:
     spec = with_submit_host(spec, request.host or "")
     client.workdir = request.workdir
     ids = client.submit_many(spec, allow_future=request.allow_future)
-    notes.extend(submit_notes(spec, client.policy))
+    notes.extend(client.last_notes)
     return Submitted(id=ids[0], ids=ids, array=spec.array is not None, notes=notes)
 
 

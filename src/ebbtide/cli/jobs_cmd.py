@@ -152,14 +152,10 @@ def qsub(
 
 def _submitted(spec: Any, notes: list[str], allow_future: bool) -> tuple[list[int], bool]:
     """Submit ``spec`` through the SDK's client; its ids and whether it is an array.
-    Notes about the pod an attempt runs in are added to ``notes``."""
+    What the client says about how the spec was taken is added to ``notes``."""
     client = _client(create=True)
     ids = client.submit_many(spec, allow_future=allow_future)
-    policy = getattr(client, "policy", None)  # a server's client: the server's to say
-    if policy is not None:
-        from ebbtide.client import submit_notes
-
-        notes.extend(submit_notes(spec, policy))
+    notes.extend(client.last_notes)  # how it was taken here (through a server: its notes)
     return ids, spec.array is not None
 
 
