@@ -191,6 +191,13 @@ def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
     )
 
 
+#: What a submission to a store no node agent ever reported to is told.
+NO_AGENT_NOTE = (
+    "no node agent has ever reported to this store: the job waits until one does (ebb up, "
+    "ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)"
+)
+
+
 def with_whole_gpu_memory(spec: JobSpec, nodes: Sequence[Any]) -> tuple[JobSpec, str | None]:
     """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
     amount of their memory is given all of each card's memory, as a PBS or Slurm user
@@ -415,6 +422,8 @@ class Client(ClientBase):
             attribution=self.caller.attribution(),
         )
         self.last_notes = [*notes, *([memory_note] if memory_note else [])]
+        if not nodes:  # a new system, or a mistyped EBBTIDE_HOME: say that it waits
+            self.last_notes.append(NO_AGENT_NOTE)
         return ids
 
     # -- reading ------------------------------------------------------------------------

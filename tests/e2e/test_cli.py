@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from ebbtide.client import NO_AGENT_NOTE
 from ebbtide.identity import user_name
 from tests.e2e.helpers import ebb, ebb_env, ebb_json
 
@@ -35,7 +36,7 @@ def test_qsub_prints_only_the_id_and_qstat_json_has_the_documented_fields(tmp_pa
     env = ebb_env(tmp_path)
     out = ebb(env, "qsub", "-N", "hello", "-l", "gpu=25%,gpumem=4GiB", "--", "echo", "hi")
     assert out.stdout.strip() == "1"
-    assert ebb_json(env, "qsub", "--", "echo", "again") == {"id": 2}
+    assert ebb_json(env, "qsub", "--", "echo", "again") == {"id": 2, "notes": [NO_AGENT_NOTE]}
     jobs = ebb_json(env, "qstat")
     assert [j["id"] for j in jobs] == [1, 2]
     assert set(jobs[0]) >= JOB_KEYS

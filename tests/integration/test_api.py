@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from ebbtide.api.app import create_app
+from ebbtide.client import NO_AGENT_NOTE
 from ebbtide.clock import FakeClock
 from ebbtide.config.settings import Settings
 from ebbtide.queue.spec import JobSpec
@@ -310,7 +311,8 @@ def test_submit_resolves_paths_against_the_workdir(api: Api) -> None:
 def test_submit_an_array_returns_every_id(api: Api) -> None:
     body = {"command": ["x"], "array": {"start": 1, "end": 3}}
     out = api.call("POST", "/jobs", json=body).json()
-    assert out == {"id": out["ids"][0], "ids": out["ids"], "array": True, "notes": []}
+    waits = [NO_AGENT_NOTE]  # no node has reported here
+    assert out == {"id": out["ids"][0], "ids": out["ids"], "array": True, "notes": waits}
     assert len(out["ids"]) == 3
     tasks = api.call("GET", "/jobs", params={"array_id": out["id"]}).json()
     assert [t["id"] for t in tasks] == out["ids"]
@@ -630,7 +632,8 @@ def test_qsub_from_a_command_line_uses_the_callers_environment_and_directory(api
         "environ": {"FROM_CLIENT": "yes"},
     }
     out = api.call("POST", "/qsub", json=body).json()
-    assert out["array"] is False and out["notes"] == []
+    assert out["array"] is False
+    assert out["notes"] == [NO_AGENT_NOTE]
     spec = api.store.spec(out["id"])
     assert (spec.name, spec.env, spec.args, spec.cwd) == (
         "thin",

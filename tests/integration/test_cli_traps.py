@@ -62,6 +62,16 @@ def test_qstat_lists_unfinished_jobs_unless_x_as_pbs_does(home: Path) -> None:
     assert "no job is waiting or running; -x lists finished jobs" in result.stderr
 
 
+def test_a_job_submitted_where_no_agent_ever_reported_says_so(home: Path) -> None:
+    """A mistyped EBBTIDE_HOME makes a new store: the job would wait there forever."""
+    result = CliRunner().invoke(cli, ["qsub", "--", "true"])
+    assert result.exit_code == 0 and result.stdout == "1\n"
+    assert result.stderr == (
+        "ebb qsub: note: no node agent has ever reported to this store: the job waits until "
+        "one does (ebb up, ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)\n"
+    )
+
+
 def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     ebb("qsub", "-h", "-l", "walltime=1:00:00", "--", "python", "train.py")
     text = ebb("qstat", "-f", "1")
@@ -278,7 +288,10 @@ def test_what_pods_do_not_honour_is_noted_at_submission(
         result.stderr
     )
     data = json.loads(ebb("qsub", "--json", "-e", "err.log", "-h", "--", "true"))
-    assert [n.split(":")[0] for n in data["notes"]] == ["-e/--error"]
+    assert [n.split(":")[0] for n in data["notes"]] == [
+        "-e/--error",
+        "no node agent has ever reported to this store",
+    ]
     shell = CliRunner().invoke(cli, ["sbatch", "--signal=B:TERM@30", "--hold", "--wrap", "true"])
     assert shell.exit_code == 0, shell.output
     assert "--signal=B:: where attempts run as pods, the warning is the kubelet's SIGTERM" in (
@@ -287,4 +300,4 @@ def test_what_pods_do_not_honour_is_noted_at_submission(
     # without a kubernetes: section, nothing to say
     monkeypatch.delenv("EBBTIDE_POLICY")
     quiet = CliRunner().invoke(cli, ["qsub", "-o", "out.log", "-h", "--", "true"])
-    assert quiet.exit_code == 0 and "note:" not in quiet.stderr
+    assert quiet.exit_code == 0 and "pods" not in quiet.stderr

@@ -55,12 +55,12 @@ def test_the_sdk_and_the_api_record_the_queue_an_alias_names(
         ):
             body = {"command": ["true"], "queue": "gpu", "compat": "slurm"}
             out = http.post("/v1/jobs", json=body, params={"workdir": "/tmp"}).json()
-            assert out["notes"] == ["partition 'gpu' is queue 'batch' here"]
+            assert out["notes"][0] == "partition 'gpu' is queue 'batch' here"
             assert http.get(f"/v1/jobs/{out['id']}").json()["queue"] == "batch"
             # the SDK through the server has the server's notes (ebb sbatch prints them)
             remote_env = {"EBBTIDE_URL": served.url, "EBBTIDE_TOKEN": token}
             with Client(Settings.from_env(remote_env)) as remote:
                 remote.submit_many(command=["true"], queue="gpu", compat="slurm")
-                assert remote.last_notes == ["partition 'gpu' is queue 'batch' here"]
+                assert remote.last_notes[0] == "partition 'gpu' is queue 'batch' here"
     finally:
         store.close()
