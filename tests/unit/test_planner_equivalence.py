@@ -6,24 +6,41 @@ finds the same best fit through an index of free headroom.  The snapshots are sm
 seeded, drawn from few values so that exact fits, equal scores, full devices, misfits and
 array limits all happen often; a few carry values outside the index's range, where the
 planner falls back to the scan.
+
+What the planner keeps to be fast at fleet scale is checked on its own too: the best fits
+the index keeps per shape for the next job of that shape, the nomination order sorted a
+priority at a time (or taken as given), the check that spares a calm device the relief
+reckoning, and the reasons for unplaced jobs worked out once per queue and timing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 import pytest
 
+from ebbtide.preemption.relief import relief_for_device
 from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling import fit
+from ebbtide.scheduling import fit, planner
+from ebbtide.scheduling.admission import Unplaced
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
 from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, Dispatch, Plan, plan
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueuedJob, Snapshot
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    DeviceView,
+    Margins,
+    PauseRules,
+    QueuedJob,
+    Snapshot,
+)
+from ebbtide.scheduling.windows import DeviceGates, QueueGate
 
 from .builders import NOW, att, dev, job
 
@@ -306,13 +323,36 @@ def test_small_snapshots_plan_as_the_reference(seed: int, scans: Counter[str]) -
     assert scans["scan"] == 0  # ordinary values: every best fit came from the index
 
 
+@pytest.fixture
+def searches(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the index's queries and the searches they needed (the rest reused picks)."""
+    calls: Counter[str] = Counter()
+    search: Callable[..., Any] = fit.FitIndex._search
+    best_fit: Callable[..., Any] = fit.FitIndex.best_fit
+
+    def counting_search(*args: Any) -> Any:
+        calls["search"] += 1
+        return search(*args)
+
+    def counting_best_fit(*args: Any) -> Any:
+        calls["query"] += 1
+        return best_fit(*args)
+
+    monkeypatch.setattr(fit.FitIndex, "_search", counting_search)
+    monkeypatch.setattr(fit.FitIndex, "best_fit", counting_best_fit)
+    return calls
+
+
 @pytest.mark.parametrize("seed", range(5))
-def test_large_snapshots_plan_as_the_reference(seed: int, scans: Counter[str]) -> None:
+def test_large_snapshots_plan_as_the_reference(
+    seed: int, scans: Counter[str], searches: Counter[str]
+) -> None:
     s = large_snapshot(random.Random(1000 + seed))
     expected = reference_plan(s)
     assert len(expected.dispatches) > 50
     assert as_plain(plan(s)) == as_plain(expected)
     assert scans["scan"] == 0
+    assert searches["search"] < searches["query"]  # jobs of a shape come back
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -370,3 +410,274 @@ def test_first_fit_matches_its_definition_at_rounding_edges() -> None:
             values = sorted([*near, need, need - 1, need + 1, 0.0])
             expected = next((i for i, v in enumerate(values) if not v + EPS < need), len(values))
             assert fit.first_fit(values, need) == expected, (need, values)
+
+
+def in_order(s: Snapshot) -> Snapshot:
+    """``s`` with its queue in the store's order: priority (high first), then id."""
+    return dataclasses.replace(s, queued=sorted(s.queued, key=lambda j: (-j.priority, j.id)))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_queue_in_order_is_taken_as_it_comes(seed: int) -> None:
+    """Told that the queue is in nomination order already, the planner decides as it does
+    when it sorts the queue itself, reasons and wake-up included."""
+    rng = random.Random(5000 + seed)
+    for case in range(100):
+        s = random_snapshot(rng)
+        decided = plan(in_order(s), queued_in_order=True)
+        assert decided == plan(s), f"seed {seed} case {case}"
+        assert as_plain(decided) == as_plain(reference_plan(s)), f"seed {seed} case {case}"
+    s = large_snapshot(rng)
+    assert plan(in_order(s), queued_in_order=True) == plan(s)
+
+
+def test_nomination_sorts_a_priority_at_a_time_as_one_sort_would() -> None:
+    """By priority, then id, and jobs equal in both in their given order: one stable sort
+    on ``(-priority, id)``."""
+    rng = random.Random(6)
+    for _ in range(300):
+        queued = [
+            job(rng.randint(1, 30), prio=rng.randint(-2, 3)) for _ in range(rng.randint(0, 60))
+        ]
+        expected = sorted(queued, key=lambda j: (-j.priority, j.id))
+        got = [j for run in planner._nominated(queued) for j in run]
+        assert len(got) == len(expected)
+        assert all(a is b for a, b in zip(got, expected, strict=True))
+
+
+def backlogged(rng: random.Random, s: Snapshot) -> Snapshot:
+    """``s`` with its queue three times over and some jobs in a backoff (a wake-up each)."""
+    queued = [
+        dataclasses.replace(
+            j, evictions=rng.choice((0, 0, 0, 2, 3)), requeued_at=NOW - rng.choice((1, 100))
+        )
+        for j in s.queued
+    ]
+    return dataclasses.replace(
+        s, queued=queued * rng.choice((1, 3)), backoff_base_s=30.0, backoff_max_s=600.0
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_shapes_known_to_fit_nowhere_are_passed_over_once_the_reasons_are_full(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the reasons full (three here), the jobs of shapes known to fit nowhere are
+    passed over in bulk; the plan is the one a pass job by job makes, reasons and
+    wake-up included."""
+    monkeypatch.setattr(planner, "MAX_REASONS", 3)
+    rng = random.Random(7000 + seed)
+    cases = [backlogged(rng, random_snapshot(rng)) for _ in range(100)]
+    skips: Counter[str] = Counter()
+    next_unknown = planner._next_unknown
+
+    def counting(*args: Any) -> int:
+        found: int = next_unknown(*args)
+        skips["jobs"] += found - args[2]
+        return found
+
+    monkeypatch.setattr(planner, "_next_unknown", counting)
+    bulk = [(plan(s), plan(in_order(s), queued_in_order=True)) for s in cases]
+
+    def one_by_one(ahead: Any, behind: int, start: int, *_: Any) -> int:
+        next(islice(ahead, behind + 1, behind + 1), None)
+        return start
+
+    monkeypatch.setattr(planner, "_next_unknown", one_by_one)
+    for case, (s, decided) in enumerate(zip(cases, bulk, strict=True)):
+        assert decided == (plan(s), plan(in_order(s), queued_in_order=True)), f"case {case}"
+    assert skips["jobs"] > 100  # jobs were passed over
+    assert any(p.wake_at is not None for p, _ in bulk)  # and backoffs waited
+
+
+# -- the fit index, query after query ------------------------------------------------------
+
+
+def random_frees(rng: random.Random) -> list[fit.Free]:
+    """Devices with free headroom drawn from few values (equal scores, exact fits, none
+    left) and a few from anywhere."""
+    frees = []
+    for pos in range(rng.randint(1, 60)):
+        device = dev(node=f"n{pos // 4}", i=pos % 4, mem=rng.choice(DEVICE_MIB[:4]))
+        compute = rng.choice(
+            (0.0, 5.0, 10.0, 24.999999, 25.0, 33.3, 50.0, 70.7, 95.0, rng.uniform(-5, 95))
+        )
+        memory = rng.choice(
+            (0.0, 1024.0, 4095.9999999, 8192.0, 40960.0, 79872.0, rng.uniform(-100, 80000))
+        )
+        frees.append(fit.Free(device, compute, memory, 0, pos))
+    return frees
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_index_picks_what_the_scan_picks_as_devices_fill(
+    seed: int, searches: Counter[str]
+) -> None:
+    """Jobs of a few shapes, each pick spent, and now and then another device spent (as a
+    whole-GPU placement does): every query, whether searched or answered from the picks
+    kept for its shape, returns the device the scan returns."""
+    rng = random.Random(3000 + seed)
+    frees = random_frees(rng)
+    index = fit.FitIndex(frees)
+    shapes = [(rng.choice(JOB_COMPUTE), rng.choice(JOB_MEMORY)) for _ in range(rng.randint(1, 5))]
+    for step in range(300):
+        compute, memory = rng.choice(shapes)
+        j = job(step, c=compute, m=memory)
+        expected = fit.best_fit_scan(j, frees)
+        assert index.best_fit(j) is expected, f"seed {seed} step {step}"
+        if expected is not None:
+            expected.compute -= compute
+            expected.memory -= memory
+            index.refile(expected)
+        if rng.random() < 0.2:
+            other = rng.choice(frees)
+            other.compute -= rng.choice((0.0, 1.0, 30.0))
+            other.memory -= rng.choice((0.0, 512.0))
+            index.refile(other)
+    assert searches["search"] < searches["query"]
+
+
+def scan_nodes(frees: list[fit.Free], j: QueuedJob) -> list[fit.Free] | None:
+    """The whole-GPU pick, written the plain way: on each node, in order, the devices with
+    no slice, the compute and the memory, least memory first; the node whose pick leaves
+    the least memory over, the first among equals."""
+    by_node: dict[str, list[fit.Free]] = {}
+    for f in frees:
+        by_node.setdefault(f.device.node, []).append(f)
+    best: list[fit.Free] | None = None
+    best_left = 0.0
+    for node in by_node.values():
+        ok = [
+            f
+            for f in node
+            if f.offline_slices == 0
+            and f.compute + EPS >= MIN_WHOLE_GPU_HEADROOM_PCT
+            and f.memory + EPS >= j.memory_mib
+        ]
+        pick = sorted(ok, key=lambda f: (f.memory, f.device.index))[: j.gpus]
+        left = sum(f.memory - j.memory_mib for f in pick)
+        if len(pick) == j.gpus and (best is None or left < best_left):
+            best, best_left = pick, left
+    return best
+
+
+def test_whole_gpu_jobs_go_where_the_scan_of_every_node_sends_them() -> None:
+    """Whole-GPU jobs of a few shapes, each pick spent, and fractional slices spent on
+    other devices now and then: the node scores kept per shape pick what a scan picks."""
+    placed = 0
+    for seed in range(30):
+        rng = random.Random(8000 + seed)
+        frees = random_frees(rng)
+        by_node: dict[str, list[fit.Free]] = {}
+        for f in frees:
+            by_node.setdefault(f.device.node, []).append(f)
+        index = fit.FitIndex(frees)
+        wholes = fit.WholeFit(by_node, index)
+        shapes = [(rng.choice((1, 1, 2, 3)), rng.choice(JOB_MEMORY)) for _ in range(3)]
+        for step in range(200):
+            gpus, memory = rng.choice(shapes)
+            j = job(step, c=100, m=memory, gpus=gpus)
+            expected = scan_nodes(frees, j)
+            assert wholes.best(j) == expected, f"seed {seed} step {step}"
+            for f in expected or ():
+                f.compute, f.memory, f.offline_slices = 0.0, f.memory - memory, 1
+                index.refile(f)
+                placed += 1
+            if rng.random() < 0.3:
+                other = rng.choice(frees)
+                other.compute -= rng.choice((0.0, 10.0, 60.0))
+                other.offline_slices += rng.choice((0, 1))
+                index.refile(other)
+    assert placed > 100
+
+
+# -- calm devices --------------------------------------------------------------------------
+
+
+def random_slices(rng: random.Random, device: DeviceView) -> list[ActiveAttempt]:
+    slices = []
+    for n in range(rng.randint(1, 4)):
+        whole = rng.random() < 0.15
+        a = att(
+            100 + n,
+            node=device.node,
+            devices=(device.index,),
+            c=100 if whole else rng.choice(JOB_COMPUTE),
+            m=rng.choice(JOB_MEMORY),
+            gpus=1 if whole else 0,
+            state=rng.choice((JobState.RUNNING,) * 6 + (JobState.EVICTING,)),
+        )
+        a = dataclasses.replace(
+            a,
+            paused_at=rng.choice((NOW - 5, NOW - 3600)) if rng.random() < 0.1 else None,
+            suspended_at=NOW - rng.choice((5, 7200)) if rng.random() < 0.05 else None,
+            pausable=rng.random() < 0.5,
+        )
+        slices.append(a)
+    return slices
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_calm_device_needs_no_relief(seed: int) -> None:
+    """Where the planner skips the relief reckoning, relief_for_device has nothing to do
+    (no pause, suspension or eviction), with pausing on or off and suspension allowed."""
+    rng = random.Random(4000 + seed)
+    calm = restless = 0
+    for _ in range(300):
+        device = dev(
+            mem=rng.choice(DEVICE_MIB[:4]),
+            oc=rng.choice(ONLINE_COMPUTE),
+            om=rng.choice(ONLINE_MEMORY),
+        )
+        here = random_slices(rng, device)
+        margins = rng.choice((Margins(), Margins(compute_pct=0.0, memory_mib=0.0)))
+        if not planner._calm(device, here, margins):
+            restless += 1
+            continue
+        calm += 1
+        for rules in (PauseRules(), PauseRules(enabled=False), PauseRules(suspend=True)):
+            relief = relief_for_device(device, here, margins, NOW, rules, None, lambda a: True)
+            assert relief == [], (device, here, rules)
+    assert calm > 50 and restless > 50
+
+
+# -- reasons -------------------------------------------------------------------------------
+
+
+def test_reasons_worked_out_once_per_queue_and_timing_are_each_jobs_own() -> None:
+    """One :class:`Unplaced` for a whole pass says for each job what a fresh one says:
+    the queue, the first checkpoint and the deadline change what the devices say."""
+    devices = [
+        dev(i=0, rc=5, rm=1024),
+        dataclasses.replace(dev(i=1, oc=20), cooldown_until=NOW + 60),
+        dataclasses.replace(dev(i=2), unavailable="drained by an admin"),
+    ]
+    night = QueueGate(open_until=NOW + 40, share=0.5, window="night")
+    gates = {
+        d.key: DeviceGates(open={"default": night}, closed={"train": "window 'day' is closed"})
+        for d in devices
+    }
+    jobs = [
+        job(1, c=50),
+        job(2, c=10, m=90000),
+        job(3, c=100, gpus=2),
+        dataclasses.replace(job(4), deadline_s=60.0),
+        dataclasses.replace(job(5), deadline_s=5.0, first_checkpoint_s=60.0),
+        dataclasses.replace(job(6), deadline_s=5.0, first_checkpoint_s=10.0),
+        job(7, c=50, queue="train"),
+    ]
+    for s in (
+        Snapshot(now=NOW, queued=[], active=[], devices=devices),
+        Snapshot(now=NOW, queued=[], active=[], devices=devices, gates=gates),
+    ):
+        shared = Unplaced(s, devices)
+        said = [shared.reason(j) for j in jobs + jobs[::-1]]
+        assert said == [Unplaced(s, devices).reason(j) for j in jobs + jobs[::-1]]
+        if s.gates is not None:  # each timing and queue says something of its own
+            assert len(set(said)) == len(jobs)
+    cooling = Snapshot(now=NOW, queued=[], active=[], devices=devices[1:2])
+    assert (
+        Unplaced(cooling, cooling.devices)
+        .reason(jobs[0])
+        .startswith("waiting: devices cooling down")
+    )

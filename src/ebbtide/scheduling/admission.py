@@ -19,6 +19,7 @@ import datetime as dt
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 
 from ebbtide.preemption.victims import Eviction, EvictReason, select_victims
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, allocated
@@ -212,64 +213,98 @@ def fits_before_close(job: QueuedJob, open_until: float, now: float) -> bool:
     return now + (job.first_checkpoint_s or 0.0) + job.deadline_s + DRAIN_LEAD_S < open_until
 
 
-def unplaced_reason(
-    job: QueuedJob,
-    snapshot: Snapshot,
-    devices: Iterable[DeviceView],
-) -> str:
+def unplaced_reason(job: QueuedJob, snapshot: Snapshot, devices: Iterable[DeviceView]) -> str:
     """Why a job that passed its quotas found no device: windows, cooldown, or room."""
-    now, gates = snapshot.now, snapshot.gates
-    devices = list(devices)
-    out = _listed(sorted({d.unavailable for d in devices if d.unavailable}))
-    if devices and all(d.unavailable for d in devices):
-        return f"waiting: no device takes work ({out})"
-    devices = [d for d in devices if not d.unavailable]
-    open_here = []
-    closed_why = ""
-    for d in devices:
-        g = gates.get(d.key) if gates is not None else None
-        if g is not None and job.queue not in g.open:
-            closed_why = closed_why or g.closed.get(job.queue, "")
-            continue
-        open_here.append((d, g.open[job.queue].open_until if g is not None else math.inf))
-    if not open_here:
-        return f"waiting: {closed_why}" if closed_why else "waiting: no device is up"
-    in_time = [(d, u) for d, u in open_here if fits_before_close(job, u, now)]
-    if not in_time:
-        close, name = max((u, _closing(gates, d, job.queue)) for d, u in open_here)
-        window = f"window {name!r}" if name else "its window"
-        first = (
-            f"its first checkpoint ({job.first_checkpoint_s:g}s) and "
-            if job.first_checkpoint_s
-            else ""
-        )
+    return Unplaced(snapshot, devices).reason(job)
+
+
+class Unplaced:
+    """:func:`unplaced_reason` for the jobs of one pass: what the devices say is worked out
+    once per queue and timing (a fleet has many devices), only the slice's size per job."""
+
+    def __init__(self, snapshot: Snapshot, devices: Iterable[DeviceView]) -> None:
+        self._snapshot = snapshot
+        self._devices = list(devices)
+        self._said: dict[tuple[str, float | None, float], str | tuple[str, str]] = {}
+
+    def reason(self, job: QueuedJob) -> str:
+        key = (job.queue, job.first_checkpoint_s, job.deadline_s)
+        said = self._said.get(key)
+        if said is None:
+            said = self._said[key] = self._devices_say(job)
+        if isinstance(said, str):
+            return said
+        share, notes = said
+        slice_text = f"{job.gpus} whole GPU(s)" if job.gpus else f"{job.compute_pct:g}%"
         return (
-            f"waiting: {first}its eviction deadline ({job.deadline_s:g}s) would not fit "
-            f"before {window} closes at {clock_text(close)}"
+            f"waiting for headroom: no device has {slice_text} and "
+            f"{format_mib(job.memory_mib)} free{share} (margin included){notes}"
         )
-    if all(d.cooldown_until > now for d, _ in in_time):
-        until = min(d.cooldown_until for d, _ in in_time)
-        return f"waiting: devices cooling down after evictions until {clock_text(until)}"
-    share = ""
-    if gates is not None:
-        share = " within the share the open windows allow"
-    slice_text = f"{job.gpus} whole GPU(s)" if job.gpus else f"{job.compute_pct:g}%"
-    notes = []
-    cooling = sorted((d.cooldown_until, f"{d.node}/{d.index}") for d, _ in in_time)
-    cooling = [(u, name) for u, name in cooling if u > now]
-    if cooling:
-        names = _listed([name for _, name in cooling])
-        notes.append(f"cooling down after an eviction: {names} until {clock_text(cooling[0][0])}")
-    if out:
-        notes.append(f"not taking work: {out}")
-    roomiest = min((d for d, _ in in_time), key=lambda d: (d.online_compute_pct, d.key))
-    if roomiest.reserve_compute_pct >= 0.5 or roomiest.reserve_memory_mib >= 1:
-        notes.append(_kept_back(roomiest))
-    return (
-        f"waiting for headroom: no device has {slice_text} and "
-        f"{format_mib(job.memory_mib)} free{share} (margin included)"
-        + "".join(f"; {n}" for n in notes)
-    )
+
+    def _devices_say(self, job: QueuedJob) -> str | tuple[str, str]:
+        """The whole reason where the devices alone give it (no window, a cooldown, none
+        up); else what follows the slice's size in it: the share and the notes."""
+        now, gates = self._snapshot.now, self._snapshot.gates
+        devices = self._devices
+        out = _listed(sorted({d.unavailable for d in devices if d.unavailable}))
+        if devices and all(d.unavailable for d in devices):
+            return f"waiting: no device takes work ({out})"
+        devices = [d for d in devices if not d.unavailable]
+        closed_why = ""
+        if gates is None:  # every device that is up takes every queue, for ever
+            open_here = [(d, math.inf) for d in devices]
+        else:
+            open_here = []
+            for d in devices:
+                g = gates.get(d.key)
+                if g is not None and job.queue not in g.open:
+                    closed_why = closed_why or g.closed.get(job.queue, "")
+                    continue
+                open_here.append((d, g.open[job.queue].open_until if g is not None else math.inf))
+        if not open_here:
+            return f"waiting: {closed_why}" if closed_why else "waiting: no device is up"
+        in_time = (
+            open_here
+            if gates is None
+            else [(d, u) for d, u in open_here if fits_before_close(job, u, now)]
+        )
+        if not in_time:
+            close, name = max((u, _closing(gates, d, job.queue)) for d, u in open_here)
+            window = f"window {name!r}" if name else "its window"
+            first = (
+                f"its first checkpoint ({job.first_checkpoint_s:g}s) and "
+                if job.first_checkpoint_s
+                else ""
+            )
+            return (
+                f"waiting: {first}its eviction deadline ({job.deadline_s:g}s) would not fit "
+                f"before {window} closes at {clock_text(close)}"
+            )
+        if all(d.cooldown_until > now for d, _ in in_time):
+            until = min(d.cooldown_until for d, _ in in_time)
+            return f"waiting: devices cooling down after evictions until {clock_text(until)}"
+        share = ""
+        if gates is not None:
+            share = " within the share the open windows allow"
+        notes = []
+        # only the devices still cooling down get a name (not every device of a fleet)
+        cooling = sorted(
+            (d.cooldown_until, f"{d.node}/{d.index}") for d, _ in in_time if d.cooldown_until > now
+        )
+        if cooling:
+            names = _listed([name for _, name in cooling])
+            first_free = clock_text(cooling[0][0])
+            notes.append(f"cooling down after an eviction: {names} until {first_free}")
+        if out:
+            notes.append(f"not taking work: {out}")
+        # the least loaded device, the first by key among equals (as ``(compute, key)``)
+        roomiest = min((d for d, _ in in_time), key=_LOAD_THEN_KEY)
+        if roomiest.reserve_compute_pct >= 0.5 or roomiest.reserve_memory_mib >= 1:
+            notes.append(_kept_back(roomiest))
+        return share, "".join(f"; {n}" for n in notes)
+
+
+_LOAD_THEN_KEY = attrgetter("online_compute_pct", "node", "index")
 
 
 def _kept_back(d: DeviceView) -> str:

@@ -159,7 +159,7 @@ class Scheduler:
                     log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
         self.reconcile(now)
         snapshot = self.snapshot(now)
-        decisions = plan(snapshot)
+        decisions = plan(snapshot, queued_in_order=True)  # the store gives it in order
         self.apply(decisions, now, snapshot.queued)
         self.store.set_reasons(decisions.blocked)
         self.runtime.wake_at(decisions.wake_at)

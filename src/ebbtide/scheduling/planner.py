@@ -15,41 +15,71 @@ One pass reads as numbered phases (after kueue's scheduling cycle):
    nowhere is skipped, and so is every later job of the same shape.  Never into
    headroom that does not cover the slice plus the margin.
 
-One pass over 100,000 queued jobs and 1,000 devices takes tens of milliseconds
-(``benchmarks/plan_scale.py``): the best fit is found with an index of the devices' free
-headroom (:class:`FitIndex`) instead of a scan of every device, and it picks the very
-device the scan (:func:`best_fit_scan`) would, ties included.
+One pass over 1,000,000 queued jobs and 10,000 devices takes about 80 ms on two shared
+cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
+
+- the best fit is found with an index of the devices' free headroom (:class:`FitIndex`)
+  instead of a scan of every device, and it picks the very device the scan
+  (:func:`best_fit_scan`) would, ties included; the jobs of a shape that comes back (an
+  array's tasks) take the best fits its last search kept; whole-GPU jobs, each node's
+  score kept per shape (:class:`WholeFit`);
+- the queue is read only as far as the pass goes when the caller says it is in order
+  already (the store lists it so), and sorted a priority at a time otherwise;
+- a device whose slices all fit (most of a fleet) skips the relief reckoning, and why a
+  job finds no device is worked out once per queue and timing, not once per job;
+- once the reasons are full, the jobs of shapes known to fit nowhere are passed over at C
+  speed (a full fleet reads its whole queue every pass).
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress, count, islice
+from operator import attrgetter, not_
 
 from ebbtide.preemption.relief import ActionKind, relief_for_device
 from ebbtide.preemption.victims import Eviction, EvictReason
+from ebbtide.queue.states import JobState
 from ebbtide.scheduling import fit
 from ebbtide.scheduling.admission import (
     MAX_REASONS,
     Quotas,
+    Unplaced,
     clock_text,
     device_share,
     drain_evictions,
     fits_before_close,
     ready_at,
     share_evictions,
-    unplaced_reason,
 )
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, allocated, headroom
-from ebbtide.scheduling.fit import EPS, FitIndex, Free
-from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob, Snapshot, protected
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
+from ebbtide.scheduling.fit import EPS, FitIndex, Free, WholeFit, whole_pick
+from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT as MIN_WHOLE_GPU_HEADROOM_PCT
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    DeviceView,
+    Margins,
+    QueuedJob,
+    Snapshot,
+    protected,
+)
 from ebbtide.scheduling.windows import QueueGate
 
-#: A whole-GPU job goes only where at least this much compute is free, in percent.
-MIN_WHOLE_GPU_HEADROOM_PCT = 50.0
+#: What a device with no slice holds: no slice, no compute (percent), no memory (MiB).
+_NOTHING_HELD = (0, 0.0, 0.0)
+_PRIORITY = attrgetter("priority")
+_ID = attrgetter("id")
+#: A job's shape: jobs of one shape fit where the others do (and, under windows, in time)
+_SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
+_SHAPE_AND_TIMING = attrgetter(
+    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
+)
+_COMPUTE = attrgetter("compute_pct")
+_MEMORY = attrgetter("memory_mib")
 
 
 @dataclass(frozen=True)
@@ -76,7 +106,14 @@ class Plan:
     wake_at: float | None = None
 
 
-def plan(snapshot: Snapshot) -> Plan:
+def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
+    """The decisions of one pass on ``snapshot``.
+
+    ``queued_in_order``: the caller vouches that ``snapshot.queued`` is in nomination order
+    already (priority, high first, then id, as :meth:`Store.queued_jobs` lists it); the
+    pass then reads only the jobs it reaches instead of sorting them all (at a million
+    queued jobs, reading each one's priority takes longer than the rest of the pass).
+    """
     out = Plan()
     now = snapshot.now
     limits = snapshot.queues
@@ -90,12 +127,20 @@ def plan(snapshot: Snapshot) -> Plan:
     for a in snapshot.active:
         for d in a.devices:
             by_device.setdefault((a.node, d), []).append(a)
+    margins = snapshot.margins
+    # per device, in snapshot order: its slices, and the compute and memory they hold (the
+    # sums allocated() makes; ``here`` holds the device's slices only)
+    held: list[tuple[int, float, float]] = []
     chosen: set[tuple[int, int]] = set()
     for device in snapshot.devices:
         here = by_device.get(device.key)
-        if not here or device.planning_only:
-            continue  # no slice to take back, or figures too old to evict on
-        for r in relief_for_device(device, here, snapshot.margins, now, snapshot.pause, guarded):
+        if not here:
+            held.append(_NOTHING_HELD)
+            continue  # no slice to take back
+        held.append((len(here), sum(map(_COMPUTE, here), 0.0), sum(map(_MEMORY, here), 0.0)))
+        if device.planning_only or _calm(device, here, margins):
+            continue  # figures too old to evict on, or no shortfall
+        for r in relief_for_device(device, here, margins, now, snapshot.pause, guarded):
             # a pause is the node agent's to make (it freezes the attempt in place); the
             # scheduler evicts only what a pause cannot relieve
             if r.kind is ActionKind.EVICT and (r.job_id, r.attempt) not in chosen:
@@ -127,14 +172,21 @@ def plan(snapshot: Snapshot) -> Plan:
 
     # 2. account
     gates = snapshot.gates
+    # devices under pressure: an eviction decided now or still in flight
+    evicting = JobState.EVICTING  # what ActiveAttempt.evicting compares with
+    pressed = {
+        (a.node, d)
+        for a in snapshot.active
+        if a.state == evicting or (a.job_id, a.attempt) in chosen
+        for d in a.devices
+    }
     free: dict[tuple[str, int], Free] = {}
-    for device in snapshot.devices:
-        here = by_device.get(device.key, [])
-        alloc_c, alloc_m = allocated(device, here)
-        c, m = headroom(device, alloc_c, alloc_m, snapshot.margins)
-        # a device under pressure (an eviction decided now or still in flight) takes
-        # nothing new until its slices are free; nor does one cooling down after one
-        if any(a.evicting or (a.job_id, a.attempt) in chosen for a in here):
+    for device, (slices, alloc_c, alloc_m) in zip(snapshot.devices, held, strict=True):
+        key = device.key
+        c, m = headroom(device, alloc_c, alloc_m, margins)
+        # a device under pressure takes nothing new until its slices are free; nor does
+        # one cooling down after an eviction
+        if key in pressed:
             c = m = 0.0
         if device.cooldown_until > now:
             c = m = 0.0
@@ -142,16 +194,13 @@ def plan(snapshot: Snapshot) -> Plan:
         if device.unavailable:
             c = m = 0.0  # out of service (a fault) or drained by an admin
         if gates is not None:
-            share = device_share(gates.get(device.key))
+            share = device_share(gates.get(key))
             c = min(c, share * DEVICE_COMPUTE_PCT - alloc_c)
             m = min(m, share * device.memory_mib - alloc_m)
-        free[device.key] = Free(
-            device, c, m, len(here), alloc_compute=alloc_c, alloc_memory=alloc_m
-        )
+        free[key] = Free(device, c, m, slices, 0, alloc_c, alloc_m)
+    by_node: dict[str, list[Free]] = {}
     for pos, f in enumerate(free.values()):
         f.pos = pos
-    by_node: dict[str, list[Free]] = {}
-    for f in free.values():
         by_node.setdefault(f.device.node, []).append(f)
 
     running_per_array = Counter(a.array_id for a in snapshot.active if a.array_id is not None)
@@ -164,52 +213,100 @@ def plan(snapshot: Snapshot) -> Plan:
 
     # 3. nominate, 4. admit
     index = FitIndex(free.values())
+    wholes = WholeFit(by_node, index)
     misfits: dict[tuple[object, ...], str] = {}
+    unplaced = Unplaced(snapshot, snapshot.devices)
     dispatches = out.dispatches
-    for job in _nominated(snapshot.queued):
+    shape_of = _SHAPE if lanes is None else _SHAPE_AND_TIMING
+    runs = [snapshot.queued] if queued_in_order else _nominated(snapshot.queued)
+    for run in runs:
+        # the jobs of ``run`` by position; ``ahead`` reads on from ``read`` (see below)
+        ahead, read, i = iter(run), 0, 0
+        while i < len(run) and len(dispatches) < snapshot.max_dispatches:
+            job = run[i]
+            i += 1
+            shape = shape_of(job)
+            if shape in misfits:
+                refuse(job, misfits[shape])
+                if len(out.blocked) >= MAX_REASONS:
+                    # nothing more to say, and this shape fits nowhere: no job of a shape
+                    # known to fit nowhere changes anything now, so go on to the next of
+                    # another shape (read at C speed: a full fleet has a long queue)
+                    i = _next_unknown(ahead, i - read, i, shape_of, misfits, len(run))
+                    read = i + 1
+                continue
+            if (
+                job.array_id is not None
+                and job.array_limit is not None
+                and running_per_array[job.array_id] >= job.array_limit
+            ):
+                refuse(job, f"array limit: {job.array_limit} of its array already running")
+                continue
+            if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
+                ready = clock_text(until)
+                refuse(job, f"backoff: evicted {job.evictions} times; not before {ready}")
+                wakes.append(until)
+                continue
+            if quotas is not None and (why := quotas.refusal(job)) is not None:
+                refuse(job, why)
+                continue
+            if job.gpus >= 1:
+                allowed = lanes.allows(job) if lanes is not None else None
+                placed = _place_whole(job, by_node, index, wholes, allowed)
+            elif lanes is not None and not lanes.plain(job):
+                placed = _place_gated(job, lanes, index)
+            else:
+                placed = _place_fraction(job, free, index)
+            if placed is None:
+                misfits[shape] = unplaced.reason(job)
+                refuse(job, misfits[shape])
+                continue
+            node, devices = placed
+            dispatches.append(
+                Dispatch(job.id, job.attempts, node, devices, job.compute_pct, job.memory_mib)
+            )
+            if job.array_id is not None:
+                running_per_array[job.array_id] += 1
+            if quotas is not None:
+                quotas.take(job)
         if len(dispatches) >= snapshot.max_dispatches:
-            break
-        shape: tuple[object, ...] = (job.compute_pct, job.memory_mib, job.gpus)
-        if lanes is not None:
-            shape += (job.queue, job.first_checkpoint_s, job.deadline_s)
-        if shape in misfits:
-            refuse(job, misfits[shape])
-            continue
-        if (
-            job.array_id is not None
-            and job.array_limit is not None
-            and running_per_array[job.array_id] >= job.array_limit
-        ):
-            refuse(job, f"array limit: {job.array_limit} of its array already running")
-            continue
-        if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
-            refuse(job, f"backoff: evicted {job.evictions} times; not before {clock_text(until)}")
-            wakes.append(until)
-            continue
-        if quotas is not None and (why := quotas.refusal(job)) is not None:
-            refuse(job, why)
-            continue
-        if job.gpus >= 1:
-            allowed = lanes.allows(job) if lanes is not None else None
-            placed = _place_whole(job, by_node, index, allowed)
-        elif lanes is not None and not lanes.plain(job):
-            placed = _place_gated(job, lanes, index)
-        else:
-            placed = _place_fraction(job, free, index)
-        if placed is None:
-            misfits[shape] = unplaced_reason(job, snapshot, snapshot.devices)
-            refuse(job, misfits[shape])
-            continue
-        node, devices = placed
-        dispatches.append(
-            Dispatch(job.id, job.attempts, node, devices, job.compute_pct, job.memory_mib)
-        )
-        if job.array_id is not None:
-            running_per_array[job.array_id] += 1
-        if quotas is not None:
-            quotas.take(job)
+            break  # before the next priority's jobs are sorted
     out.wake_at = _next(wakes, now)
     return out
+
+
+def _next_unknown(
+    ahead: Iterator[QueuedJob],
+    behind: int,
+    start: int,
+    shape_of: Callable[[QueuedJob], tuple[object, ...]],
+    misfits: dict[tuple[object, ...], str],
+    end: int,
+) -> int:
+    """The position of the next job, from ``start`` on, whose shape ``misfits`` does not
+    hold (``end`` when none), read from ``ahead``, which is ``behind`` jobs behind
+    ``start``: ``ahead`` is left just past that job.  Built of C iterators only."""
+    next(islice(ahead, behind, behind), None)
+    unknown = map(not_, map(misfits.__contains__, map(shape_of, ahead)))
+    return next(compress(count(start), unknown), end)
+
+
+def _calm(device: DeviceView, here: list[ActiveAttempt], margins: Margins) -> bool:
+    """Whether :func:`relief_for_device` has nothing to do on ``device``: no slice there is
+    paused or suspended (so none has been for too long) and nothing overflows, reckoned
+    as :func:`~ebbtide.scheduling.capacity.overflow` does with none paused or suspended
+    (the same sums in the same order).  Most devices of a fleet are calm, and this costs
+    a fraction of the relief's own reckoning."""
+    compute = memory = 0.0
+    for a in here:
+        if a.paused_at is not None or a.suspended_at is not None:
+            return False
+        memory += a.memory_mib
+        if a.gpus == 0:
+            compute += a.compute_pct
+    over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
+    over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
+    return (compute <= 0 or over_c <= 0) and over_m <= 0
 
 
 def _next(times: list[float], now: float) -> float | None:
@@ -290,16 +387,26 @@ def _spend(f: Free, job: QueuedJob, index: FitIndex) -> None:
     index.refile(f)
 
 
-def _nominated(queued: Iterable[QueuedJob]) -> list[QueuedJob]:
+def _nominated(queued: Iterable[QueuedJob]) -> Iterator[list[QueuedJob]]:
     """``queued`` by priority (high first), then submission order (a requeued job keeps
-    its id); jobs equal in both keep their given order.
+    its id), one priority at a time; jobs equal in both keep their given order.
 
-    Two stable sorts on plain attributes (id, then priority descending, which keeps the id
-    order among equal priorities) give the same list as one sort on ``(-priority, id)``,
-    faster: no key tuple per job.  Timsort is linear on the store's already ordered list.
+    One stable sort on priority (linear on the store's list, which is in this order
+    already), then the jobs of each priority by id, only once the pass reaches them: the
+    same order as one sort on ``(-priority, id)``, but a pass that stops after a few
+    thousand jobs reads the id of the first priorities' jobs only, and builds no key
+    tuple per job.
     """
-    by_id = sorted(queued, key=attrgetter("id"))
-    return sorted(by_id, key=attrgetter("priority"), reverse=True)
+    jobs = sorted(queued, key=_PRIORITY, reverse=True)
+    start = 0
+    while start < len(jobs):
+        end = bisect_right(jobs, -jobs[start].priority, lo=start, key=_minus_priority)
+        yield sorted(jobs[start:end], key=_ID)
+        start = end
+
+
+def _minus_priority(job: QueuedJob) -> int:
+    return -job.priority
 
 
 def _place_fraction(
@@ -316,28 +423,20 @@ def _place_whole(
     job: QueuedJob,
     by_node: dict[str, list[Free]],
     index: FitIndex,
+    wholes: WholeFit,
     allowed: Callable[[Free], bool] | None = None,
 ) -> tuple[str, tuple[int, ...]] | None:
     """``gpus`` devices on one node with no offline slice, each with compute headroom of at
     least :data:`MIN_WHOLE_GPU_HEADROOM_PCT`; the job then holds all of that headroom."""
     best: list[Free] | None = None
-    best_score = 0.0
-    for frees in by_node.values():
-        fit = [
-            f
-            for f in frees
-            if f.offline_slices == 0
-            and (allowed is None or allowed(f))
-            and f.compute + EPS >= MIN_WHOLE_GPU_HEADROOM_PCT
-            and f.memory + EPS >= job.memory_mib
-        ]
-        if len(fit) < job.gpus:
-            continue
-        fit.sort(key=lambda f: (f.memory, f.device.index))
-        pick = fit[: job.gpus]
-        score = sum(f.memory - job.memory_mib for f in pick)
-        if best is None or score < best_score:
-            best, best_score = pick, score
+    if allowed is None and index.serves(job):
+        best = wholes.best(job)
+    else:
+        best_score = 0.0
+        for frees in by_node.values():
+            picked = whole_pick(frees, job, allowed)
+            if picked is not None and (best is None or picked[0] < best_score):
+                best_score, best = picked
     if best is None:
         return None
     for f in best:
