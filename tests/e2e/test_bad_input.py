@@ -62,7 +62,7 @@ def _nothing_submitted(env: dict[str, str]) -> None:
         (["qdel", HUGE], ["is not a job id", "9223372036854775807"]),
         (["qdel", f"{HUGE}[]"], ["is not a job id", "9223372036854775807"]),
         (["qhold", HUGE], ["is not a job id", "9223372036854775807"]),
-        (["qstat", "-f", HUGE], ["-f:", "9223372036854775807"]),
+        (["qstat", "-f", HUGE], ["is not a job id", "9223372036854775807"]),
         (["events", HUGE], ["is not a job id", "9223372036854775807"]),
     ],
 )

@@ -72,6 +72,20 @@ def test_a_job_submitted_where_no_agent_ever_reported_says_so(home: Path) -> Non
     )
 
 
+def test_qstat_f_takes_any_number_of_jobs_as_pbs_does(home: Path) -> None:
+    ebb("qsub", "-N", "one", "-h", "--", "true")  # 1
+    ebb("qsub", "-N", "two", "-J", "1-2", "--", "true")  # 2, 3
+    one = json.loads(ebb("qstat", "-f", "1", "--json"))
+    assert one["id"] == 1  # one job named: its object, as before
+    assert json.loads(ebb("qstat", "1", "-f", "--json"))["id"] == 1  # -f after the id too
+    assert [d["id"] for d in json.loads(ebb("qstat", "-f", "1", "3", "--json"))] == [1, 3]
+    assert [d["id"] for d in json.loads(ebb("qstat", "-f", "2[]", "--json"))] == [2, 3]
+    assert [d["id"] for d in json.loads(ebb("qstat", "-f", "--json"))] == [1, 2, 3]
+    text = ebb("qstat", "-f", "1", "2")
+    assert text.count("                  id: ") == 2 and "\n\n" in text  # a blank line apart
+    assert [d["id"] for d in json.loads(ebb("qstat", "-f", "-s", "H", "--json"))] == [1]
+
+
 def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     ebb("qsub", "-h", "-l", "walltime=1:00:00", "--", "python", "train.py")
     text = ebb("qstat", "-f", "1")

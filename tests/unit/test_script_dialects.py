@@ -326,6 +326,10 @@ def test_sbatch_prints_what_slurm_prints(home: Path) -> None:
     assert result.stdout.strip() == "Submitted batch job 1"
     result = CliRunner().invoke(cli, ["sbatch", "--parsable", "-H", "--wrap=echo hi"])
     assert result.stdout.strip() == "2"
+    # a wrapped command is named "wrap", as Slurm names it, unless -J says otherwise
+    named = CliRunner().invoke(cli, ["sbatch", "--json", "-H", "--wrap", "true", "-J", "mine"])
+    listed = json.loads(CliRunner().invoke(cli, ["qstat", "--json"]).stdout)
+    assert [j["name"] for j in listed] == ["wrap", "wrap", "mine"], named.output
 
 
 def test_sbatch_options_on_the_command_line_win_over_the_script(home: Path) -> None:

@@ -298,7 +298,13 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 @click.command("qstat")
-@click.option("-f", "full", metavar="ID", help="Show one job in full.")
+@click.option(
+    "-f",
+    "full",
+    is_flag=True,
+    help="Each job in full (qstat -f 12 13; alone: every job listed). --json: one job's "
+    "object, or a list for several.",
+)
 @click.option("-u", "user", help="Only this user's jobs.")
 @click.option("-Q", "queues", is_flag=True, help="Show queues with job counts per state.")
 @click.option(
@@ -331,8 +337,8 @@ def qstat(
     ids: Sequence[str],
 ) -> None:
     """Show the jobs that have not finished (oldest first; -x: finished ones too, -s:
-    these states), only the jobs IDS in any state (`ebb qstat 12 13[]`), one job in full
-    (-f ID), or queues (-Q).
+    these states), only the jobs IDS in any state (`ebb qstat 12 13[]`), jobs in full
+    (-f 12, -f 12 13, -f alone: every job listed), or queues (-Q).
 
     An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
     task. In -f, times are local ISO timestamps (Unix seconds in --json).
@@ -344,13 +350,12 @@ def qstat(
     if unfinished_only:  # as PBS's qstat and Slurm's squeue
         wanted = [s for s in JobState if s not in FINAL_STATES]
     named = _parse_ids(ids)
-    number = None if full is None else parse_job_id(full, "-f")
-    if fast.socket_url() is not None and number is None and not (ids or queues or as_json):
+    if fast.socket_url() is not None and not (full or ids or queues or as_json):
         rows = fast.qstat_rows([s.value for s in wanted or ()], user)
         if rows is not None:  # a server on this host answered: its table
             _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
             return
-    if number is not None or ids:  # jobs named: no store is an error
+    if ids:  # jobs named: no store is an error
         client = _client()
     elif (client := _listing_client(as_json, {} if queues else [])) is None:
         return  # nothing submitted here yet: an empty list, as on a new cluster
@@ -363,13 +368,22 @@ def qstat(
         for q, counts in sorted(stats.items()):
             click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
         return
-    if number is not None:
-        data = client.describe(number)
-        if as_json:
-            _echo_json(data)
+    if full:
+        if ids:
+            chosen = _expand_ids(client, named)
+        else:
+            chosen = [row[0] for row in client.table(["id"], state=wanted, owner=user)]
+        described = [client.describe(job_id) for job_id in chosen]
+        described = [d for d in described if not ids or asked is None or d["state"] in asked]
+        if as_json:  # one job named by its id: its object, as ever; else a list
+            one = len(named) == 1 and not named[0][1] and len(described) == 1
+            _echo_json(described[0] if one else described)
             return
-        for key, value in _full_lines(data):
-            click.echo(f"{key:>20}: {_shown_value(key, value)}")
+        for i, data in enumerate(described):
+            if i:
+                click.echo("")
+            for key, value in _full_lines(data):
+                click.echo(f"{key:>20}: {_shown_value(key, value)}")
         return
     if ids:
         jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]

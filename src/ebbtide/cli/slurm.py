@@ -92,7 +92,7 @@ FLAGS = frozenset(
 IGNORED = {
     "--mail-type": "mail is not sent; watch the job with ebb qstat or ebb events",
     "--mail-user": "mail is not sent; watch the job with ebb qstat or ebb events",
-    "--qos": "there are no QOS levels; queues and priorities (-p) order jobs",
+    "--qos": "there are no QOS levels; partitions (queues) and priorities (ebb qsub -p) order jobs",
     "--constraint": "node features are not matched",
     "--exclusive": "a job gets the slice it asks for, never a whole node",
     "--nodelist": "the scheduler picks the node",
@@ -427,6 +427,8 @@ def _hold(opts: QsubOptions, option: str, value: str, where: str) -> None:
 
 def _wrap(opts: QsubOptions, option: str, value: str, where: str) -> None:
     opts.command = ["/bin/sh", "-c", value]
+    if opts.name is None:  # Slurm names a wrapped command "wrap"
+        opts.name = "wrap"
 
 
 def _input(opts: QsubOptions, option: str, value: str, where: str) -> None:
