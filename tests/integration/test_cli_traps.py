@@ -86,6 +86,24 @@ def test_qstat_f_takes_any_number_of_jobs_as_pbs_does(home: Path) -> None:
     assert [d["id"] for d in json.loads(ebb("qstat", "-f", "-s", "H", "--json"))] == [1]
 
 
+def test_an_arrays_task_is_named_as_pbs_names_it(home: Path) -> None:
+    ebb("qsub", "-N", "arr", "-J", "0-4:2", "--", "true")  # 1, 2, 3: indices 0, 2, 4
+    assert json.loads(ebb("qstat", "-f", "1[2]", "--json"))["id"] == 2
+    rows = ebb("qstat", "-t", "1[4]", "1[0]").splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["3", "1"]
+    assert json.loads(ebb("events", "1[4]", "--json"))[0]["type"] == "submitted"
+    for args, says in (
+        (["events", "1[3]"], "array 1 has no task 3 (its tasks: 0-4, 3 of them)"),
+        (["logs", "1[]"], "is a whole array; name one task, like 1[1]"),
+        (["qstat", "1[x]"], "is not a job id (expected a number like 12, 12[] for an array"),
+        (["qdel", "9[1]"], "no array with id 9"),
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1 and says in result.output, (args, result.output)
+    ebb("qdel", "1[2]")
+    assert json.loads(ebb("qstat", "-f", "2", "--json"))["state"] == "cancelled"
+
+
 def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     ebb("qsub", "-h", "-l", "walltime=1:00:00", "--", "python", "train.py")
     text = ebb("qstat", "-f", "1")

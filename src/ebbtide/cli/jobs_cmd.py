@@ -7,6 +7,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -376,7 +377,7 @@ def qstat(
         described = [client.describe(job_id) for job_id in chosen]
         described = [d for d in described if not ids or asked is None or d["state"] in asked]
         if as_json:  # one job named by its id: its object, as ever; else a list
-            one = len(named) == 1 and not named[0][1] and len(described) == 1
+            one = len(named) == 1 and not named[0].whole_array and len(described) == 1
             _echo_json(described[0] if one else described)
             return
         for i, data in enumerate(described):
@@ -687,34 +688,69 @@ def parse_job_id(text: str, flag: str) -> int:
     return number
 
 
-def _parse_ids(ids: Sequence[str]) -> list[tuple[int, bool]]:
-    """Job ids as given (``12``, ``12.server``, ``12[]`` for a whole array) as
-    ``(id, whether an array)``, checked before any store is opened."""
-    out: list[tuple[int, bool]] = []
+@dataclass(frozen=True)
+class JobRef:
+    """A job as named on the command line: ``12`` (or ``12.server``), ``12[]`` (every
+    task of the array 12), ``12[3]`` (its task of index 3), as PBS names them."""
+
+    id: int
+    whole_array: bool = False
+    index: int | None = None
+
+
+def _parse_ids(ids: Sequence[str]) -> list[JobRef]:
+    """Job ids as given, checked before any store is opened."""
+    out: list[JobRef] = []
     for text in ids:
-        raw = text.split(".", 1)[0]
-        is_array = raw.endswith("[]")
-        job_id = _job_id(raw[:-2] if is_array else raw)
-        if job_id is None:
+        raw = text.split(".", 1)[0].strip()
+        found = re.fullmatch(r"([0-9]{1,30})(?:\[([0-9]{0,30})\])?", raw)
+        job_id = _job_id(found.group(1)) if found else None
+        if found is None or job_id is None:
             raise UserError(
-                f"{shown(text, 60)} is not a job id (expected a number like 12, or 12[])"
+                f"{shown(text, 60)} is not a job id (expected a number like 12, 12[] for an "
+                "array's tasks or 12[3] for one)"
             )
-        out.append((job_id, is_array))
+        index = found.group(2)
+        if index is None:
+            out.append(JobRef(job_id))
+        elif index == "":
+            out.append(JobRef(job_id, whole_array=True))
+        else:
+            out.append(JobRef(job_id, index=int(index)))
     return out
 
 
-def _expand_ids(client: Any, ids: Sequence[tuple[int, bool]]) -> list[int]:
+def _expand_ids(client: Any, ids: Sequence[JobRef]) -> list[int]:
     """The jobs :func:`_parse_ids` named, an array as each of its tasks."""
     out: list[int] = []
-    for job_id, is_array in ids:
-        if not is_array:
-            out.append(job_id)
+    for ref in ids:
+        if not ref.whole_array and ref.index is None:
+            out.append(ref.id)
             continue
-        tasks = client.list(array_id=job_id)
+        tasks = client.list(array_id=ref.id)
         if not tasks:
-            raise UserError(f"no array with id {job_id}")
-        out.extend(t.id for t in tasks)
+            raise UserError(f"no array with id {ref.id}")
+        if ref.whole_array:
+            out.extend(t.id for t in tasks)
+            continue
+        task = next((t.id for t in tasks if t.array_index == ref.index), None)
+        if task is None:
+            indices = [t.array_index for t in tasks]
+            raise UserError(
+                f"array {ref.id} has no task {ref.index} (its tasks: {min(indices)}-"
+                f"{max(indices)}, {len(indices)} of them)"
+            )
+        out.append(task)
     return out
+
+
+def _one_job(client: Any, text: str) -> int:
+    """The one job ``text`` names (``12``, or an array's task ``12[3]``), for commands
+    that act on one job (``ebb logs``, ``ebb events``)."""
+    [ref] = _parse_ids([text])
+    if ref.whole_array:
+        raise UserError(f"ID: {shown(text, 60)} is a whole array; name one task, like {ref.id}[1]")
+    return _expand_ids(client, [ref])[0]
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
@@ -766,9 +802,9 @@ def qrls(ids: Sequence[str], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON list.")
 def events(job_id: str, as_json: bool) -> None:
     """Show what happened to a job, oldest first."""
-    number = parse_job_id(job_id, "ID")
+    _parse_ids([job_id])  # checked before any store is opened
     client = _client()
-    evs = client.events(number)
+    evs = client.events(_one_job(client, job_id))
     if as_json:
         _echo_json(evs)
         return
@@ -823,13 +859,15 @@ def logs(
                 options[key] = parse_int(value, 1, high)
             except ValueError as exc:
                 raise UserError(f"{flag}: {exc}") from None
-    number = parse_job_id(job_id, "ID")
+    _parse_ids([job_id])  # checked before any store is opened
+    if follow and as_json:
+        raise UserError("-f and --json do not go together: follow prints text as it comes")
+    client = _client()
+    number = _one_job(client, job_id)
     if follow:
-        if as_json:
-            raise UserError("-f and --json do not go together: follow prints text as it comes")
-        _follow(_client(), number, options)
+        _follow(client, number, options)
         return
-    log_tail = _client().log_tail(number, **options)
+    log_tail = client.log_tail(number, **options)
     if as_json:
         _echo_json(log_tail.to_dict())
         return
