@@ -81,3 +81,18 @@ def test_the_reserve_kept_back_is_named_and_the_cold_one_says_so() -> None:
     warm = dataclasses.replace(idle, reserve_cold_for_s=0)
     p = plan(snap([job(1, c=80)], devices=[warm]))
     assert p.blocked[1].endswith("n/0 keeps 30% and 8GiB back for the online side's growth")
+
+
+def test_a_whole_gpu_job_is_told_when_other_jobs_hold_every_device() -> None:
+    """Both devices run whole-GPU jobs: the reason says so, not only what the online side
+    keeps back (a new user's trial read it as an online problem)."""
+    held = [att(1, devices=(0,), gpus=1, c=100), att(2, devices=(1,), gpus=1, c=100)]
+    p = plan(snap([job(3, gpus=1)], held, [dev(i=0), dev(i=1)]))
+    assert p.dispatches == []
+    assert p.blocked[3] == (
+        "waiting for headroom: no device has 1 whole GPU(s) and 1GiB free (margin included); "
+        "every device runs other jobs' slices"
+    )
+    # one device free of other jobs: no such note
+    p = plan(snap([job(3, gpus=1, m=90_000)], held[:1], [dev(i=0), dev(i=1)]))
+    assert "other jobs" not in p.blocked[3]

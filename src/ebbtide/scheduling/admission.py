@@ -226,6 +226,13 @@ class Unplaced:
         self._snapshot = snapshot
         self._devices = list(devices)
         self._said: dict[tuple[str, float | None, float], str | tuple[str, str]] = {}
+        self._busy: set[tuple[str, int]] | None = None
+
+    def _busy_devices(self) -> set[tuple[str, int]]:
+        """The devices other offline jobs hold slices on (worked out once)."""
+        if self._busy is None:
+            self._busy = {(a.node, d) for a in self._snapshot.active for d in a.devices}
+        return self._busy
 
     def reason(self, job: QueuedJob) -> str:
         key = (job.queue, job.first_checkpoint_s, job.deadline_s)
@@ -287,6 +294,11 @@ class Unplaced:
         if gates is not None:
             share = " within the share the open windows allow"
         notes = []
+        busy = self._busy_devices()
+        # often the plain reason: the room is taken by other jobs (no count: a reason that
+        # changes with every start is a write per waiting job)
+        if all((d.node, d.index) in busy for d, _ in in_time):
+            notes.append("every device runs other jobs' slices")
         # only the devices still cooling down get a name (not every device of a fleet)
         cooling = sorted(
             (d.cooldown_until, f"{d.node}/{d.index}") for d, _ in in_time if d.cooldown_until > now
