@@ -228,13 +228,15 @@ class _OldServer(http.server.BaseHTTPRequestHandler):
         self._not_found()
 
     def _not_found(self) -> None:
+        # noted before the answer: the client's next request may be served by another
+        # thread as soon as it has this one's
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
         body = json.dumps({"detail": "Not Found"}).encode()
         self.send_response(404)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.server.paths.append(self.path)  # type: ignore[attr-defined]
 
     def log_message(self, *args: object) -> None:
         pass
