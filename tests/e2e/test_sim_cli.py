@@ -119,6 +119,25 @@ def test_bad_restart_overhead_is_one_line(trace_csv: Path) -> None:
     assert proc.stderr.startswith("ebb: error: --restart-overhead 'soon'")
 
 
+@pytest.mark.parametrize("tile", ["0", "1001", "many"])
+def test_bad_tile_is_one_line(trace_csv: Path, tile: str) -> None:
+    proc = sim("--online", f"trace:{trace_csv}", "--tile", tile, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"ebb: error: --tile '{tile}': expected a whole number")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_tile_doubles_the_fleet(trace_csv: Path) -> None:
+    args = ("--online", f"trace:{trace_csv}", "--jobs", "synthetic:3", "--no-baselines")
+    one, two = as_json(*args), as_json(*args, "--tile", "2")
+    assert (one["workload"]["tile"], two["workload"]["tile"]) == (1, 2)
+    assert two["workload"]["devices"] == 2 * one["workload"]["devices"]
+    assert two["workload"]["stream_jobs"] == 2 * one["workload"]["stream_jobs"]
+    assert two["workload"]["online_gpu_hours"] == pytest.approx(
+        2 * one["workload"]["online_gpu_hours"], rel=1e-3
+    )
+
+
 def test_table_and_no_baselines(trace_csv: Path) -> None:
     out = sim("--online", f"trace:{trace_csv}", "--no-baselines", "--load", "trace").stdout
     assert "harvest efficiency" in out and "ebbtide" in out
@@ -174,6 +193,8 @@ def test_sim_speed_benchmark_smoke() -> None:
             "1",
             "--devices",
             "10",
+            "--tile",
+            "2",
             "--json",
         ],
         capture_output=True,
@@ -183,5 +204,6 @@ def test_sim_speed_benchmark_smoke() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert {"wall_s", "target_s", "policies"} <= set(out)
+    assert {"wall_s", "target_s", "policies", "sim_wall_s", "peak_rss_mib"} <= set(out)
+    assert (out["tile"], out["gpus"]) == (2, 20)
     assert list(out["policies"]) == POLICIES

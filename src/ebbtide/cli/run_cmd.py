@@ -431,6 +431,15 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     help="Time a resumed job spends on the GPU restoring its checkpoint and CUDA context "
     "before it makes progress (a thaw after a pause costs none).",
 )
+@click.option(
+    "--tile",
+    default="1",
+    show_default=True,
+    metavar="N",
+    help="A fleet N times larger (1-1000): the online devices repeated N times, each copy's "
+    "usage shifted by a phase under 1 h drawn from --seed, and the offline stream repeated "
+    "N times with them (N times the arrivals under --load trace).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")

@@ -28,6 +28,7 @@ from ebbtide.sim.policies import (
 )
 from ebbtide.sim.report import render
 from ebbtide.sim.runner import describe_workload, run_policies
+from ebbtide.sim.tile import TILE_MAX, tile_load, tile_stream
 from ebbtide.units import parse_duration_s, parse_memory_mib
 
 ONLINE_FORMS = "genai:DIR (the two GenAI files) or trace:CSV"
@@ -134,6 +135,17 @@ def parse_restart_overhead(text: str) -> float:
         raise UserError(f"--restart-overhead {text!r}: {exc}") from None
 
 
+def parse_tile(text: str) -> int:
+    """``--tile N``: copies of the fleet, a whole number from 1 to :data:`TILE_MAX`."""
+    try:
+        copies = int(text)
+    except ValueError:
+        copies = 0
+    if not 1 <= copies <= TILE_MAX:
+        raise UserError(f"--tile {text!r}: expected a whole number of copies from 1 to {TILE_MAX}")
+    return copies
+
+
 def run_sim(
     *,
     online: str,
@@ -157,6 +169,7 @@ def run_sim(
     debug: bool,
     pause: bool = True,
     restart_overhead: str = "30s",
+    tile: str = "1",
 ) -> None:
     try:
         device_mib = float(parse_memory_mib(device_memory))
@@ -165,6 +178,7 @@ def run_sim(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     restart_s = parse_restart_overhead(restart_overhead)
+    copies = parse_tile(tile)
     rules = None
     if policy_path is not None:
         from pathlib import Path
@@ -184,6 +198,7 @@ def run_sim(
         hours=hours,
         clock_start=clock_start,
     )
+    online_load = tile_load(online_load, copies, seed=seed)
     stream = parse_jobs(
         jobs,
         seed=seed,
@@ -191,6 +206,7 @@ def run_sim(
         job_gpu_memory_mib=job_mib,
         stubborn_frac=stubborn_frac,
     )
+    stream = tile_stream(stream, copies)
     cq, mq = parse_quantiles(quantiles)
     product = (
         from_policy_file(rules)
@@ -227,6 +243,7 @@ def run_sim(
             arrival_scale=arrival_scale,
             seed=seed,
             restart_overhead_s=restart_s,
+            tile=copies,
         ),
         "policies": figures,
     }

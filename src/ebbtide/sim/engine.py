@@ -52,16 +52,16 @@ from typing import Any
 
 from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
 from ebbtide.preemption.victims import EvictReason
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, overflow
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
-from ebbtide.scheduling.snapshot import DeviceView, Snapshot
+from ebbtide.scheduling.snapshot import DeviceView, QueuedJob, Snapshot
 from ebbtide.sim.backlog import Backlog, EndlessStream
 from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import OnlineLoad
-from ebbtide.sim.planning import candidates, device_view, window_bound
+from ebbtide.sim.planning import Candidates, device_view, placeable, window_bound
 from ebbtide.sim.policies import SimPolicy, in_window
 from ebbtide.sim.state import (
     CHECKPOINTING,
@@ -69,6 +69,7 @@ from ebbtide.sim.state import (
     RESTORING,
     RUNNING,
     STARTING,
+    SUM_SLACK,
     SimAttempt,
     SimDevice,
     SimJobState,
@@ -158,6 +159,7 @@ class Simulation:
             for k, d in enumerate(load.devices)
         ]
         self._by_node = {d.node: d for d in self.devices}
+        self._candidates = Candidates(self.devices)
         self.windows = (
             SimWindows(policy.rules, [d.node for d in self.devices], load.clock_origin_s)
             if policy.rules is not None and policy.colocate
@@ -254,6 +256,11 @@ class Simulation:
                 if 0.0 < t < span:
                     self._push(t, _WINDOW, None, opens)
 
+    def _touch(self, dev: SimDevice) -> None:
+        """What the scheduler sees of ``dev`` changed (its usage, its slices, its
+        presence): the next pass judges again whether it could act there."""
+        self._candidates.touch(dev)
+
     def _mark_dirty(self) -> None:
         self._dirty = True
         if self._plan_at is None:
@@ -339,6 +346,7 @@ class Simulation:
     def _on_depart(self, dev: SimDevice, _: Any) -> None:
         self._account(dev)
         dev.present = False
+        self._touch(dev)
         for att in list(dev.attempts.values()):
             if att.phase != EVICTING:
                 self._evict(att, spike_at=self.now)
@@ -346,7 +354,7 @@ class Simulation:
     def _on_sample(self, dev: SimDevice, _: Any) -> None:
         """The agent's fast path: its sample shows online usage; if over, pause or evict at
         once (:func:`relief_for_device`); then thaw what fits again."""
-        if not dev.present or not dev.attempts:
+        if not dev.present or not dev.attempts or self._agent_idle(dev):
             return
         aware, rules, margins = self.policy.checkpoint_aware, self.policy.pause, self.policy.margins
         views = [a.active_view(aware) for a in dev.attempts.values()]
@@ -380,6 +388,30 @@ class Simulation:
         for a in thaws_for_device(device, views, margins, self.now, rules):
             self._thaw(self.active[a.job_id])
 
+    def _agent_idle(self, dev: SimDevice) -> bool:
+        """Whether the agent's sample surely does nothing on ``dev`` now: within capacity
+        minus the margin, no slice paused ``max_pause_s``, and none of those paused
+        ``min_pause_s`` fits with ``thaw_hysteresis_pct`` to spare (so
+        :func:`relief_for_device` and :func:`thaws_for_device` would return nothing; on
+        "not sure" the sample asks them)."""
+        margins = self.policy.margins
+        if not dev.surely_within(dev.online_c, dev.online_m, margins):
+            return False
+        if not dev.paused_n:
+            return True
+        rules, now = self.policy.pause, self.now
+        room = DEVICE_COMPUTE_PCT - margins.compute_pct - dev.online_c - dev.awake_c + SUM_SLACK
+        for a in dev.attempts.values():
+            if a.paused_at is None:
+                continue
+            paused_s = now - a.paused_at
+            if paused_s >= rules.max_pause_s:
+                return False
+            need = 0.0 if a.job.spec.gpus else a.job.spec.compute_pct
+            if paused_s >= rules.min_pause_s and need + rules.thaw_hysteresis_pct <= room:
+                return False
+        return True
+
     def _on_report(self, dev: SimDevice, usage: tuple[float, float]) -> None:
         """A heartbeat reaches the scheduler: the online usage and the forecast reserve."""
         if not dev.present:
@@ -395,8 +427,8 @@ class Simulation:
         if self.windows is not None:
             grew = self._observe_lulls(dev, c, m) or grew
         dev.view = None
-        dev.changed += 1
         dev.reported = True
+        self._touch(dev)
         if grew:  # headroom may have grown: a pass may place something
             self._mark_dirty()
 
@@ -467,11 +499,12 @@ class Simulation:
         while True:
             self._top_up(heads + 1)
             devs = self._planned_devices()
-            snapshot = self._snapshot(devs, heads)
+            queued = self.backlog.heads(heads)
+            snapshot = self._snapshot(devs, placeable(queued, devs, self._headroom))
             decisions = plan(snapshot)
             self.tally.plan_passes += 1
             if self.debug:
-                self._check_plan(decisions, heads)
+                self._check_plan(decisions, queued)
             if not self.backlog.saturated(decisions.dispatches, heads):
                 break
             heads *= 4
@@ -494,8 +527,7 @@ class Simulation:
         policy, w = self.policy, self.windows
         if w is not None and w.needs_full_view:
             return [d for d in self.devices if d.present and d.reported]
-        devs = candidates(
-            self.devices,
+        devs = self._candidates.pick(
             policy.margins,
             smallest=self.backlog.smallest_fraction(),
             watch_compute=policy.watch_compute,
@@ -513,12 +545,17 @@ class Simulation:
             or (d.present and d.reported and window_bound(d, w.gates, "default", self.now))
         ]
 
-    def _snapshot(self, devs: list[SimDevice], heads: int) -> Snapshot:
+    def _headroom(self, dev: SimDevice) -> tuple[float, float]:
+        """``dev``'s headroom as the planner reckons it before it decides anything."""
+        view = device_view(dev, watch_compute=self.policy.watch_compute, now=self.now)
+        return headroom(view, dev.alloc_c(), dev.held_m, self.policy.margins)
+
+    def _snapshot(self, devs: list[SimDevice], queued: list[QueuedJob]) -> Snapshot:
         aware, watch = self.policy.checkpoint_aware, self.policy.watch_compute
         w = self.windows
         return Snapshot(
             now=self.now,
-            queued=self.backlog.heads(heads),
+            queued=queued,
             active=[a.active_view(aware) for d in devs for a in d.attempts.values()],
             devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
             margins=self.policy.margins,
@@ -527,10 +564,11 @@ class Simulation:
             gates=w.gates if w is not None else None,
         )
 
-    def _check_plan(self, decisions: Plan, heads: int) -> None:
-        """Debug: the pass on candidate devices decides what a pass on all would."""
+    def _check_plan(self, decisions: Plan, queued: list[QueuedJob]) -> None:
+        """Debug: the pass on candidate devices and the jobs that fit one of them decides
+        what a pass on all devices and all of ``queued`` would."""
         every = [d for d in self.devices if d.present and d.reported]
-        full = plan(self._snapshot(every, heads))
+        full = plan(self._snapshot(every, queued))
         if full.dispatches != decisions.dispatches or [
             (e.job_id, e.attempt) for e in full.evictions
         ] != [(e.job_id, e.attempt) for e in decisions.evictions]:
@@ -588,7 +626,7 @@ class Simulation:
         spec = job.spec
         dev.attempts[job.id] = att
         dev.count(att, 1)
-        dev.changed += 1
+        self._touch(dev)
         self.active[job.id] = att
         if not spec.gpus:
             dev.held_c += spec.compute_pct
@@ -673,7 +711,7 @@ class Simulation:
         dev.held_m -= att.job.spec.memory_mib
         del dev.attempts[att.job.id]
         dev.count(att, -1)
-        dev.changed += 1
+        self._touch(dev)
         del self.active[att.job.id]
         att.version += 1
         if self.debug:
@@ -701,7 +739,7 @@ class Simulation:
         was = att.phase
         self._set_phase(att, EVICTING)
         att.view = None
-        att.dev.changed += 1
+        self._touch(att.dev)
         att.version += 1
         out = outcome(att, was, now, self.lat, deadline_s)
         lost = att.progress_s - out.saved_s
@@ -743,7 +781,7 @@ class Simulation:
         dev.count(att, 1)
         att.version += 1  # its phase makes no headway until thawed
         att.view = None
-        dev.changed += 1
+        self._touch(dev)
         self.tally.pauses += 1
         if rules.drain_s > 0:
             self._push(now + rules.drain_s, _DRAIN, att, now)
@@ -771,7 +809,7 @@ class Simulation:
         if not att.holds_compute and not att.job.spec.gpus:
             dev.held_c += att.job.spec.compute_pct
             att.holds_compute = True
-        dev.changed += 1
+        self._touch(dev)
         if self.debug:
             self._check(dev)
 

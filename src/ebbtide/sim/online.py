@@ -117,7 +117,7 @@ def _read_series(
     return series, order
 
 
-def _steps(
+def merge_steps(
     times: list[float], compute: list[float], memory: list[float]
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """Drop samples that change nothing (the step function stays the same)."""
@@ -173,7 +173,7 @@ def load_genai(
             times.append(rel)
             comp.append(min(100.0, max(0.0, d[i][1])))
             memv.append(max(0.0, m[j][1]))
-        ts, cs, ms = _steps(times, comp, memv)
+        ts, cs, ms = merge_steps(times, comp, memv)
         devices.append(DeviceLoad(key[:8], ts, cs, ms, end))
     if not devices:
         raise ValueError(f"--online genai:{root}: no device has samples in the span")
@@ -205,7 +205,7 @@ def load_trace_csv(
         times = [0.0] + [t for t in s.times_s if 0.0 < t < span_s]
         comp = [s.at(t)[0] for t in times]
         memv = [s.at(t)[1] for t in times]
-        ts, cs, ms = _steps(times, comp, memv)
+        ts, cs, ms = merge_steps(times, comp, memv)
         devices.append(DeviceLoad(f"device {k}", ts, cs, ms, span_s))
     gaps = [b - a for a, b in zip(devices[0].times_s, devices[0].times_s[1:], strict=False)]
     return OnlineLoad(

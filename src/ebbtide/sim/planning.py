@@ -14,28 +14,42 @@ out changes no decision:
   than ``max_pause_s`` (:func:`ebbtide.preemption.relief.relief_for_device`; time alone
   makes that true, so it is checked on every pass, outside the cache).
 
-:func:`candidates` keeps every other device, with its attempts; best fit among the devices
+:class:`Candidates` keeps every other device, with its attempts; best fit among the devices
 kept is best fit among all.  Under a policy file's windows the planner also evicts where a
 slice's window is closed, due for a drain, or over the open windows' share
 (:func:`window_bound`); those devices are kept too, and gates only ever shrink headroom.
-``Simulation(debug=True)`` checks this on every pass by
-planning the full snapshot as well and comparing.
+
+The candidates are kept incrementally, so that a pass costs in proportion to the devices
+that changed since the last one, not to the fleet (``--tile``): the engine calls
+:meth:`Candidates.touch` whenever what the scheduler sees of a device changes, and only
+the devices touched are judged again; a device with paused slices waits in a heap until
+the first of them may have been paused too long.  ``Simulation(debug=True)`` checks all
+this on every pass by planning the full snapshot as well and comparing.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
 from ebbtide.scheduling.admission import device_share
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
-from ebbtide.scheduling.snapshot import DeviceView, Margins
+from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT
+from ebbtide.scheduling.snapshot import DeviceView, Margins, QueuedJob
 from ebbtide.scheduling.windows import DeviceGates
 from ebbtide.sim.state import SimDevice
 from ebbtide.sim.windows import drain_due
 
 #: The planner's fit slack, in percent or MiB (a job fits headroom this much smaller).
 FIT_SLACK = 1e-6
+#: :func:`placeable` keeps a job that misses fitting by this much, in percent or MiB, so
+#: that float rounding never leaves out one the planner would have placed.
+KEEP_SLACK = 1e-3
+#: A pause falls due this close to a pass's instant is checked again, in seconds (float
+#: rounding of ``paused_at + max_pause_s`` against ``now - paused_at``).
+_DUE_SLACK_S = 1e-6
 
 
 def device_view(dev: SimDevice, *, watch_compute: bool, now: float) -> DeviceView:
@@ -55,30 +69,112 @@ def device_view(dev: SimDevice, *, watch_compute: bool, now: float) -> DeviceVie
     return dev.view
 
 
-def candidates(
-    devices: Iterable[SimDevice],
-    margins: Margins,
-    *,
-    smallest: tuple[float, float],
-    watch_compute: bool,
-    checkpoint_aware: bool,
-    now: float,
-    max_pause_s: float = math.inf,
-) -> list[SimDevice]:
+class Candidates:
     """The present devices a pass could place a job on or evict from (see the module
-    docstring).  ``smallest``: the least compute and the least memory of any queued
-    fractional job (``inf`` when there is none); ``max_pause_s``: how long a slice may
-    stay paused."""
+    docstring), kept up to date from the devices touched since the last pass."""
+
+    def __init__(self, devices: Sequence[SimDevice]) -> None:
+        self._devices = devices
+        #: devices touched since the last pass (their candidacy is judged again)
+        self._touched: set[int] = set(range(len(devices)))
+        #: devices that could act, by index, as of the last pass
+        self._could: set[int] = set()
+        #: (when a slice there may first have been paused too long, device index)
+        self._due: list[tuple[float, int]] = []
+        #: devices with a slice paused too long, as of the last pass
+        self._overdue: set[int] = set()
+        self._smallest: tuple[float, float] | None = None
+
+    def touch(self, dev: SimDevice) -> None:
+        """What the scheduler sees of ``dev`` changed: its usage, its slices, its presence."""
+        self._touched.add(dev.k)
+
+    def pick(
+        self,
+        margins: Margins,
+        *,
+        smallest: tuple[float, float],
+        watch_compute: bool,
+        checkpoint_aware: bool,
+        now: float,
+        max_pause_s: float = math.inf,
+    ) -> list[SimDevice]:
+        """The candidates now, in fleet order.  ``smallest``: the least compute and the
+        least memory of any queued fractional job (``inf`` when there is none);
+        ``max_pause_s``: how long a slice may stay paused (constant over a run)."""
+        devices = self._devices
+        if smallest != self._smallest:  # every device's headroom is judged anew
+            self._smallest = smallest
+            self._touched.update(range(len(devices)))
+        touched, self._touched = self._touched, set()
+        for k in touched:
+            dev = devices[k]
+            if (
+                dev.present
+                and dev.reported
+                and _could_act(dev, margins, smallest, watch_compute, checkpoint_aware, now)
+            ):
+                self._could.add(k)
+            else:
+                self._could.discard(k)
+            if dev.paused_n and max_pause_s < math.inf:
+                first = min(a.paused_at for a in dev.attempts.values() if a.paused_at is not None)
+                heapq.heappush(self._due, (first + max_pause_s, k))
+        self._overdue = {
+            k for k in self._overdue if _paused_too_long_here(devices[k], now, max_pause_s)
+        }
+        later = []
+        while self._due and self._due[0][0] <= now + _DUE_SLACK_S:
+            due, k = heapq.heappop(self._due)
+            if _paused_too_long_here(devices[k], now, max_pause_s):
+                self._overdue.add(k)
+            elif due > now - _DUE_SLACK_S and devices[k].paused_n:
+                later.append((due, k))  # due now but for rounding: look again next pass
+        for entry in later:
+            heapq.heappush(self._due, entry)
+        return [devices[k] for k in sorted(self._could | self._overdue)]
+
+
+def _paused_too_long_here(dev: SimDevice, now: float, max_pause_s: float) -> bool:
+    return dev.present and dev.reported and paused_too_long(dev, now, max_pause_s)
+
+
+def placeable(
+    queued: list[QueuedJob],
+    devs: Sequence[SimDevice],
+    headroom_of: Callable[[SimDevice], tuple[float, float]],
+) -> list[QueuedJob]:
+    """The jobs of ``queued`` whose shape fits the headroom of some device of ``devs``
+    before the pass decides anything (``headroom_of``): a fractional job where compute and
+    memory cover it, a whole-GPU job where ``gpus`` devices of one node hold no slice and
+    have :data:`~ebbtide.scheduling.planner.MIN_WHOLE_GPU_HEADROOM_PCT` of compute and its
+    memory free.  A pass only ever shrinks headroom (a placement, an eviction decided, a
+    cooldown, a window's share), so the others fit nowhere all pass: the planner would
+    skip them, and leaving them out changes no decision (``KEEP_SLACK`` errs on keeping)."""
+    rooms = [(dev, *headroom_of(dev)) for dev in devs]
+    fits: dict[tuple[float, int, int], bool] = {}
     out = []
-    for dev in devices:
-        if not (dev.present and dev.reported):
-            continue
-        key = (dev.changed, smallest)
-        if dev.candidate_key != key:
-            dev.candidate_key = key
-            dev.candidate = _could_act(dev, margins, smallest, watch_compute, checkpoint_aware, now)
-        if dev.candidate or (dev.paused_n and paused_too_long(dev, now, max_pause_s)):
-            out.append(dev)
+    for job in queued:
+        shape = (job.compute_pct, job.memory_mib, job.gpus)
+        ok = fits.get(shape)
+        if ok is None:
+            if job.gpus:
+                empty = Counter(
+                    dev.node
+                    for dev, c, m in rooms
+                    if not dev.attempts
+                    and c + KEEP_SLACK >= MIN_WHOLE_GPU_HEADROOM_PCT
+                    and m + KEEP_SLACK >= job.memory_mib
+                )
+                ok = max(empty.values(), default=0) >= job.gpus
+            else:
+                ok = any(
+                    c + KEEP_SLACK >= job.compute_pct and m + KEEP_SLACK >= job.memory_mib
+                    for _, c, m in rooms
+                )
+            fits[shape] = ok
+        if ok:
+            out.append(job)
     return out
 
 
@@ -126,10 +222,11 @@ def _could_act(
     if not dev.attempts:
         return True
     view = device_view(dev, watch_compute=watch_compute, now=now)
-    alloc_c = sum(a.job.spec.compute_pct for a in dev.attempts.values())
-    c, m = headroom(view, alloc_c, dev.held_m, margins)
+    c, m = headroom(view, dev.alloc_c(), dev.held_m, margins)
     if c + FIT_SLACK >= smallest[0] and m + FIT_SLACK >= smallest[1]:
         return True
+    if dev.surely_within(view.online_compute_pct, view.online_memory_mib, margins):
+        return False
     views = [a.active_view(checkpoint_aware) for a in dev.attempts.values()]
     over_c, over_m = overflow(view, views, margins)
     return over_c > 0 or over_m > 0

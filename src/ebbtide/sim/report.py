@@ -52,8 +52,10 @@ def _cell(value: Any, kind: str) -> str:
 def render(result: dict[str, Any]) -> str:
     """The table ``ebb sim`` prints without ``--json``."""
     w = result["workload"]
+    tiled = f" ({w['tile']} shifted copies)" if w.get("tile", 1) > 1 else ""
     lines = [
-        f"online:   {w['online']}: {w['devices']} devices of {w['device_memory_gib']:g} GiB, "
+        f"online:   {w['online']}{tiled}: {w['devices']:,} devices "
+        f"of {w['device_memory_gib']:g} GiB, "
         f"{w['span_h']:.1f} h from {w['clock_start']} local, "
         f"{w['online_gpu_hours']:,.0f} GPU-h online, {w['spare_gpu_hours']:,.0f} GPU-h spare",
         f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, {w['stream_gpu_hours']:,.0f} GPU-h "

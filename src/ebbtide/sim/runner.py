@@ -43,7 +43,10 @@ def describe_workload(
     arrival_scale: float,
     seed: int,
     restart_overhead_s: float = RESTART_OVERHEAD_S,
+    tile: int = 1,
 ) -> dict[str, Any]:
+    """What was simulated; ``tile``: copies of the recorded fleet in ``load`` (see
+    :mod:`ebbtide.sim.tile`)."""
     present_s = sum(d.end_s - d.start_s for d in load.devices)
     online_cs = 0.0
     for d in load.devices:
@@ -60,6 +63,7 @@ def describe_workload(
         "seed": seed,
         "restart_overhead_s": restart_overhead_s,
         "devices": len(load.devices),
+        "tile": tile,
         "device_memory_gib": round(load.device_memory_mib / 1024.0, 3),
         "span_h": round(load.span_s / 3600.0, 4),
         "clock_start": f"{int(origin // 3600):02d}:{int(origin % 3600 // 60):02d}",

@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ebbtide.queue.states import JobState
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
 from ebbtide.scheduling.forecast import Forecaster
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueuedJob
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.online import DeviceLoad
 
@@ -33,6 +34,9 @@ STARTING, RUNNING, CHECKPOINTING, EVICTING, RESTORING = range(5)
 _SIGTERM = 15
 #: Progress within this of the work left counts as finished, in seconds.
 DONE_EPS_S = 1e-6
+#: A running sum of slices' compute may differ from a fresh one by float rounding; a
+#: decision taken on a running sum keeps this much to spare, in percent.
+SUM_SLACK = 1e-6
 
 
 @dataclass(eq=False)
@@ -62,11 +66,6 @@ class SimDevice:
     #: nothing new is dispatched here before this: the policy's eviction cooldown
     cooldown_until: float = 0.0
     view: DeviceView | None = None
-    #: bumped whenever what the scheduler sees of the device changes (its usage, its slices)
-    changed: int = 0
-    #: whether a planner pass could act on it, and the (changed, smallest job) it was for
-    candidate: bool = True
-    candidate_key: object = None
     #: the slices here, as sums of their compute in percent (see :meth:`count`): all held,
     #: paused, restoring, running fractional and running whole-GPU slices
     slice_c: float = 0.0
@@ -76,6 +75,13 @@ class SimDevice:
     running_whole_c: float = 0.0
     #: paused slices here
     paused_n: int = 0
+    #: compute of the fractional slices here that are not paused (any phase, evicting
+    #: included): what :func:`~ebbtide.scheduling.capacity.overflow` adds up, in percent
+    awake_c: float = 0.0
+
+    def alloc_c(self) -> float:
+        """Compute its slices hold for admission (every slice, paused or evicting), in %."""
+        return sum(a.job.spec.compute_pct for a in self.attempts.values())
 
     def offline_in_use(self) -> float:
         """Offline compute in use: fractional slices held, whole-GPU slices' share, in %."""
@@ -95,16 +101,28 @@ class SimDevice:
         if att.paused_at is not None:
             self.paused_c += c
             self.paused_n += 1 if sign > 0 else -1
-        elif att.phase == RESTORING:
-            self.restoring_c += c
-        elif att.phase == RUNNING:
-            if att.job.spec.gpus:
-                self.running_whole_c += c
-            else:
-                self.running_c += c
+        else:
+            if not att.job.spec.gpus:
+                self.awake_c += c
+            if att.phase == RESTORING:
+                self.restoring_c += c
+            elif att.phase == RUNNING:
+                if att.job.spec.gpus:
+                    self.running_whole_c += c
+                else:
+                    self.running_c += c
         if not self.attempts and sign < 0:  # no float drift once the device is empty
-            self.slice_c = self.paused_c = self.restoring_c = 0.0
+            self.slice_c = self.paused_c = self.restoring_c = self.awake_c = 0.0
             self.running_c = self.running_whole_c = 0.0
+
+    def surely_within(self, online_c: float, online_m: float, margins: Margins) -> bool:
+        """Whether online usage ``online_c``/``online_m`` plus the slices here surely fit
+        capacity minus the margin: whether :func:`~ebbtide.scheduling.capacity.overflow`
+        surely returns (0, 0).  Memory is exact (whole MiB add up without rounding);
+        compute errs on "not sure" by :data:`SUM_SLACK` (its sums here are running ones)."""
+        if online_m + self.held_m - (self.memory_mib - margins.memory_mib) > 0:
+            return False
+        return online_c + self.awake_c - (DEVICE_COMPUTE_PCT - margins.compute_pct) <= -SUM_SLACK
 
     def offline_progress_c(self) -> float:
         """Offline compute making progress now, in percent: fractional slices running at
