@@ -142,6 +142,14 @@ def test_wrapped_and_launched_gpu_processes_are_not_online_load(tmp_path, node):
     store, agent, nvml = node
     # online: a server holding 40 GiB and 45 % of the SMs; 80 % busy with the jobs
     online = psutil.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _online_load_leaves_out_the_jobs(tmp_path, store, agent, nvml, online)
+    finally:  # reaped even if an assertion failed (no stray process for the next test)
+        online.kill()
+        online.wait()
+
+
+def _online_load_leaves_out_the_jobs(tmp_path, store, agent, nvml, online):  # type: ignore[no-untyped-def]
     nvml.add_process(0, online.pid, memory_mib=40 * GIB, sm_util=45)
     nvml.set_utilization(0, 45)
     run_sh = tmp_path / "run.sh"
@@ -164,8 +172,15 @@ def test_wrapped_and_launched_gpu_processes_are_not_online_load(tmp_path, node):
             ),
         )
         wait_until(lambda: len(gpu.seen) == 5, what="the five GPU processes")
+        # a process just started has its memory in NVML before its first SM sample (the
+        # driver's sample period): wait for a sample that has both for all five
         sample = wait_until(
-            lambda: [s for s in agent.latest if s.offline_memory_mib == 27 * GIB][:1],
+            lambda: [
+                s
+                for s in agent.latest
+                if s.offline_memory_mib == 27 * GIB
+                and s.offline_compute_pct == pytest.approx(40, abs=1)
+            ][:1],
             what="a sample with every GPU process of both jobs",
         )[0]
         assert sample.online_memory_mib == pytest.approx(40 * GIB)
@@ -175,8 +190,6 @@ def test_wrapped_and_launched_gpu_processes_are_not_online_load(tmp_path, node):
             lambda: {store.get(wrapped).state, store.get(launched).state} <= final,
             what="both jobs to end",
         )
-    online.kill()
-    online.wait()
     for job_id in (wrapped, launched):
         assert store.get(job_id).state == "succeeded", store.events(job_id)
         assert not [e for e in store.events(job_id) if e["type"] == "evicted"]
