@@ -24,8 +24,8 @@ def sqlite_url(prefix: str = "ebbtide-bench-") -> Iterator[str]:
 
 
 @contextmanager
-def postgres_url(admin_url: str) -> Iterator[str]:
-    """A fresh database on ``admin_url``'s server, dropped afterwards."""
+def postgres_url(admin_url: str, *, keep: bool = False) -> Iterator[str]:
+    """A fresh database on ``admin_url``'s server, dropped afterwards (unless ``keep``)."""
     name = f"ebbtide_bench_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
@@ -34,7 +34,8 @@ def postgres_url(admin_url: str) -> Iterator[str]:
         try:
             yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
         finally:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            if not keep:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()

@@ -31,8 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,17 +38,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_cli import ebb_argv, serve_socket, stats
+
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 PG_DB = "ebbtide_cli_latency"
-
-
-def _ebb() -> list[str]:
-    """The installed ``ebb`` script next to this interpreter (as a user runs it)."""
-    script = Path(sys.executable).with_name("ebb")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ebbtide.cli.main"]
 
 
 def _timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
@@ -62,16 +56,6 @@ def _timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
     return times
-
-
-def _stats(prefix: str, times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {
-        f"{prefix}_p50_s": round(statistics.median(ordered), 4),
-        f"{prefix}_p99_s": round(p99, 4),
-        f"{prefix}_max_s": round(ordered[-1], 4),
-    }
 
 
 def _postgres_url() -> str | None:
@@ -89,60 +73,36 @@ def _postgres_url() -> str | None:
     return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{PG_DB}"
 
 
-def _serve(ebb: list[str], env: dict[str, str], sock: Path) -> subprocess.Popen[bytes]:
-    """``ebb server --socket SOCK`` on the store of ``env``, once it answers."""
-    server = subprocess.Popen(
-        [*ebb, "server", "--socket", str(sock), "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    give_up = time.monotonic() + 60
-    while True:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(sock))
-            return server
-        except OSError:
-            if server.poll() is not None or time.monotonic() > give_up:
-                server.kill()
-                why = server.communicate()[1][-500:]
-                raise SystemExit(f"ebb server did not start: {why!r}") from None
-            time.sleep(0.1)
-        finally:
-            probe.close()
-
-
 def measure(db_url: str, home: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The figures of one store: opened by each ``ebb`` process (``qsub_p50_s``, ...),
     and through ``ebb server`` on a Unix socket (``socket``: the thin client)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
     env.update({"EBBTIDE_HOME": str(home), "EBBTIDE_DB_URL": db_url})
-    ebb = _ebb()
+    ebb = ebb_argv()
     home.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
     via: dict[str, Any] = {}
     qsub = [*ebb, "qsub", "-h", "--", "true"]
-    out.update(_stats("qsub", _timed(qsub, env, args.submits)))
+    out.update(stats("qsub", _timed(qsub, env, args.submits)))
     thin = {**env, "EBBTIDE_URL": f"unix://{home / 'api.sock'}"}
-    server = _serve(ebb, env, home / "api.sock")
+    server = serve_socket(env, home / "api.sock")
     store = Store(db_url)
     try:
-        via.update(_stats("qsub", _timed(qsub, thin, args.submits)))
+        via.update(stats("qsub", _timed(qsub, thin, args.submits)))
         chunk = [JobSpec(command=["true"], hold=True)] * 1000
         for _ in range(args.jobs // 1000):
             for spec in chunk:
                 store.submit(spec, "bench", defaults_deadline_s=30)
         out["jobs"] = len(store.list_jobs())
-        out.update(_stats("qstat", _timed([*ebb, "qstat"], env, args.lists)))
-        via.update(_stats("qstat", _timed([*ebb, "qstat"], thin, args.lists)))
+        out.update(stats("qstat", _timed([*ebb, "qstat"], env, args.lists)))
+        via.update(stats("qstat", _timed([*ebb, "qstat"], thin, args.lists)))
         store.submit(
             JobSpec(command=["true"], hold=True, array=f"1-{args.jobs}"),
             "bench",
             defaults_deadline_s=30,
         )
-        out.update(_stats("qstat_array", _timed([*ebb, "qstat"], env, args.lists)))
-        via.update(_stats("qstat_array", _timed([*ebb, "qstat"], thin, args.lists)))
+        out.update(stats("qstat_array", _timed([*ebb, "qstat"], env, args.lists)))
+        via.update(stats("qstat_array", _timed([*ebb, "qstat"], thin, args.lists)))
     finally:
         store.close()
         server.terminate()
@@ -157,8 +117,8 @@ def slurm(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     env = dict(os.environ)
     out: dict[str, Any] = {}
-    out.update(_stats("sbatch", _timed(["sbatch", "-H", "--wrap", "true"], env, args.submits)))
-    out.update(_stats("squeue", _timed(["squeue", "-r"], env, args.lists)))
+    out.update(stats("sbatch", _timed(["sbatch", "-H", "--wrap", "true"], env, args.submits)))
+    out.update(stats("squeue", _timed(["squeue", "-r"], env, args.lists)))
     return out
 
 

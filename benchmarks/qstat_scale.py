@@ -21,7 +21,7 @@ Usage (from the repository root)::
 
 ``--json`` keys: ``jobs``, ``active``, ``events``, ``load_s``, ``table_p50_s``,
 ``table_p99_s``, ``describe_p50_s``, ``describe_p99_s``, ``thin_p50_s``, ``thin_p99_s``,
-``thin_mine_p50_s``, ``thin_mine_p99_s``.
+``thin_mine_p50_s``, ``thin_mine_p99_s`` (and a ``_max_s`` beside each p99).
 Targets (issue: fleet scale): ``qstat`` ≤ 0.200 s, ``qstat -f`` ≤ 0.050 s.
 """
 
@@ -31,8 +31,6 @@ import argparse
 import json
 import os
 import random
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_stores
 import sqlalchemy as sa
+from bench_cli import ebb_argv, serve_socket, stats
 
 from ebbtide.client import TABLE_COLUMNS, Client
 from ebbtide.identity import Caller
@@ -49,17 +49,7 @@ from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import Store
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-PG_DB = "ebbtide_qstat_scale"
 UNFINISHED = [s for s in JobState if s not in FINAL_STATES]
-
-
-def fresh_database() -> str:
-    engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(sa.text(f"DROP DATABASE IF EXISTS {PG_DB}"))
-        conn.execute(sa.text(f"CREATE DATABASE {PG_DB}"))
-    engine.dispose()
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{PG_DB}"
 
 
 def load(url: str, jobs: int, active: int, events: int) -> float:
@@ -121,15 +111,6 @@ def load(url: str, jobs: int, active: int, events: int) -> float:
     return time.perf_counter() - started
 
 
-def _stats(prefix: str, times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {
-        f"{prefix}_p50_s": round(statistics.median(ordered), 4),
-        f"{prefix}_p99_s": round(p99, 4),
-    }
-
-
 def _timed(call: Any, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
@@ -137,32 +118,6 @@ def _timed(call: Any, repeat: int) -> list[float]:
         call()
         times.append(time.perf_counter() - started)
     return times
-
-
-def _ebb() -> list[str]:
-    script = Path(sys.executable).with_name("ebb")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ebbtide.cli.main"]
-
-
-def _serve(env: dict[str, str], sock: Path) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
-        [*_ebb(), "server", "--socket", str(sock), "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    give_up = time.monotonic() + 60
-    while time.monotonic() < give_up and server.poll() is None:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(sock))
-            return server
-        except OSError:
-            time.sleep(0.1)
-        finally:
-            probe.close()
-    server.kill()
-    raise SystemExit("ebb server did not start")
 
 
 def measure(url: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
@@ -174,28 +129,28 @@ def measure(url: str, args: argparse.Namespace, home: Path) -> dict[str, Any]:
         listed = client.table(TABLE_COLUMNS, state=UNFINISHED)
         out["listed"] = len(listed)
         out.update(
-            _stats(
+            stats(
                 "table", _timed(lambda: client.table(TABLE_COLUMNS, state=UNFINISHED), args.repeat)
             )
         )
         ids = [rng.randint(1, args.jobs) for _ in range(args.repeat)]
-        out.update(_stats("describe", _timed(lambda: client.describe(ids.pop()), args.repeat)))
+        out.update(stats("describe", _timed(lambda: client.describe(ids.pop()), args.repeat)))
     finally:
         store.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBBTIDE_")}
     env.update({"EBBTIDE_HOME": str(home), "EBBTIDE_DB_URL": url})
     sock = home / "api.sock"
-    server = _serve(env, sock)
+    server = serve_socket(env, sock)
     try:
         thin = {**env, "EBBTIDE_URL": f"unix://{sock}"}
 
         def qstat(*flags: str) -> None:
-            argv = [*_ebb(), "qstat", *flags]
+            argv = [*ebb_argv(), "qstat", *flags]
             subprocess.run(argv, env=thin, stdout=subprocess.DEVNULL, check=True)
 
         runs = max(3, args.repeat // 4)
-        out.update(_stats("thin", _timed(qstat, runs)))
-        out.update(_stats("thin_mine", _timed(lambda: qstat("-u", "user1"), runs)))
+        out.update(stats("thin", _timed(qstat, runs)))
+        out.update(stats("thin_mine", _timed(lambda: qstat("-u", "user1"), runs)))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -211,19 +166,14 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    url = fresh_database()
     result: dict[str, Any] = {"jobs": args.jobs, "active": args.active, "events": args.events}
     result["targets"] = {"table_p50_s": 0.200, "describe_p50_s": 0.050}
-    try:
+    with bench_stores.postgres_url(PG_ADMIN_URL, keep=args.keep) as url:
+        if args.keep:
+            print(f"the database is kept: {url}", file=sys.stderr)
         result["load_s"] = round(load(url, args.jobs, args.active, args.events), 1)
         with tempfile.TemporaryDirectory(prefix="ebbtide-qstat-scale-") as tmp:
             result.update(measure(url, args, Path(tmp)))
-    finally:
-        if not args.keep:
-            engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-            with engine.connect() as conn:
-                conn.execute(sa.text(f"DROP DATABASE IF EXISTS {PG_DB}"))
-            engine.dispose()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
