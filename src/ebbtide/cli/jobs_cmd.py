@@ -744,13 +744,14 @@ def _expand_ids(client: Any, ids: Sequence[JobRef]) -> list[int]:
     return out
 
 
-def _one_job(client: Any, text: str) -> int:
+def _one_job(text: str) -> JobRef:
     """The one job ``text`` names (``12``, or an array's task ``12[3]``), for commands
-    that act on one job (``ebb logs``, ``ebb events``)."""
+    that act on one job (``ebb logs``, ``ebb events``); checked before any store is
+    opened (:func:`_expand_ids` finds a task's id)."""
     [ref] = _parse_ids([text])
     if ref.whole_array:
         raise UserError(f"ID: {shown(text, 60)} is a whole array; name one task, like {ref.id}[1]")
-    return _expand_ids(client, [ref])[0]
+    return ref
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
@@ -802,9 +803,9 @@ def qrls(ids: Sequence[str], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON list.")
 def events(job_id: str, as_json: bool) -> None:
     """Show what happened to a job, oldest first."""
-    _parse_ids([job_id])  # checked before any store is opened
+    ref = _one_job(job_id)
     client = _client()
-    evs = client.events(_one_job(client, job_id))
+    evs = client.events(_expand_ids(client, [ref])[0])
     if as_json:
         _echo_json(evs)
         return
@@ -859,11 +860,11 @@ def logs(
                 options[key] = parse_int(value, 1, high)
             except ValueError as exc:
                 raise UserError(f"{flag}: {exc}") from None
-    _parse_ids([job_id])  # checked before any store is opened
+    ref = _one_job(job_id)
     if follow and as_json:
         raise UserError("-f and --json do not go together: follow prints text as it comes")
     client = _client()
-    number = _one_job(client, job_id)
+    number = _expand_ids(client, [ref])[0]
     if follow:
         _follow(client, number, options)
         return
