@@ -618,6 +618,8 @@ def test_the_table_is_the_listing_s_fields_and_nothing_of_the_spec(api: Api) -> 
         columns = ("id", "owner", "state", "memory_mib")
         assert remote.table(columns) == local.table(columns)
         assert remote.table(columns, state="held") == local.table(columns, state="held")
+        with pytest.raises(SpecError, match="not a column"):
+            remote.table(["spec_json"])  # refused as the store's client refuses it
     with pytest.raises(SpecError, match="not a column"):
         local.table(["spec_json"])
 

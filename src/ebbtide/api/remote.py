@@ -26,7 +26,7 @@ from ebbtide.args import flag, whole
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
 from ebbtide.client_base import ClientBase, spec_from
 from ebbtide.config.settings import Settings, redacted
-from ebbtide.errors import ConfigError, ServerUnavailable
+from ebbtide.errors import ConfigError, ServerUnavailable, SpecError
 from ebbtide.identity import Caller
 from ebbtide.queue.models import Job
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
@@ -34,6 +34,7 @@ from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import job_to_dict
+from ebbtide.units import shown
 from ebbtide.workdir import base_directory, with_submit_host
 
 #: How long one request may take, in seconds (a large array's submission is the longest).
@@ -190,10 +191,9 @@ class RemoteClient(ClientBase):
         sent = {k: v for k, v in params.items() if v is not None}
         answer = self._call("GET", "/qstat", params=sent)
         at = {name: i for i, name in enumerate(answer["fields"])}
-        missing = [name for name in columns if name not in at]
-        if missing:
-            jobs = self.list(state=state, owner=owner)
-            return [tuple(getattr(job, name) for name in columns) for job in jobs]
+        for name in columns:  # as the store's client says it
+            if name not in at:
+                raise SpecError("columns", f"{shown(name, 40)} is not a column of the table")
         return [tuple(row[at[name]] for name in columns) for row in answer["rows"]]
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
