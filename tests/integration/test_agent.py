@@ -344,6 +344,50 @@ def test_a_wrapper_killed_by_the_warning_leaves_its_child_to_finish(  # type: ig
         assert ev is not None and ev["killed"] is False and ev["exit_code"] == 99
 
 
+#: The job under a bash script that does more after it: warned, it finishes its last step
+#: or checkpoints and asks for a requeue.  The warning kills bash at once (it has no trap):
+#: the script's next line never runs, and the child's own exit must decide.
+BASH_CHILD = """\
+import pathlib, sys, time
+from ebbtide import job
+pathlib.Path(sys.argv[1]).touch()
+while not job.preempted():
+    time.sleep(0.01)
+time.sleep(0.3)  # the last step
+if sys.argv[2] == "finish":
+    job.result({"steps": 10})
+    sys.exit(0)
+job.requeue()
+"""
+
+
+@pytest.mark.parametrize(("how", "state"), [("finish", "succeeded"), ("requeue", "queued")])
+def test_a_bash_script_whose_job_finished_during_its_warning_is_not_run_again(  # type: ignore[no-untyped-def]
+    node, tmp_path, how, state
+):
+    """The chaos run's trap: a bash-wrapped job that finished while being warned ended
+    143 (its shell's death) and was run again.  The shell dies of the warning; its child
+    finishes (a success, with its result) or checkpoints and asks for a requeue (an
+    eviction with the child's 99), and the attempt ends as the child did."""
+    store, _agent, source = node
+    child = tmp_path / "child.py"
+    child.write_text(BASH_CHILD)
+    ready = tmp_path / "ready"
+    script = f"{sys.executable} {child} {ready} {how}\necho after\n"
+    job_id, _ = _dispatch(store, ["bash", "-c", script], deadline_s=5)
+    wait_until(ready.exists)
+    source.set(0, 10.0, 80_000)  # a spike: the job is warned
+    wait_until(lambda: store.get(job_id).state == state)
+    events = store.events(job_id)
+    if how == "finish":
+        assert "evicted" not in [e["type"] for e in events]
+        assert store.get(job_id).exit_code == 0
+        assert [e["value"] for e in events if e["type"] == "result"] == [{"steps": 10}]
+    else:
+        [ev] = [e for e in events if e["type"] == "evicted"]
+        assert (ev["exit_code"], ev["killed"]) == (99, False)
+
+
 def test_count_sh_is_evicted_cleanly_by_a_real_agent(node, tmp_path):  # type: ignore[no-untyped-def]
     store, _agent, source = node
     count_sh = Path(__file__).resolve().parents[2] / "examples" / "count.sh"
