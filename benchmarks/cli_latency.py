@@ -28,6 +28,7 @@ Targets (issue: as fast as the tools it replaces): qsub ≤ 0.150 s, qstat of 10
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -38,13 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_stores
 from bench_cli import ebb_argv, serve_socket, stats
 
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-PG_DB = "ebbtide_cli_latency"
 
 
 def _timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
@@ -58,19 +59,13 @@ def _timed(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
     return times
 
 
-def _postgres_url() -> str | None:
-    """A fresh database on the local PostgreSQL, or None when it does not answer."""
+def _postgres_url(stack: contextlib.ExitStack) -> str | None:
+    """A fresh database on the local PostgreSQL, dropped when ``stack`` closes; None when
+    the server does not answer."""
     try:
-        import sqlalchemy as sa
-
-        engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with engine.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {PG_DB}"))
-            conn.execute(sa.text(f"CREATE DATABASE {PG_DB}"))
-        engine.dispose()
+        return stack.enter_context(bench_stores.postgres_url(PG_ADMIN_URL))
     except Exception:
         return None
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{PG_DB}"
 
 
 def measure(db_url: str, home: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -131,10 +126,13 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {"targets": {"qsub_p50_s": 0.150, "qstat_p50_s": 0.300}}
-    with tempfile.TemporaryDirectory(prefix="ebbtide-cli-latency-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="ebbtide-cli-latency-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         home = Path(tmp) / "home"
         results["sqlite"] = measure(f"sqlite:///{Path(tmp) / 'cli.db'}", home, args)
-        pg = None if args.no_postgres else _postgres_url()
+        pg = None if args.no_postgres else _postgres_url(stack)
         results["postgresql"] = measure(pg, Path(tmp) / "home-pg", args) if pg else None
     results["slurm"] = slurm(args)
     if args.json:
