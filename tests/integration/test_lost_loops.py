@@ -136,8 +136,9 @@ def test_a_pass_looks_only_at_the_losses_since_the_last(
     """``hold_lost`` reads the ``lost`` events after where the last pass stopped, not every
     queued job (a million queued jobs would make each pass read them all)."""
     import ebbtide.queue.store as store_module
+    import ebbtide.queue.store.losses as losses_module
 
-    monkeypatch.setattr(store_module, "LOST_RESCAN_EVENTS", 0)
+    monkeypatch.setattr(losses_module, "LOST_RESCAN_EVENTS", 0)
     sched = scheduler(store)
     [job_id] = store.submit(JobSpec(command=["train"], gpu="20%"), "alice", defaults_deadline_s=30)
     why = "its process is no longer running on node n1"

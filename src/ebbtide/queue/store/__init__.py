@@ -1,0 +1,82 @@
+"""The store: every read and write of jobs, attempts, events and nodes.
+
+SQLite under ``$EBBTIDE_HOME`` by default, PostgreSQL via ``EBBTIDE_DB_URL``.  The store
+is the source of truth: messages may be lost or duplicated, state may not.
+
+Every state change goes through :meth:`Store._transition`: it checks the transition
+table, updates the row only if it is still in the expected state (and, for reports from
+an attempt, only if that attempt is still the job's current one), and appends an event,
+all in one database transaction.  Losing a race raises :class:`StaleState`.
+
+One module per concept, each a mixin over :class:`~ebbtide.queue.store.base.StoreBase`
+(the engine, transactions, the leadership fence, events); :class:`Store` is all of them:
+
+- :mod:`~ebbtide.queue.store.submission`: :meth:`Store.submit`;
+- :mod:`~ebbtide.queue.store.queries`: jobs, events, attempts, the scheduler's snapshot;
+- :mod:`~ebbtide.queue.store.reports`: ``ebb top``'s evictions, ``ebb report``'s rows;
+- :mod:`~ebbtide.queue.store.transitions`: :meth:`Store.transition`;
+- :mod:`~ebbtide.queue.store.user_actions`: hold, alter, release, cancel;
+- :mod:`~ebbtide.queue.store.attempts`: dispatch to the end of an attempt;
+- :mod:`~ebbtide.queue.store.losses`: lost attempts, and jobs held for being lost;
+- :mod:`~ebbtide.queue.store.housekeeping`: dependencies, reasons, holds, retention;
+- :mod:`~ebbtide.queue.store.nodes`: heartbeats, nodes, the published policy.
+"""
+
+from __future__ import annotations
+
+from ebbtide.queue.store.attempts import AttemptMixin
+from ebbtide.queue.store.base import (
+    ATTEMPTS,
+    EVENTS,
+    JOBS,
+    LEADERSHIP,
+    NODES,
+    REPORT_PROBE_EVENTS,
+    StoreBase,
+    check_epoch,
+)
+from ebbtide.queue.store.housekeeping import HousekeepingMixin
+from ebbtide.queue.store.losses import LOST_LOOKBACK_S, LOST_RESCAN_EVENTS, LossMixin
+from ebbtide.queue.store.nodes import NodeMixin
+from ebbtide.queue.store.queries import QueryMixin, job_to_dict
+from ebbtide.queue.store.reports import (
+    RECENT_EVICTIONS_SCAN_EVENTS,
+    REPORT_EVENT_ORDER_SLACK_S,
+    REPORT_EVENT_TYPES,
+    ReportMixin,
+)
+from ebbtide.queue.store.submission import SubmissionMixin
+from ebbtide.queue.store.transitions import TransitionMixin
+from ebbtide.queue.store.user_actions import UserActionMixin
+
+__all__ = [
+    "ATTEMPTS",
+    "EVENTS",
+    "JOBS",
+    "LEADERSHIP",
+    "LOST_LOOKBACK_S",
+    "LOST_RESCAN_EVENTS",
+    "NODES",
+    "RECENT_EVICTIONS_SCAN_EVENTS",
+    "REPORT_EVENT_ORDER_SLACK_S",
+    "REPORT_EVENT_TYPES",
+    "REPORT_PROBE_EVENTS",
+    "Store",
+    "StoreBase",
+    "check_epoch",
+    "job_to_dict",
+]
+
+
+class Store(
+    SubmissionMixin,
+    UserActionMixin,
+    AttemptMixin,
+    LossMixin,
+    HousekeepingMixin,
+    QueryMixin,
+    ReportMixin,
+    TransitionMixin,
+    NodeMixin,
+):
+    """All job database I/O.  Safe to share between threads."""

@@ -1,0 +1,192 @@
+"""The scheduler's housekeeping: waiting jobs promoted (or cancelled) as their
+dependencies say, why queued jobs wait, jobs evicted too often held, and the retention
+purge of jobs finished long ago (:mod:`ebbtide.queue.purge` does each batch)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import sqlalchemy as sa
+
+from ebbtide.errors import InvalidTransition, StaleState
+from ebbtide.queue.dependencies import dependencies_verdict
+from ebbtide.queue.purge import (
+    DEFAULT_BATCH_JOBS,
+    PURGE_PAUSE_S,
+    Purger,
+    PurgeResult,
+    oldest_finished_at,
+)
+from ebbtide.queue.states import EventType, JobState
+from ebbtide.queue.store.base import JOBS
+from ebbtide.queue.store.queries import QueryMixin
+from ebbtide.queue.store.transitions import TransitionMixin
+
+
+class HousekeepingMixin(QueryMixin, TransitionMixin):
+    """What a scheduler does to the queue besides dispatching and evicting."""
+
+    def promote_waiting(self) -> list[int]:
+        """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""
+        waiting = self.list_jobs(states=[JobState.WAITING])
+        if not waiting:
+            return []
+        dep_ids = {d["job_id"] for j in waiting for d in json.loads(j.depends_json)}
+        with self._read() as conn:
+            dep_state = dict(
+                conn.execute(sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(dep_ids))).all()
+            )
+        changed = []
+        for job in waiting:
+            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state)
+            try:
+                if verdict == "met":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.QUEUED,
+                        event=EventType.DEPENDENCIES_MET,
+                        changes={"reason": ""},
+                    )
+                elif verdict == "never":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.CANCELLED,
+                        event=EventType.CANCELLED,
+                        data={"reason": why},
+                        changes={"reason": why, "finished_at": self.clock.time()},
+                    )
+                else:
+                    continue
+            except (StaleState, InvalidTransition):
+                continue
+            changed.append(job.id or 0)
+        return changed
+
+    def set_reasons(self, reasons: dict[int, str]) -> int:
+        """Record why queued jobs wait (policy, quota, room); only rows whose reason
+        changed are written.  Returns how many changed."""
+        if not reasons:
+            return 0
+        changed = 0
+        with self._tx() as conn:
+            current = dict(
+                conn.execute(
+                    sa.select(JOBS.c.id, JOBS.c.reason).where(
+                        JOBS.c.id.in_(list(reasons)), JOBS.c.state == JobState.QUEUED.value
+                    )
+                ).all()
+            )
+            for job_id, reason in reasons.items():
+                if job_id in current and current[job_id] != reason:
+                    conn.execute(
+                        JOBS.update()
+                        .where(JOBS.c.id == job_id, JOBS.c.state == JobState.QUEUED.value)
+                        .values(reason=reason)
+                    )
+                    changed += 1
+        return changed
+
+    def hold_overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
+        """Hold the queue's queued jobs evicted ``max_preemptions`` times or more."""
+        with self._read() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    sa.select(JOBS.c.id).where(
+                        JOBS.c.state == JobState.QUEUED.value,
+                        JOBS.c.queue == queue,
+                        JOBS.c.evictions - JOBS.c.evictions_forgiven >= max_preemptions,
+                    )
+                )
+            ]
+        held = []
+        for job_id in ids:
+            why = (
+                f"held: evicted {max_preemptions} or more times (queue {queue!r} allows "
+                f"max_preemptions {max_preemptions}); qrls to try again"
+            )
+            try:
+                self.transition(
+                    job_id,
+                    JobState.QUEUED,
+                    JobState.HELD,
+                    event=EventType.HELD,
+                    data={"by": "policy", "reason": why},
+                    changes={"reason": why},
+                )
+                held.append(job_id)
+            except StaleState:
+                continue
+        return held
+
+    # -- retention ----------------------------------------------------------------------
+
+    def purge_batches(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = DEFAULT_BATCH_JOBS,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause: Callable[[], bool] | None = None,
+    ) -> Iterator[PurgeResult]:
+        """:meth:`purge`, one batch at a time: each item is one batch's counts, its
+        transaction over.  ``pause`` is called between two batches; False ends the purge
+        there."""
+        cutoff = (self.clock.time() if now is None else now) - older_than_s
+        postgres = self.engine.dialect.name == "postgresql"
+        purger = Purger(cutoff, batch=batch, dry_run=dry_run, postgres=postgres)
+        first = True
+        while True:
+            with self._read() as conn:
+                more = purger.select(conn)
+            if not more:
+                rest = purger.leftover()
+                if rest.kept:
+                    yield rest
+                return
+            if not first and pause is not None and not pause():
+                return
+            first = False
+            batch_tx = self._read() if dry_run else self._tx()
+            with batch_tx as conn:
+                result = purger.remove(conn)
+            yield result
+
+    def purge(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = DEFAULT_BATCH_JOBS,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause_s: float = PURGE_PAUSE_S,
+    ) -> PurgeResult:
+        """Remove the jobs that finished (succeeded, failed, cancelled) more than
+        ``older_than_s`` seconds before ``now`` (default: the clock's), with their
+        attempts and events, ``batch`` jobs per transaction and ``pause_s`` seconds
+        apart; ``dry_run``: count them, remove nothing.  Never a job in another state,
+        one that a job not yet finished depends on, or part of an array not all
+        finished that long ago (:mod:`ebbtide.queue.purge`)."""
+        started = time.perf_counter()
+        at = self.clock.time() if now is None else now
+        total = PurgeResult(cutoff=at - older_than_s, dry_run=dry_run)
+
+        def pause() -> bool:
+            time.sleep(pause_s)
+            return True
+
+        for step in self.purge_batches(
+            older_than_s, batch=batch, dry_run=dry_run, now=at, pause=pause
+        ):
+            total += step
+        with self._read() as conn:
+            oldest = oldest_finished_at(conn)
+        return replace(
+            total, oldest_kept_finished_at=oldest, elapsed_s=time.perf_counter() - started
+        )

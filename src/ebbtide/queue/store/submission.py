@@ -1,0 +1,142 @@
+"""Submission: a job, or the tasks of an array, inserted with their ``submitted`` events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+
+from ebbtide.errors import SpecError
+from ebbtide.queue.spec import JobSpec, SliceGrant
+from ebbtide.queue.states import EventType, JobState, check_transition
+from ebbtide.queue.store.base import EVENTS, JOBS, StoreBase
+
+
+class SubmissionMixin(StoreBase):
+    """:meth:`submit`."""
+
+    def submit(
+        self,
+        spec: JobSpec,
+        owner: str,
+        *,
+        defaults_deadline_s: float,
+        grant: SliceGrant | None = None,
+        pausable: bool | None = None,
+        attribution: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Insert the job (or the tasks of an array); return their ids, first task first.
+
+        ``pausable``: whether an online compute spike may pause it rather than evict it
+        (default: what its spec says, else yes; the client applies its queue's default).
+
+        ``grant``: what the fleet's resource profile really grants for the spec's slice
+        request; the rows' slice (what the planner packs) is the grant, ``spec_json``
+        keeps what was asked, and the submitted event records the grant.
+
+        ``attribution``: who submitted and from where (:meth:`Caller.attribution
+        <ebbtide.identity.Caller.attribution>`), recorded in the submitted event.
+        """
+        granted = spec if grant is None else grant
+        now = self.clock.time()
+        indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
+        base_name = spec.display_name()
+        depends = [d.model_dump() for d in spec.depends]
+        with self._tx() as conn:
+            if depends:
+                wanted = {d["job_id"] for d in depends}
+                named = sa.select(JOBS.c.id).where(JOBS.c.id.in_(wanted))
+                if conn.dialect.name == "postgresql":
+                    # a purge locks the jobs it removes before it reads who depends on
+                    # them: one of the two waits for the other (queue/purge.py)
+                    named = named.with_for_update(read=True)
+                found = {r[0] for r in conn.execute(named)}
+                missing = sorted(wanted - found)
+                if missing:
+                    raise SpecError("depends", f"no job with id {missing[0]}")
+            state = (
+                JobState.HELD if spec.hold else (JobState.WAITING if depends else JobState.QUEUED)
+            )
+            check_transition(None, state)
+            reason = (
+                "held at submission"
+                if spec.hold
+                else ("waiting for dependencies" if depends else "")
+            )
+            row = {
+                "owner": owner,
+                "queue": spec.queue,
+                "priority": spec.priority,
+                "kind": spec.kind,
+                "state": state.value,
+                "reason": reason,
+                "spec_json": spec.model_dump_json(),
+                "compute_pct": granted.compute_pct,
+                "gpus": granted.gpus,
+                "memory_mib": granted.memory_mib,
+                "deadline_s": spec.deadline_s or defaults_deadline_s,
+                "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
+                "signal": spec.signal,
+                "array_limit": spec.array.limit if spec.array else None,
+                "depends_json": json.dumps(depends),
+                "submitted_at": now,
+                "attempts": 0,
+                "evictions": 0,
+                "failures": 0,
+                "cancel_requested": False,
+                "pausable": (spec.pause is not False) if pausable is None else pausable,
+            }
+            # the first task alone: its id is the array's id; the other tasks in one
+            # executemany (one statement compiled for all, not one per task), their ids
+            # read back in task order (array indices ascend, whatever order ids were given)
+            task_indices: list[int | None] = list(indices)
+            first_index = task_indices[0]
+            first = dict(
+                row,
+                name=base_name if first_index is None else f"{base_name}[{first_index}]",
+                array_index=first_index,
+                array_id=None,
+            )
+            first_id = int(conn.execute(JOBS.insert(), first).inserted_primary_key[0])  # type: ignore[index]
+            ids = [first_id]
+            if spec.array:
+                conn.execute(JOBS.update().where(JOBS.c.id == first_id).values(array_id=first_id))
+                rest = [
+                    dict(row, name=f"{base_name}[{index}]", array_index=index, array_id=first_id)
+                    for index in task_indices[1:]
+                ]
+                if rest:
+                    conn.execute(JOBS.insert(), rest)
+                    ids = list(
+                        conn.execute(
+                            sa.select(JOBS.c.id)
+                            .where(JOBS.c.array_id == first_id)
+                            .order_by(JOBS.c.array_index)
+                        ).scalars()
+                    )
+            data: dict[str, Any] = {"state": state.value, "owner": owner, **(attribution or {})}
+            if grant is not None:
+                data["granted"] = {
+                    "compute_pct": grant.compute_pct,
+                    "gpus": grant.gpus,
+                    "memory_mib": grant.memory_mib,
+                    "profile": grant.profile,
+                    "note": grant.note,
+                }
+            data_json = json.dumps(data)
+            conn.execute(
+                EVENTS.insert(),
+                [
+                    {
+                        "job_id": jid,
+                        "attempt": None,
+                        "type": EventType.SUBMITTED.value,
+                        "time": now,
+                        "data_json": data_json,
+                    }
+                    for jid in ids
+                ],
+            )
+        return ids

@@ -1,0 +1,189 @@
+"""User actions: hold, alter, release and cancel a job, by its owner or an admin, each
+attributed to who acted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ebbtide.errors import PermissionDenied, StaleState, UserError
+from ebbtide.queue.models import Job
+from ebbtide.queue.spec import JobSpec, SliceGrant
+from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState
+from ebbtide.queue.store.base import JOBS
+from ebbtide.queue.store.queries import QueryMixin
+from ebbtide.queue.store.transitions import TransitionMixin
+
+
+def _actor(user: str, attribution: dict[str, Any] | None) -> str:
+    """Who really acted: the attribution's ``by`` (an admin acting for ``user``), else
+    ``user``."""
+    return str((attribution or {}).get("by") or user)
+
+
+class UserActionMixin(QueryMixin, TransitionMixin):
+    """``qhold``, ``qalter``, ``qrls`` and ``qdel``."""
+
+    def _check_owner(self, job: Job, user: str, admin: bool) -> None:
+        if not admin and job.owner != user:
+            raise PermissionDenied(
+                f"job {job.id} belongs to {job.owner}; only its owner or an admin may change it"
+            )
+
+    def hold(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        state = JobState(job.state)
+        if state == JobState.HELD:
+            return job
+        if state not in (JobState.QUEUED, JobState.WAITING):
+            raise UserError(
+                f"job {job_id} is {state.value}; only queued or waiting jobs can be held"
+            )
+        self.transition(
+            job_id,
+            state,
+            JobState.HELD,
+            event=EventType.HELD,
+            data=attribution or {"by": user},
+            changes={"reason": f"held by {_actor(user, attribution)}"},
+        )
+        return self.get(job_id)
+
+    def alter(
+        self,
+        job_id: int,
+        spec: JobSpec,
+        *,
+        user: str,
+        admin: bool = False,
+        defaults_deadline_s: float,
+        grant: SliceGrant | None = None,
+        changes: dict[str, Any] | None = None,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
+        """Give a job that has not started (held, waiting or queued) ``spec`` instead of
+        its own: its name, priority, slice, walltime and deadline (``qalter``)."""
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        granted = spec if grant is None else grant
+        name = spec.display_name()
+        alterable = [JobState.HELD.value, JobState.WAITING.value, JobState.QUEUED.value]
+        with self._tx() as conn:
+            result = conn.execute(
+                JOBS.update()
+                .where(JOBS.c.id == job_id, JOBS.c.state.in_(alterable))
+                .values(
+                    name=name if job.array_index is None else f"{name}[{job.array_index}]",
+                    priority=spec.priority,
+                    kind=spec.kind,
+                    spec_json=spec.model_dump_json(),
+                    compute_pct=granted.compute_pct,
+                    gpus=granted.gpus,
+                    memory_mib=granted.memory_mib,
+                    deadline_s=spec.deadline_s or defaults_deadline_s,
+                    first_checkpoint_s=spec.checkpoint_interval_s or spec.walltime_s,
+                )
+            )
+            if result.rowcount != 1:
+                state = self.get(job_id).state
+                raise UserError(
+                    f"job {job_id} is {state}; only held, waiting or queued jobs can be "
+                    "altered (a running job keeps the slice it was given)"
+                )
+            self._event(
+                conn,
+                job_id,
+                EventType.ALTERED,
+                data={"changes": changes or {}, **(attribution or {"by": user})},
+            )
+        return self.get(job_id)
+
+    def release(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
+        job = self.get(job_id)
+        self._check_owner(job, user, admin)
+        if job.state != JobState.HELD:
+            raise UserError(f"job {job_id} is {job.state}, not held")
+        target = JobState.WAITING if json.loads(job.depends_json) else JobState.QUEUED
+        self.transition(
+            job_id,
+            JobState.HELD,
+            target,
+            event=EventType.RELEASED,
+            data=attribution or {"by": user},
+            changes={"reason": "", "evictions_forgiven": job.evictions},
+        )
+        return self.get(job_id)
+
+    def cancel(
+        self,
+        job_id: int,
+        *,
+        user: str,
+        admin: bool = False,
+        attribution: dict[str, Any] | None = None,
+    ) -> Job:
+        """Cancel now, or ask for an eviction if the job holds a slice (it ends ``cancelled``)."""
+        for _ in range(5):
+            job = self.get(job_id)
+            self._check_owner(job, user, admin)
+            state = JobState(job.state)
+            if state in FINAL_STATES:
+                raise UserError(f"job {job_id} already {state.value}")
+            try:
+                if state in (JobState.RUNNING, JobState.EVICTING):
+                    with self._tx() as conn:
+                        result = conn.execute(
+                            JOBS.update()
+                            .where(JOBS.c.id == job_id, JOBS.c.state == state.value)
+                            .values(
+                                cancel_requested=True,
+                                reason=f"cancel requested by {_actor(user, attribution)}",
+                            )
+                        )
+                        if result.rowcount != 1:
+                            raise StaleState("moved")
+                        self._event(
+                            conn,
+                            job_id,
+                            EventType.CANCEL_REQUESTED,
+                            attempt=job.attempts,
+                            data=attribution or {"by": user},
+                        )
+                else:
+                    changes: dict[str, Any] = {
+                        "reason": f"cancelled by {_actor(user, attribution)}",
+                        "finished_at": self.clock.time(),
+                    }
+                    with self._tx() as conn:
+                        self._transition(
+                            conn,
+                            job_id,
+                            state,
+                            JobState.CANCELLED,
+                            event=EventType.CANCELLED,
+                            data=attribution or {"by": user},
+                            changes=changes,
+                        )
+                        if state == JobState.DISPATCHED:
+                            self._end_attempt(
+                                conn, job_id, job.attempts, AttemptOutcome.CANCELLED, None
+                            )
+                return self.get(job_id)
+            except StaleState:
+                continue
+        raise StaleState(f"job {job_id} kept changing; try again")
