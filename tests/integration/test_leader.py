@@ -1,6 +1,8 @@
 """One active scheduler: the leader lock on SQLite (flock beside the database) and
 PostgreSQL (advisory lock), the leadership epoch that fences a deposed leader's writes,
-and schedulers that stand down when they lose the lead and survive a store outage."""
+and schedulers that stand down when they lose the lead.  The loop's timing (the standby's
+retries, a store outage waited out) is tested on a fake clock in
+``tests/unit/test_scheduler_clock.py``."""
 
 from __future__ import annotations
 
@@ -177,29 +179,4 @@ def test_a_deposed_scheduler_stands_down_and_nothing_is_dispatched_twice(postgre
         for s in schedulers.values():
             s.stop()
             s._store.close()
-        store.close()
-
-
-def test_a_standby_survives_a_store_outage_and_takes_over(db_url, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
-    store = Store(db_url)
-    lock = LeaderLock(store.engine, tmp_path, "standby")
-    real = LeaderLock.try_acquire
-    outage = {"left": 3}
-
-    def flaky(self: LeaderLock) -> bool:
-        if outage["left"] > 0:
-            outage["left"] -= 1
-            raise sa.exc.OperationalError("SELECT 1", {}, Exception("connection refused"))
-        return real(self)
-
-    monkeypatch.setattr(LeaderLock, "try_acquire", flaky)
-    monkeypatch.setattr("ebbtide.scheduling.loop.LEADER_RETRY_S", 0.05)
-    scheduler = Scheduler(store, leader=lock, wakeups=False)
-    scheduler.start()
-    try:
-        _wait(lambda: lock.epoch is not None)
-        assert outage["left"] == 0
-        assert scheduler._thread is not None and scheduler._thread.is_alive()
-    finally:
-        scheduler.stop()
         store.close()

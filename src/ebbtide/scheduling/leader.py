@@ -22,12 +22,12 @@ import fcntl
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.queue.engine import reading
 from ebbtide.queue.store import LEADERSHIP
 
@@ -47,9 +47,18 @@ def lock_path(engine: sa.Engine, home: Path) -> Path:
 
 
 class LeaderLock:
-    def __init__(self, engine: sa.Engine, home: Path, holder: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        home: Path,
+        holder: str | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.engine = engine
         self.home = home
+        #: stamps when an epoch began (``acquired_at``)
+        self.clock = clock
         #: who leads, for the record: host and pid
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         #: the leadership epoch this holder took, while it holds the lock
@@ -113,7 +122,9 @@ class LeaderLock:
             conn.execute(
                 LEADERSHIP.update()
                 .where(LEADERSHIP.c.id == 1)
-                .values(epoch=LEADERSHIP.c.epoch + 1, holder=self.holder, acquired_at=time.time())
+                .values(
+                    epoch=LEADERSHIP.c.epoch + 1, holder=self.holder, acquired_at=self.clock.time()
+                )
             )
             epoch = conn.execute(
                 sa.select(LEADERSHIP.c.epoch).where(LEADERSHIP.c.id == 1)

@@ -9,10 +9,16 @@ evicted more often than their queue allows are held; the attempts of nodes that 
 heartbeating are requeued; dispatched attempts that never started are requeued; jobs
 whose attempts keep being lost are held (``max_losses``, ``loss_window_s``).  Why each
 queued job still waits (a closed window, a quota, a backoff, no room) is written to its
-``reason`` for ``qstat``.  The policy's live side (reloads, lull state, wake-ups at window
-boundaries) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`; removing old
+``reason`` for ``qstat``.  The policy's live side (reloads, lull state, wake-ups at cron
+windows' openings) is :class:`~ebbtide.scheduling.policy_runtime.PolicyRuntime`; removing old
 finished jobs (the policy's ``retention``) is :class:`~ebbtide.scheduling.retention.Retention`'s,
 in a thread of its own while the scheduler leads.
+
+The loop waits on its clock (:meth:`Clock.wait <ebbtide.clock.Clock.wait>`): ``PLAN_PERIOD_S``
+between two passes, or until the instant the planner asked for if that comes sooner (a
+drain before a window's close, the end of a backoff or a cooldown), and ``LEADER_RETRY_S``
+between two tries to take the lead.  So on a :class:`~ebbtide.clock.FakeClock` it runs
+pass by pass on fake time.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +53,8 @@ from ebbtide.scheduling.snapshot import DeviceView, QueuedJob, Snapshot
 
 log = logging.getLogger("ebbtide.scheduler")
 
-#: How often the scheduler plans when nothing wakes it earlier, in seconds.
+#: How often the scheduler plans when nothing wakes it earlier (an event, or an instant
+#: the planner asked for), in seconds.
 PLAN_PERIOD_S = 0.5
 #: How often a standby scheduler tries to become the active one, in seconds.
 LEADER_RETRY_S = 1.0
@@ -80,6 +86,8 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the next instant the planner asked to plan again at (Unix seconds), if any
+        self._wake_at: float | None = None
         self.leader = leader
         #: the policy text and epoch last published (see :meth:`_publish_policy`)
         self._published: tuple[str | None, int | None] | None = None
@@ -149,6 +157,7 @@ class Scheduler:
         )
 
     def run_once(self) -> Plan:
+        self._wake_at = None  # a pass that fails asks for nothing
         self.runtime.maybe_reload()
         self._publish_policy()
         now = self.clock.time()
@@ -162,7 +171,7 @@ class Scheduler:
         decisions = plan(snapshot, queued_in_order=True)  # the store gives it in order
         self.apply(decisions, now, snapshot.queued)
         self.store.set_reasons(decisions.blocked)
-        self.runtime.wake_at(decisions.wake_at)
+        self._wake_at = decisions.wake_at  # the loop's wait ends then (see _pause_s)
         return decisions
 
     def _publish_policy(self) -> None:
@@ -283,7 +292,7 @@ class Scheduler:
     def start(self) -> None:
         if self._wakeups:
             self.runtime.start_wakeups(self._wake.set)
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="scheduler", daemon=True)
         self._thread.start()
         self.retention.start()
 
@@ -302,7 +311,12 @@ class Scheduler:
         if self.leader is not None:
             self.leader.release()
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """The loop, in the calling thread, until :meth:`stop`: take the lead, plan pass
+        after pass while leading, stand by when not.  :meth:`start` runs it in a thread
+        of its own (with the window wake-ups and the retention thread); on a
+        :class:`~ebbtide.clock.FakeClock` a test runs it in its own thread, pass by pass
+        on fake time."""
         while self._take_the_lead():
             self._lead()
 
@@ -329,7 +343,7 @@ class Scheduler:
                     "cannot reach the store to take the lead (%s); trying again",
                     str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                 )
-            self._stop.wait(LEADER_RETRY_S)
+            self.clock.wait(self._stop, LEADER_RETRY_S)
         return False
 
     def _lead(self) -> None:
@@ -338,17 +352,24 @@ class Scheduler:
             if self.leader is not None and not self.leader.still_held():
                 self._stand_down("its lock or its epoch is gone")
                 return
-            started = time.perf_counter()
+            started = self.clock.monotonic()
             try:
                 self.run_once()
-                self.metrics.pass_duration.observe(time.perf_counter() - started)
+                self.metrics.pass_duration.observe(self.clock.monotonic() - started)
             except NotLeader as exc:
                 self._stand_down(str(exc))
                 return
             except Exception:
                 log.exception("scheduler pass failed")
-            self._wake.wait(PLAN_PERIOD_S)
+            self.clock.wait(self._wake, self._pause_s())
             self._wake.clear()
+
+    def _pause_s(self) -> float:
+        """How long to wait for the next pass: the period, or less when the planner asked
+        to plan again sooner (a drain before a window's close, a backoff's end)."""
+        if self._wake_at is None:
+            return PLAN_PERIOD_S
+        return max(0.0, min(PLAN_PERIOD_S, self._wake_at - self.clock.time()))
 
     def _lead_as(self, leading: bool) -> None:
         self.leading = leading
