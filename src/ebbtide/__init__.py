@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.errors import (
+    EbbtideError,
+    JobNotFound,
+    PermissionDenied,
+    ServerUnavailable,
+    SpecError,
+    StoreUnavailable,
+    UserError,
+)
 from ebbtide.handle import JobFailed, JobHandle
 from ebbtide.queue.states import JobState
 
@@ -18,10 +26,13 @@ __all__ = [
     "EbbtideError",
     "JobFailed",
     "JobHandle",
+    "JobNotFound",
     "JobSpec",
     "JobState",
     "PermissionDenied",
+    "ServerUnavailable",
     "SpecError",
+    "StoreUnavailable",
     "UserError",
     "WaitTimeout",
     "__version__",
@@ -49,3 +60,8 @@ def __getattr__(name: str) -> Any:
 
         return WaitTimeout
     raise AttributeError(name)
+
+
+def __dir__() -> list[str]:
+    # the public API only, not the submodules imported so far nor this module's helpers
+    return sorted(__all__)

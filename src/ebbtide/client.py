@@ -49,6 +49,7 @@ from ebbtide.queue.rightsizing import NO_MEASUREMENT, RECENT_JOBS, combine, hint
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
+from ebbtide.queue.tokens import TokenInfo
 from ebbtide.units import format_mib, shown, signal_name
 from ebbtide.workdir import with_submit_host, with_workdir
 
@@ -833,6 +834,31 @@ class Client(ClientBase):
             age,
         )
         return result.as_dict()
+
+    # -- tokens -------------------------------------------------------------------------
+
+    def create_token(
+        self, user: str, *, note: str = "", expires_s: float | None = None
+    ) -> tuple[int, str]:
+        """Issue a bearer token of ``ebb server`` to ``user``: its id and the token, given
+        this once (only its hash is kept).  Admins only, on the store itself."""
+        self._token_admin()
+        return self.store.tokens.create(user, by=self.caller.actor, note=note, expires_s=expires_s)
+
+    def tokens(self) -> builtins.list[TokenInfo]:
+        """Every token issued, oldest first (never the token itself).  Admins only."""
+        self._token_admin()
+        return self.store.tokens.all()
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        """Refuse the token ``token_id`` from now on (one already revoked stays as it
+        was).  Admins only."""
+        self._token_admin()
+        return self.store.tokens.revoke(token_id, by=self.caller.actor)
+
+    def _token_admin(self) -> None:
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may manage tokens; {self.user} is not one")
 
     def _device_admin(self, what: str, node: str, device: int | None) -> None:
         if not self.is_admin:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     REGISTRY,
@@ -33,10 +33,12 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ebbtide.clock import Clock
 from ebbtide.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ebbtide.scheduling.loop import Scheduler
+    from ebbtide.queue.models import Node
+    from ebbtide.scheduling.snapshot import ActiveAttempt
 
 log = logging.getLogger("ebbtide.metrics")
 
@@ -308,6 +310,40 @@ class Metrics:
         """Read the queues and nodes from the store at scrape time while ``scheduler``
         leads (once per scheduler)."""
         self.registry.register(SchedulerCollector(scheduler))
+
+
+class FleetStore(Protocol):
+    """What :class:`SchedulerCollector` reads from the store at scrape time."""
+
+    def queue_stats(self, states: Iterable[str] | None = None) -> dict[str, dict[str, int]]: ...
+
+    def active_attempts(self, node: str | None = None) -> Sequence[ActiveAttempt]: ...
+
+    def nodes(self) -> Sequence[Node]: ...
+
+
+class QueueNames(Protocol):
+    """The policy, as far as the metrics need it: the queues it defines."""
+
+    @property
+    def queues(self) -> Mapping[str, object]: ...
+
+
+class Scheduler(Protocol):
+    """A scheduler as :class:`SchedulerCollector` sees it (the live one,
+    :class:`ebbtide.scheduling.loop.Scheduler`, is one)."""
+
+    @property
+    def leading(self) -> bool: ...
+
+    @property
+    def store(self) -> FleetStore: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def policy(self) -> QueueNames: ...
 
 
 class SchedulerCollector(Collector):

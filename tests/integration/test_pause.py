@@ -11,9 +11,9 @@ from pathlib import Path
 
 import psutil
 
-from ebbtide.preemption.relief import PauseRules
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.snapshot import PauseRules
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ebbtide.preemption.relief import PauseRules
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.snapshot import PauseRules
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 from ebbtide.cli import jobs_cmd
 from ebbtide.cli.main import cli
-from ebbtide.cli.qsub import (
+from ebbtide.errors import SpecError
+from ebbtide.queue.qsub import (
     KNOWN_RESOURCES,
     QsubOptions,
     build_spec_kwargs,
     parse_resources,
     parse_script_directives,
 )
-from ebbtide.errors import SpecError
 from ebbtide.queue.spec import JobSpec
 from tests.unit.fuzz_support import (
     GOOD,

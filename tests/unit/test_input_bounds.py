@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from ebbtide import units
-from ebbtide.cli.qsub import (
+from ebbtide.client import Client
+from ebbtide.config.policy import Policy
+from ebbtide.config.settings import Settings
+from ebbtide.errors import SpecError
+from ebbtide.identity import Caller
+from ebbtide.queue.qsub import (
     QsubOptions,
     build_spec_kwargs,
     load_script,
@@ -24,11 +29,6 @@ from ebbtide.cli.qsub import (
     parse_resources,
     parse_script_directives,
 )
-from ebbtide.client import Client
-from ebbtide.config.policy import Policy
-from ebbtide.config.settings import Settings
-from ebbtide.errors import SpecError
-from ebbtide.identity import Caller
 from ebbtide.queue.spec import MAX_SCRIPT_BYTES, JobSpec
 
 HUGE = "99999999999999999999"  # past 2**63 - 1

@@ -34,13 +34,14 @@ from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
 from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, Dispatch, Plan, plan
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
+    DeviceGates,
     DeviceView,
     Margins,
     PauseRules,
     QueuedJob,
+    QueueGate,
     Snapshot,
 )
-from ebbtide.scheduling.windows import DeviceGates, QueueGate
 
 from .builders import NOW, att, dev, job
 

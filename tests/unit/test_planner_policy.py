@@ -11,8 +11,7 @@ import pytest
 from ebbtide.preemption.victims import EvictReason
 from ebbtide.scheduling.admission import DRAIN_LEAD_S
 from ebbtide.scheduling.planner import plan
-from ebbtide.scheduling.snapshot import QueueLimits, Snapshot
-from ebbtide.scheduling.windows import DeviceGates, QueueGate
+from ebbtide.scheduling.snapshot import DeviceGates, QueueGate, QueueLimits, Snapshot
 from tests.unit.builders import NOW, att, dev, job, snap
 
 

@@ -1,4 +1,4 @@
-"""Table-driven tests for the qsub option parsers (``ebbtide.cli.qsub``)."""
+"""Table-driven tests for the qsub option parsers (``ebbtide.queue.qsub``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import signal
 
 import pytest
 
-from ebbtide.cli.qsub import (
+from ebbtide.errors import SpecError
+from ebbtide.queue.qsub import (
     QsubOptions,
     build_spec_kwargs,
     load_script,
@@ -19,7 +20,6 @@ from ebbtide.cli.qsub import (
     parse_resources,
     parse_script_directives,
 )
-from ebbtide.errors import SpecError
 from ebbtide.queue.spec import JobSpec
 
 # ---------------------------------------------------------------- -l resources

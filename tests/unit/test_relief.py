@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from ebbtide.preemption.relief import ActionKind, PauseRules, relief_for_device, thaws_for_device
+from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
 from ebbtide.preemption.victims import EvictReason
 from ebbtide.scheduling.capacity import overflow
-from ebbtide.scheduling.snapshot import ActiveAttempt, Margins
+from ebbtide.scheduling.snapshot import ActiveAttempt, Margins, PauseRules
 
 from .builders import DEVICE_MIB, NOW, att, dev
 

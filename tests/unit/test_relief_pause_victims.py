@@ -10,10 +10,10 @@ import random
 
 import pytest
 
-from ebbtide.preemption.relief import PauseRules, relief_for_device
+from ebbtide.preemption.relief import relief_for_device
 from ebbtide.preemption.victims import pause_victims, select_victims, victim_order_key
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling.snapshot import ActiveAttempt, Margins
+from ebbtide.scheduling.snapshot import ActiveAttempt, Margins, PauseRules
 
 from .builders import NOW, att, dev
 

@@ -15,15 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ebbtide.cli.main import cli
-from ebbtide.cli.qsub import (
+from ebbtide.errors import SpecError
+from ebbtide.queue.qsub import (
     QsubOptions,
     build_spec_kwargs,
     export_env,
     parse_directive_tokens,
     parse_script_directives,
 )
-from ebbtide.cli.slurm import parse_sbatch_tokens, slurm_time_s
-from ebbtide.errors import SpecError
+from ebbtide.queue.slurm import parse_sbatch_tokens, slurm_time_s
 from ebbtide.queue.spec import ArraySpec, JobSpec
 from ebbtide.workers.launch import output_path, scheduler_env
 

@@ -7,14 +7,13 @@ import dataclasses
 import pytest
 
 from ebbtide.preemption.relief import (
-    PauseRules,
     relief_for_device,
     restores_for_device,
     thaws_for_device,
 )
 from ebbtide.preemption.victims import compute_used, memory_used, select_victims
 from ebbtide.scheduling.capacity import overflow
-from ebbtide.scheduling.snapshot import ActiveAttempt, Margins
+from ebbtide.scheduling.snapshot import ActiveAttempt, Margins, PauseRules
 
 from .builders import DEVICE_MIB, NOW, att, dev
 

@@ -22,7 +22,8 @@ import yaml
 from ebbtide.config.policy import Policy, parse_policy
 from ebbtide.scheduling.planner import plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
-from ebbtide.scheduling.windows import DeviceGates, Gatekeeper, LullTracker, Schedule
+from ebbtide.scheduling.snapshot import DeviceGates
+from ebbtide.scheduling.windows import Gatekeeper, LullTracker, Schedule
 from ebbtide.workers.headroom.trace import TraceSource, read_trace
 from tests.unit.builders import dev, job, snap
 

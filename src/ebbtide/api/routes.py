@@ -128,7 +128,7 @@ def qsub(client: Caller, request: QsubRequest) -> Submitted:
     """Read the command line and the script's directives as ``ebb qsub`` does, then
     submit as ``POST /jobs`` does.  What the script's directives read from the submitting
     environment comes from ``environ``, never the server's own."""
-    from ebbtide.cli.qsub import qsub_spec
+    from ebbtide.queue.qsub import qsub_spec
     from ebbtide.workdir import with_submit_host
 
     if not request.workdir.startswith("/"):

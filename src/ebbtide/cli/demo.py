@@ -14,6 +14,7 @@ eviction deadlines stay in wall seconds (they are the hard bound the product pro
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
 import json
 import logging
@@ -25,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -33,10 +33,9 @@ from rich.text import Text
 
 from ebbtide.client import Client
 from ebbtide.config.settings import Settings
-from ebbtide.queue.engine import reading
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
-from ebbtide.queue.store import EVENTS, Store
+from ebbtide.queue.store import Store
 from ebbtide.runtime import Runtime, build
 from ebbtide.scheduling.snapshot import ActiveAttempt
 from ebbtide.units import format_mib
@@ -151,7 +150,7 @@ def _ms(seconds: float) -> str:
 
 
 class Feed:
-    """Reads the demo jobs' new events from the store and prints each as one line."""
+    """Reads the demo jobs' new events through the SDK and prints each as one line."""
 
     STYLES = {
         "evict": "bold red",
@@ -162,26 +161,26 @@ class Feed:
         "succeeded": "green",
     }
 
-    def __init__(self, store: Store, console: Console, t0: float, jobs: dict[int, DemoJob]) -> None:
-        self.store, self.console, self.t0, self.jobs = store, console, t0, jobs
-        self.last_id = 0
+    def __init__(
+        self, client: Client, console: Console, t0: float, jobs: dict[int, DemoJob]
+    ) -> None:
+        self.client, self.console, self.t0, self.jobs = client, console, t0, jobs
+        #: events of each job already shown (a job's events only grow, oldest first)
+        self.seen: dict[int, int] = {}
         self.final: dict[int, str] = {}
         self._device: dict[int, Any] = {}
 
     def poll(self) -> None:
-        stmt = (
-            sa.select(EVENTS)
-            .where(EVENTS.c.id > self.last_id, EVENTS.c.job_id.in_(list(self.jobs)))
-            .order_by(EVENTS.c.id)
-        )
-        with reading(self.store.engine) as conn:
-            rows = conn.execute(stmt).mappings().all()
-        for r in rows:
-            self.last_id = r["id"]
-            data = json.loads(r["data_json"] or "{}")
-            shown = self._describe(r["job_id"], r["type"], r["attempt"], data)
+        new: list[list[tuple[float, int, dict[str, Any]]]] = []
+        for job_id in list(self.jobs):
+            events = self.client.events(job_id)
+            new.append([(e["time"], job_id, e) for e in events[self.seen.get(job_id, 0) :]])
+            self.seen[job_id] = len(events)
+        # in time order across jobs, each job's in its own order
+        for at, job_id, event in heapq.merge(*new, key=lambda n: n[0]):
+            shown = self._describe(job_id, event["type"], event["attempt"], event)
             if shown is not None:
-                self.line(r["time"], *shown, job_id=r["job_id"])
+                self.line(at, *shown, job_id=job_id)
 
     def line(self, at: float, what: str, detail: str, *, job_id: int | None = None) -> None:
         label = f"#{job_id} {self.jobs[job_id].name}" if job_id is not None else ""
@@ -200,7 +199,7 @@ class Feed:
             slice_ = f"{data['compute_pct']:g}% · {format_mib(data['memory_mib'])}"
             return "dispatched", f"→ {_gpu(data.get('devices'))} ({slice_}), attempt {attempt}"
         if kind == "started" and (attempt or 1) > 1:
-            job = self.store.get(job_id)
+            job = self.client.get(job_id)
             done, total = job.progress_done or 0, job.progress_total
             if job.checkpoint_path is None:
                 start = "from the start (no checkpoint yet)"
@@ -294,10 +293,16 @@ class _ConsoleLog(logging.Handler):
 
 
 def summarize(
-    store: Store, jobs: dict[int, DemoJob], source: HeadroomSource, t0: float, t_end: float
+    client: Client,
+    store: Store,
+    jobs: dict[int, DemoJob],
+    source: HeadroomSource,
+    t0: float,
+    t_end: float,
 ) -> dict[str, Any]:
-    evicted = [e for j in jobs for e in store.events(j) if e["type"] == "evicted"]
-    pauses = sum(e["type"] == "paused" for j in jobs for e in store.events(j))
+    events = {j: client.events(j) for j in jobs}
+    evicted = [e for j in jobs for e in events[j] if e["type"] == "evicted"]
+    pauses = sum(e["type"] == "paused" for j in jobs for e in events[j])
     latencies = [float(e.get("latency_s") or 0.0) for e in evicted]
     harvested = 0.0
     for j in jobs:
@@ -309,7 +314,8 @@ def summarize(
     while t < t_end:
         spare += sum(100 - s.online_compute_pct for s in source.sample(t)) / 100 * SPARE_STEP_S
         t += SPARE_STEP_S
-    states = {j.id: j.state for j in store.list_jobs(ids=list(jobs))}
+    done = {j: client.get(j) for j in jobs}
+    states = {j: job.state for j, job in done.items()}
     return {
         "jobs_submitted": len(jobs),
         "jobs_succeeded": sum(s == JobState.SUCCEEDED for s in states.values()),
@@ -330,7 +336,7 @@ def summarize(
         "harvested_pct_of_spare": round(100 * harvested / spare, 1) if spare else None,
         "wall_s": round(t_end - t0, 1),
         "jobs": [
-            {"id": j, "name": d.name, "state": states.get(j), "evictions": store.get(j).evictions}
+            {"id": j, "name": d.name, "state": states.get(j), "evictions": done[j].evictions}
             for j, d in jobs.items()
         ],
     }
@@ -446,7 +452,7 @@ def _tour(
     t0 = time.time()
     rt.start()
     jobs: dict[int, DemoJob] = {}
-    feed = Feed(rt.store, console, t0, jobs)
+    feed = Feed(client, console, t0, jobs)
     warmup_s = WARMUP_TRACE_S / speedup
     feed.line(t0, "watching", f"the online load for {warmup_s:.1f} s before submitting jobs")
     fancy = console.is_terminal and not as_json
@@ -482,7 +488,7 @@ def _tour(
     t_end = time.time()
     if len(feed.final) < len(jobs) and not interrupted:
         console.print(f"[red]gave up: jobs not done after {t_end - t0:.0f} s[/]")
-    summary = summarize(rt.store, jobs, source, t0, t_end)
+    summary = summarize(client, rt.store, jobs, source, t0, t_end)
     summary.update(speedup=speedup, home=str(home) if keep else None)
     rt.stop()
     if as_json:

@@ -6,7 +6,7 @@ store's models) before it does anything, about five times what submitting should
 When ``EBBTIDE_URL`` is ``unix:///PATH`` (an ``ebb server --socket PATH`` on this host),
 these two commands do not load it: ``qsub`` reads the script and sends its command line
 and text, which the server turns into a job with the same functions the CLI uses
-(:func:`ebbtide.cli.qsub.qsub_spec`), and ``qstat`` asks for the rows of its table.  The
+(:func:`ebbtide.queue.qsub.qsub_spec`), and ``qstat`` asks for the rows of its table.  The
 kernel tells the server who calls, as for every request on the socket; ``EBBTIDE_TOKEN``
 and ``EBBTIDE_USER`` are sent as the SDK sends them.
 
@@ -133,7 +133,7 @@ def qsub(
     script: tuple[str, str] | None,
     allow_future: bool,
 ) -> dict[str, Any] | None:
-    """Submit as ``ebb qsub`` does (see :func:`ebbtide.cli.qsub.qsub_spec` for ``opts``,
+    """Submit as ``ebb qsub`` does (see :func:`ebbtide.queue.qsub.qsub_spec` for ``opts``,
     ``args`` and ``script``): the server's answer (``ids``, ``array``, ``notes``), or
     None when the server does not offer it."""
     text = script[1] if script is not None else ""

@@ -141,7 +141,7 @@ def qsub(
     if submitted is not None:
         ids, is_array, notes = submitted["ids"], submitted["array"], submitted["notes"]
     else:
-        from ebbtide.cli.qsub import qsub_spec
+        from ebbtide.queue.qsub import qsub_spec
 
         notes = []
         spec = qsub_spec(opts, rest, script=script, notes=notes)
@@ -212,8 +212,8 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     SLURM_RESTART_COUNT. A Slurm eviction is a warning signal, then the kill at the
     deadline: the job checkpoints and exits 99 (or ends) and is requeued.
     """
-    from ebbtide.cli.qsub import load_script
-    from ebbtide.cli.slurm import parse_sbatch_command_line
+    from ebbtide.queue.qsub import load_script
+    from ebbtide.queue.slurm import parse_sbatch_command_line
 
     words = list(args)
     allow_future = "--allow-future" in words
@@ -230,7 +230,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
         text, directives = load_script(rest[0], dialect="slurm")
         cli_opts.script = text
         cli_opts.args = rest[1:]
-    from ebbtide.cli.qsub import build_spec_kwargs
+    from ebbtide.queue.qsub import build_spec_kwargs
     from ebbtide.queue.spec import JobSpec
 
     notes: list[str] = []
@@ -630,8 +630,8 @@ def qalter(
     """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
     gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array. A running job
     keeps the slice it was given; qdel and qsub again to change it."""
-    from ebbtide.cli.qsub import parse_resources
     from ebbtide.client import ALTERABLE_FIELDS
+    from ebbtide.queue.qsub import parse_resources
     from ebbtide.units import parse_int
 
     changes: dict[str, Any] = {}

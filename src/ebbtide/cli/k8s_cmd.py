@@ -103,11 +103,11 @@ def render(ctx: click.Context, command: Sequence[str], **opts: Any) -> None:
 
 def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
     """The manifest ``ebb k8s render`` prints for ``command`` and its options."""
-    from ebbtide.cli.qsub import QsubOptions, build_spec_kwargs
     from ebbtide.client import kubernetes_grant
     from ebbtide.config.policy import KubernetesSettings, Policy, load_policy
     from ebbtide.kube.pods import PodRequest, pod_manifest
     from ebbtide.kube.profiles import profile_named
+    from ebbtide.queue.qsub import QsubOptions, build_spec_kwargs
     from ebbtide.queue.spec import JobSpec
 
     if command and command[0] == "--":

@@ -75,7 +75,7 @@ def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict
         else:
             sched = keeper.schedules[w.name]
             applies = (device is None and w.pool is None) or (
-                device is not None and keeper._applies(w.pool, *device)
+                device is not None and keeper.applies(w.pool, *device)
             )
             occ = sched.occurrence_at(at)
             entry.update(

@@ -7,15 +7,18 @@ server: a token is what a user needs before they can call one.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ebbtide.cli.common import _echo_json
 from ebbtide.errors import PermissionDenied, UserError
 
+if TYPE_CHECKING:
+    from ebbtide.client import Client
 
-def _admin_client() -> Any:
+
+def _admin_client() -> Client:
     """A client on the store itself, for an admin (anyone else is refused before the
     store is opened)."""
     from ebbtide.client import Client
@@ -76,9 +79,7 @@ def create(user: str, note: str, expires: str | None, as_json: bool) -> None:
         if expires_s <= 0:
             raise UserError("--expires: must be longer than 0s")
     with _admin_client() as client:
-        token_id, token = client.store.tokens.create(
-            user, by=client.caller.actor, note=note, expires_s=expires_s
-        )
+        token_id, token = client.create_token(user, note=note, expires_s=expires_s)
     if as_json:
         _echo_json({"id": token_id, "user": user, "token": token})
         return
@@ -96,7 +97,7 @@ def list_tokens(as_json: bool) -> None:
     """Every token issued: whose, by whom, when, and whether it is active, expired or
     revoked (never the token itself)."""
     with _admin_client() as client:
-        tokens = client.store.tokens.all()
+        tokens = client.tokens()
     if as_json:
         _echo_json([t.to_dict() for t in tokens])
         return
@@ -118,5 +119,5 @@ def revoke(token_id: str) -> None:
         raise UserError(f"ID: expected a token's number (see ebb token list), got {token_id!r}")
     number = int(token_id)
     with _admin_client() as client:
-        info = client.store.tokens.revoke(number, by=client.caller.actor)
+        info = client.revoke_token(number)
     click.echo(f"token {info.id} ({info.user}) revoked")

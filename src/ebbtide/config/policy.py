@@ -33,7 +33,10 @@ from ebbtide.config.loader import format_problems, load_yaml, read_config
 from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
-from ebbtide.preemption.relief import (
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, MIN_PURGE_AGE_S
+from ebbtide.queue.spec import MAX_DEADLINE_S, MAX_PATH_BYTES, MIN_DEADLINE_S, check_image
+from ebbtide.scheduling.forecast import Forecaster
+from ebbtide.scheduling.snapshot import (
     MAX_PAUSE_S,
     MAX_SUSPEND_S,
     MIN_PAUSE_S,
@@ -41,12 +44,11 @@ from ebbtide.preemption.relief import (
     RESTORE_HYSTERESIS_MIB,
     SUSPEND_HOST_MEMORY_PCT,
     THAW_HYSTERESIS_PCT,
+    Margins,
     PauseRules,
+    QueueLimits,
+    backoff_s,
 )
-from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, MIN_PURGE_AGE_S
-from ebbtide.queue.spec import MAX_DEADLINE_S, MAX_PATH_BYTES, MIN_DEADLINE_S, check_image
-from ebbtide.scheduling.forecast import Forecaster
-from ebbtide.scheduling.snapshot import Margins, QueueLimits, backoff_s
 from ebbtide.units import MAX_DURATION_S
 
 API_VERSION: Final = "ebbtide/v1"

@@ -47,13 +47,6 @@ from ebbtide.preemption.victims import EvictReason, evictions_for_device, pause_
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, on_device, overflow
 from ebbtide.scheduling.snapshot import (
-    MAX_PAUSE_S,
-    MAX_SUSPEND_S,
-    MIN_PAUSE_S,
-    PAUSE_DRAIN_S,
-    RESTORE_HYSTERESIS_MIB,
-    SUSPEND_HOST_MEMORY_PCT,
-    THAW_HYSTERESIS_PCT,
     ActiveAttempt,
     DeviceView,
     Margins,
@@ -61,14 +54,8 @@ from ebbtide.scheduling.snapshot import (
 )
 
 __all__ = [
-    "MAX_PAUSE_S",
-    "MAX_SUSPEND_S",
-    "MIN_PAUSE_S",
-    "PAUSE_DRAIN_S",
-    "RESTORE_HYSTERESIS_MIB",
-    "SUSPEND_HOST_MEMORY_PCT",
-    "THAW_HYSTERESIS_PCT",
     "ActionKind",
+    # re-exported for ebbtide.workers.agent until it imports it from scheduling.snapshot
     "PauseRules",
     "Relief",
     "relief_for_device",

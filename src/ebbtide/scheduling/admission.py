@@ -25,13 +25,13 @@ from ebbtide.preemption.victims import Eviction, EvictReason, select_victims
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, allocated
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
+    DeviceGates,
     DeviceView,
     QueuedJob,
     QueueLimits,
     Snapshot,
     backoff_s,
 )
-from ebbtide.scheduling.windows import DeviceGates
 from ebbtide.units import format_mib
 
 #: Drains start this much before close − deadline, so a pass that runs a little late

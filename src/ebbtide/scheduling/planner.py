@@ -64,10 +64,10 @@ from ebbtide.scheduling.snapshot import (
     DeviceView,
     Margins,
     QueuedJob,
+    QueueGate,
     Snapshot,
     protected,
 )
-from ebbtide.scheduling.windows import QueueGate
 
 #: What a device with no slice holds: no slice, no compute (percent), no memory (MiB).
 _NOTHING_HELD = (0, 0.0, 0.0)

@@ -23,7 +23,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ebbtide.config.loader import read_config
 from ebbtide.config.policy import Policy, parse_policy
 from ebbtide.errors import ConfigError
-from ebbtide.scheduling.windows import DeviceGates, Gatekeeper, LullTracker, Schedule
+from ebbtide.scheduling.snapshot import DeviceGates
+from ebbtide.scheduling.windows import Gatekeeper, LullTracker, Schedule
 
 log = logging.getLogger("ebbtide.policy")
 

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling.windows import DeviceGates
 
 
 @dataclass(frozen=True)
@@ -190,6 +189,24 @@ def protected(a: ActiveAttempt, limits: QueueLimits | None, now: float) -> bool:
         return True
     started = a.started_at or a.dispatched_at
     return now - started < limits.min_runtime_s
+
+
+@dataclass(frozen=True)
+class QueueGate:
+    """A queue on a device: may run until ``open_until`` holding at most ``share``."""
+
+    open_until: float
+    share: float
+    #: the window whose close ends it (empty with no known end)
+    window: str = ""
+
+
+@dataclass
+class DeviceGates:
+    """What the policy allows on one device now, per queue; ``closed`` says why not."""
+
+    open: dict[str, QueueGate] = field(default_factory=dict)
+    closed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from apscheduler.triggers.cron import CronTrigger
 
 from ebbtide.scheduling.cron import next_fire, parse_cron
+from ebbtide.scheduling.snapshot import DeviceGates, QueueGate
 from ebbtide.units import format_mib
 
 if TYPE_CHECKING:
@@ -170,24 +171,6 @@ class LullTracker:
         )
 
 
-@dataclass(frozen=True)
-class QueueGate:
-    """A queue on a device: may run until ``open_until`` holding at most ``share``."""
-
-    open_until: float
-    share: float
-    #: the window whose close ends it (empty with no known end)
-    window: str = ""
-
-
-@dataclass
-class DeviceGates:
-    """What the policy allows on one device now, per queue; ``closed`` says why not."""
-
-    open: dict[str, QueueGate] = field(default_factory=dict)
-    closed: dict[str, str] = field(default_factory=dict)
-
-
 LullState = Callable[[str, str, int], bool]
 #: Why a lull window last closed on a device, in words ("" when it is open or never was).
 LullWhy = Callable[[str, str, int], str]
@@ -201,7 +184,7 @@ class Gatekeeper:
         self.schedules = {w.name: Schedule(w) for w in (*policy.cron_windows, *policy.blackouts)}
         self.unrestricted = not policy.cron_windows and not policy.lull_windows
 
-    def _applies(self, pool: str | None, node: str, index: int) -> bool:
+    def applies(self, pool: str | None, node: str, index: int) -> bool:
         return pool is None or self.policy.devices.in_pool(pool, node, index)
 
     def gates(
@@ -236,7 +219,7 @@ class Gatekeeper:
         lull_why: LullWhy | None = None,
     ) -> DeviceGates:
         out = DeviceGates()
-        blackouts = [b for b in self.policy.blackouts if self._applies(b.pool, node, index)]
+        blackouts = [b for b in self.policy.blackouts if self.applies(b.pool, node, index)]
         for b in blackouts:
             o = occurrence(b.name, now)
             if o is not None:
@@ -244,8 +227,8 @@ class Gatekeeper:
                 out.closed = {q: why for q in self.policy.queues}
                 return out
         cut = min((t for b in blackouts if (t := nexts[b.name]) is not None), default=math.inf)
-        crons = [w for w in self.policy.cron_windows if self._applies(w.pool, node, index)]
-        lulls = [w for w in self.policy.lull_windows if self._applies(w.pool, node, index)]
+        crons = [w for w in self.policy.cron_windows if self.applies(w.pool, node, index)]
+        lulls = [w for w in self.policy.lull_windows if self.applies(w.pool, node, index)]
         for queue in self.policy.queues:
             if self.unrestricted:
                 out.open[queue] = QueueGate(cut, 1.0)

@@ -37,8 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ebbtide.scheduling.admission import device_share
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
 from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT
-from ebbtide.scheduling.snapshot import DeviceView, Margins, QueuedJob
-from ebbtide.scheduling.windows import DeviceGates
+from ebbtide.scheduling.snapshot import DeviceGates, DeviceView, Margins, QueuedJob
 from ebbtide.sim.state import SimDevice
 from ebbtide.sim.windows import drain_due
 

@@ -30,8 +30,8 @@ from zoneinfo import ZoneInfo
 
 from ebbtide.config.policy import Policy
 from ebbtide.scheduling.admission import DRAIN_LEAD_S
-from ebbtide.scheduling.snapshot import QueueLimits
-from ebbtide.scheduling.windows import DeviceGates, Gatekeeper, LullTracker
+from ebbtide.scheduling.snapshot import DeviceGates, QueueLimits
+from ebbtide.scheduling.windows import Gatekeeper, LullTracker
 
 #: The date the simulated day starts on (a Monday, for weekday schedules).
 SIM_DATE = dt.date(2024, 1, 8)

@@ -1,6 +1,6 @@
 """Slurm's ``sbatch`` options, as ``#SBATCH`` lines and on ``ebb sbatch``'s command line.
 
-Each option is translated into the :class:`~ebbtide.cli.qsub.QsubOptions` that
+Each option is translated into the :class:`~ebbtide.queue.qsub.QsubOptions` that
 ``ebb qsub`` would take for it, so one builder checks every value and names where it came
 from (``train.sbatch line 4: -l walltime: ...``).  What has a meaning here is mapped:
 
@@ -33,8 +33,8 @@ import re
 from collections.abc import Callable
 
 from ebbtide import units
-from ebbtide.cli.qsub import QsubOptions
 from ebbtide.errors import SpecError
+from ebbtide.queue.qsub import QsubOptions
 
 #: Short options and their long names.
 SHORT = {
@@ -168,7 +168,7 @@ _Convert = Callable[[str, str, str, list[str]], str | None]
 
 def parse_sbatch_tokens(tokens: list[str], where: str) -> QsubOptions:
     """One ``#SBATCH`` line's options (``--job-name=x -t 10``) as :class:`QsubOptions`;
-    values are checked by :func:`~ebbtide.cli.qsub.build_spec_kwargs`."""
+    values are checked by :func:`~ebbtide.queue.qsub.build_spec_kwargs`."""
     return _options(split_options(tokens, where)[0], where)
 
 

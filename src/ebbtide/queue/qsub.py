@@ -1,7 +1,8 @@
 """qsub-style option parsing: ``-l``, ``-J``, ``-W depend=``, ``-v`` and script directives.
 
-Pure functions, no I/O except :func:`load_script` reading the script file.  The click
-command collects the raw option strings into a :class:`QsubOptions`, reads the script's
+Pure functions, no I/O except :func:`load_script` reading the script file; shared by
+``ebb qsub`` and the server's ``POST /qsub``.  The click command (or the request)
+collects the raw option strings into a :class:`QsubOptions`, reads the script's
 ``#PBS`` / ``#EBB`` directive lines into another, and :func:`build_spec_kwargs` merges the
 two (the command line wins) into keyword arguments for
 :class:`~ebbtide.queue.spec.JobSpec`.
@@ -616,7 +617,7 @@ def parse_script_directives(
     For ``ebb sbatch`` (``slurm``) the ``#SBATCH`` lines do.  Lines of the other kind are
     left, with a note saying so.
     """
-    from ebbtide.cli import slurm
+    from ebbtide.queue import slurm
 
     lines = directive_lines(script_text, source=source)
     kinds = {prefix for _, prefix, _ in lines}
