@@ -1,6 +1,6 @@
 """The tables: jobs, attempts, events, nodes, device drains, API tokens.
 
-All database I/O lives in ``store.py`` (and ``drains.py``, ``tokens.py``)."""
+All database I/O lives in the ``store`` package (and ``drains.py``, ``tokens.py``)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@
 - Lull windows open and close on samples: :meth:`PolicyRuntime.observe` feeds one
   :class:`~ebbtide.scheduling.windows.LullTracker` per (window, device).
 - APScheduler 3 wakes the scheduler at every cron window's opening (the window's own
-  ``CronTrigger``) and at the instants the planner asks for (drains before a close), so
-  no boundary waits for the next polling pass.
+  ``CronTrigger``), so no opening waits for the next polling pass.  The instants the
+  planner asks for (drains before a close, a backoff's end) the scheduler's loop waits
+  for itself, on its clock.
 """
 
 from __future__ import annotations
@@ -162,19 +163,6 @@ class PolicyRuntime:
             replace_existing=True,
             misfire_grace_time=60,
             coalesce=True,
-        )
-
-    def wake_at(self, t: float | None) -> None:
-        """Wake the scheduler at ``t`` (Unix seconds), replacing the previous request."""
-        if self._wakeups is None or self._wake is None or t is None:
-            return
-        self._wakeups.add_job(
-            self._wake,
-            trigger="date",
-            run_date=dt.datetime.fromtimestamp(t, dt.UTC),
-            id="drain",
-            replace_existing=True,
-            misfire_grace_time=60,
         )
 
     def stop(self) -> None:

@@ -80,7 +80,7 @@ class Retention:
         store = self._store()
 
         def pause() -> bool:
-            self._stop.wait(self.pause_s)
+            self.clock.wait(self._stop, self.pause_s)
             return not self._stop.is_set() and self._leading()
 
         total = PurgeResult(cutoff=now - rules.finished_jobs)
@@ -118,7 +118,7 @@ class Retention:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self.clock.wait(self._stop, self.poll_s):
             try:
                 self.run_due()
             except NotLeader as exc:
