@@ -91,3 +91,35 @@ def store(db_url: str):  # type: ignore[no-untyped-def]
     s = Store(db_url, clock=FakeClock())
     yield s
     s.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sql_only(reason): a store test about SQL itself (raw SQL, engines, tokens): "
+        "any_store skips its in-memory run",
+    )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
+def any_store(request: pytest.FixtureRequest, tmp_path):  # type: ignore[no-untyped-def]
+    """A store with a FakeClock on SQLite, on PostgreSQL and in memory: for the tests of
+    the store's behaviour, which every backend must share.  A test marked ``sql_only``
+    runs on the two databases only."""
+    from ebbtide.clock import FakeClock
+    from ebbtide.queue.memory import MemoryStore
+    from ebbtide.queue.store import Store
+
+    if request.param == "memory":
+        marker = request.node.get_closest_marker("sql_only")
+        if marker is not None:
+            pytest.skip(f"SQL only: {marker.kwargs.get('reason') or marker.args[0]}")
+        yield MemoryStore(clock=FakeClock())
+        return
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ebbtide.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    s = Store(url, clock=FakeClock())
+    yield s
+    s.close()

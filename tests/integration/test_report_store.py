@@ -23,14 +23,17 @@ History = tuple[Store, float, dict[str, int]]
 
 
 @pytest.fixture
-def history(db_url: str) -> Iterator[History]:
-    clock = FakeClock()
-    store = Store(db_url, clock=clock)
-    try:
-        t0 = clock.time()
-        yield store, t0, make_history(store, clock)
-    finally:
-        store.close()
+def store(any_store: Store) -> Store:
+    """The store's behaviour on every backend: SQLite, PostgreSQL and in memory."""
+    return any_store
+
+
+@pytest.fixture
+def history(store: Store) -> Iterator[History]:
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    t0 = clock.time()
+    yield store, t0, make_history(store, clock)
 
 
 def _client(store: Store, tmp_path: Path) -> Client:
@@ -108,6 +111,7 @@ def test_a_bad_window_or_filter_is_a_spec_error(history: History, tmp_path: Path
         client.report(t0, t0 + 1, queue="")
 
 
+@pytest.mark.sql_only(reason="bisects the events table through a connection of the engine")
 def test_the_bisection_starts_at_the_window_not_the_history(store: Store) -> None:
     clock = store.clock
     assert isinstance(clock, FakeClock)

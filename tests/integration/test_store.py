@@ -27,6 +27,12 @@ S = JobState
 DEADLINE_S = 30.0
 
 
+@pytest.fixture
+def store(any_store: Store) -> Store:
+    """The store's behaviour on every backend: SQLite, PostgreSQL and in memory."""
+    return any_store
+
+
 # ------------------------------------------------------------------ builders
 
 

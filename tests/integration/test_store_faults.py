@@ -13,6 +13,13 @@ from .test_store import start, submit
 
 S = JobState
 
+
+@pytest.fixture
+def store(any_store: Store) -> Store:
+    """The store's behaviour on every backend: SQLite, PostgreSQL and in memory."""
+    return any_store
+
+
 FAULT = {
     "reason": "GPU fault on n1/0: XID 79: GPU has fallen off the bus",
     "reason_code": "gpu_fault",

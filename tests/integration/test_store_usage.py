@@ -17,6 +17,12 @@ from tests.integration.test_store import EVICTION, evict, start, submit
 GIB = 1024
 
 
+@pytest.fixture
+def store(any_store: Store) -> Store:
+    """The store's behaviour on every backend: SQLite, PostgreSQL and in memory."""
+    return any_store
+
+
 def usage(samples: int = 60, p95: float = 18.0, peak_mib: float = 6 * GIB) -> dict[str, Any]:
     return {
         "usage_samples": samples,

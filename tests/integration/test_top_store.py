@@ -19,13 +19,9 @@ from tests.top_fleet import make_fleet
 
 
 @pytest.fixture
-def fleet_store(db_url: str) -> Iterator[Store]:
-    store = Store(db_url)
-    try:
-        make_fleet(store)
-        yield store
-    finally:
-        store.close()
+def fleet_store(any_store: Store) -> Iterator[Store]:
+    make_fleet(any_store)
+    yield any_store
 
 
 def test_recent_evictions_are_the_newest_first_with_where_and_whose(fleet_store: Store) -> None:

@@ -22,7 +22,8 @@ and the components import each other without cycles.  Lowest first:
    ``DeviceGates``.  The policy sits *above* the core rather than beside the queue model:
    the core then depends on no schema, and no core type had to move into ``config``.
 4. **infrastructure**: the store (``queue.store``, ``engine``, ``drains``, ``tokens``,
-   ``migrations``), the broker (``messaging``) and ``metrics``.  The scheduler loop
+   ``migrations``; ``queue.memory`` behind the same ``queue.interface``, without a
+   database), the broker (``messaging``) and ``metrics``.  The scheduler loop
    publishes messages and counts metrics, so both sit below it.
 5. **scheduler**: ``scheduling.loop``, ``leader``, ``retention``, ``policy_runtime``.
 6. **node**: ``workers`` and ``kube``.
@@ -109,6 +110,9 @@ LAYERS: list[dict[str, list[str]]] = [
             "ebbtide.queue.drains",
             "ebbtide.queue.tokens",
             "ebbtide.queue.migrations",
+            # the same interface without a database, for tests and the simulator
+            "ebbtide.queue.interface",
+            "ebbtide.queue.memory",
         ],
         "messaging": ["ebbtide.messaging"],
         "metrics": ["ebbtide.metrics"],

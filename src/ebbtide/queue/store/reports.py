@@ -36,7 +36,7 @@ REPORT_EVENT_TYPES = tuple(
     )
 )
 #: The events that end an attempt (or a job).
-_END_EVENT_TYPES = tuple(
+END_EVENT_TYPES = tuple(
     t.value
     for t in (
         EventType.EVICTED,
@@ -114,7 +114,7 @@ class ReportMixin(StoreBase):
             recent = sa.and_(e.id >= first, e.time >= since)
             concerned = sa.union(
                 sa.select(e.job_id).where(recent, e.time < until),
-                sa.select(e.job_id).where(recent, e.type.in_(_END_EVENT_TYPES)),
+                sa.select(e.job_id).where(recent, e.type.in_(END_EVENT_TYPES)),
                 sa.select(j.id).where(j.state.in_([s.value for s in ACTIVE_STATES])),
             ).subquery()
             events = conn.execute(
