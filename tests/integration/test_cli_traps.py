@@ -46,6 +46,22 @@ def test_qstat_takes_ids_arrays_and_pbs_state_letters(home: Path) -> None:
     assert result.exit_code == 1 and "PBS letters (Q R H W E F)" in result.output
 
 
+def test_qstat_columns_hold_long_ids_and_every_state_name(home: Path) -> None:
+    """A trial's leftovers: an array's id past six characters pushed its line out of the
+    columns, and ``qstat -Q`` cut ``dispatched`` to ``dispatche``."""
+    ebb("qsub", "-J", "1-1000", "-h", "--", "true")  # 1[1-1000]: 9 characters
+    ebb("qsub", "-N", "single", "-h", "--", "true")
+    header, array, single = ebb("qstat").splitlines()
+    assert array.split()[0] == "1[1-1000]" and single.split()[0] == "1001"
+    # every line's NAME column starts where the header's does
+    at = header.index("NAME")
+    assert array[at:].startswith("true") and single[at:].startswith("single")
+    assert array.index("1[1-1000]") + len("1[1-1000]") == header.index("ID") + len("ID")
+    queues = ebb("qstat", "-Q").splitlines()
+    assert "dispatched" in queues[0].split()
+    assert len(queues[0]) == len(queues[1])
+
+
 def test_qstat_lists_unfinished_jobs_unless_x_as_pbs_does(home: Path) -> None:
     ebb("qsub", "-N", "done", "--", "true")  # 1, cancelled below
     ebb("qsub", "-N", "waits", "-h", "--", "true")  # 2, held

@@ -177,6 +177,15 @@ def test_any_sbatch_line_is_a_clean_error_or_a_valid_job(tokens: list[str]) -> N
 # -- PBS ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("mem", "mib"),
+    [("32gb", 32768), ("512MB", 512), ("1tb", 1024 * 1024), ("1.5gb", 1536), ("8GiB", 8192)],
+)
+def test_pbs_mem_units_are_powers_of_1024_as_in_pbs(mem: str, mib: int) -> None:
+    spec, _ = spec_of(f"#PBS -l select=1:ngpus=1:mem={mem}\ntrue\n")
+    assert spec.host_memory_mib == mib
+
+
 def test_pbs_in_the_wild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()
@@ -191,6 +200,7 @@ def test_pbs_in_the_wild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         "python train.py\n"
     )
     assert (spec.name, spec.gpus, spec.cpus, spec.walltime_s) == ("train", 2, 8, 86400)
+    assert spec.host_memory_mib == 32 * 1024  # PBS's gb is 1024**3 bytes
     assert spec.stdout == spec.stderr == "logs/%x.o%j"  # a directory: PBS's name in it
     assert spec.account == "proj" and spec.compat == "pbs"
     assert spec.script is not None and spec.script.startswith("#!/bin/bash\n#PBS -N train")

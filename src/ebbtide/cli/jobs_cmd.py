@@ -365,9 +365,12 @@ def qstat(
         if as_json:
             _echo_json(stats)
             return
-        click.echo(f"{'queue':<16} " + " ".join(f"{s.value[:9]:>9}" for s in JobState))
+        width = max(len(s.value) for s in JobState)  # "dispatched" whole
+        click.echo(f"{'queue':<16} " + " ".join(f"{s.value:>{width}}" for s in JobState))
         for q, counts in sorted(stats.items()):
-            click.echo(f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>9}" for s in JobState))
+            click.echo(
+                f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>{width}}" for s in JobState)
+            )
         return
     if full:
         if ids:
@@ -407,12 +410,17 @@ def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = Fa
     only unfinished jobs and there are none, a note says where the finished ones are."""
     if not jobs and unfinished_only:
         click.echo("ebb: note: no job is waiting or running; -x lists finished jobs", err=True)
+    rows = [
+        _row(group[0]) if len(group) == 1 else _array_row(group)
+        for group in _grouped(jobs, expand=expand)
+    ]
+    # the ID column is as wide as its longest id (an array's 12345[1-1000] too)
+    width = max([6, *(len(ident) for ident, _ in rows)])
     lines = [
-        f"{'ID':>6} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
+        f"{'ID':>{width}} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
         f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
     ]
-    for group in _grouped(jobs, expand=expand):
-        lines.append(_row(group[0]) if len(group) == 1 else _array_row(group))
+    lines.extend(f"{ident:>{width}} {rest}" for ident, rest in rows)
     click.echo("\n".join(lines))
 
 
@@ -433,18 +441,19 @@ def _grouped(jobs: Sequence[Any], *, expand: bool) -> list[list[Any]]:
     return groups
 
 
-def _row(j: Any) -> str:
+def _row(j: Any) -> tuple[str, str]:
+    """A job's line of the table: its id, and the rest."""
     where = f"{j.node}/{j.devices}" if j.node else "-"
-    return (
-        f"{j.id:>6} {j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
+    return str(j.id), (
+        f"{j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
         f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
         f"{_fmt_time(j.started_at):>8}  {j.reason}"
     )
 
 
-def _array_row(tasks: Sequence[Any]) -> str:
+def _array_row(tasks: Sequence[Any]) -> tuple[str, str]:
     """One line for an array's tasks: ``12[1-100]``, its state if they share one, and
-    how many tasks are in each state."""
+    how many tasks are in each state (its id, and the rest)."""
     first = tasks[0]
     indices = [t.array_index for t in tasks]
     ident = f"{first.array_id}[{min(indices)}-{max(indices)}]"
@@ -453,8 +462,8 @@ def _array_row(tasks: Sequence[Any]) -> str:
     name = first.name.rsplit("[", 1)[0]
     started = min((t.started_at for t in tasks if t.started_at), default=None)
     spread = ", ".join(f"{n} {s}" for s, n in counts.most_common())
-    return (
-        f"{ident:>6} {name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
+    return ident, (
+        f"{name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
         f"{first.priority:>4} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
         f"{_fmt_time(started):>8}  {len(tasks)} tasks: {spread} (-t for each)"
     )

@@ -291,7 +291,7 @@ def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
             ) from None
     if key == "mem":
         try:
-            mib = units.parse_memory_mib(value)
+            mib = units.parse_memory_mib(_pbs_size(value))
         except ValueError as exc:
             raise _error(where, flag, str(exc)) from None
         if mib <= 0:
@@ -299,6 +299,17 @@ def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
         return {"host_memory_mib": mib}
     _check_resource(key, value, where, flag)
     return {key: value}
+
+
+#: PBS's size units: ``kb``, ``mb``, ``gb``, ``tb`` are powers of 1024 there.
+_PBS_SIZE_RE = re.compile(r"\s*([0-9.]+)\s*([kmgt])b\s*", re.IGNORECASE)
+
+
+def _pbs_size(value: str) -> str:
+    """A PBS size (``mem=32gb``: 32 GiB, as PBS reads it) in the units' own words
+    (``32GiB``); anything else as it is."""
+    m = _PBS_SIZE_RE.fullmatch(value)
+    return f"{m.group(1)}{m.group(2).upper()}iB" if m else value
 
 
 #: What a PBS ``select`` chunk or a Torque ``nodes`` spec may carry, as ``-l`` keys.
