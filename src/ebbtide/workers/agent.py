@@ -54,7 +54,6 @@ from ebbtide.metrics import Metrics
 from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
 from ebbtide.preemption.relief import (
     ActionKind,
-    PauseRules,
     Relief,
     relief_for_device,
     restores_for_device,
@@ -65,8 +64,16 @@ from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.store import Store
+from ebbtide.scheduling.capacity import on_device, overflow
 from ebbtide.scheduling.forecast import Forecaster
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueueLimits, protected
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    DeviceView,
+    Margins,
+    PauseRules,
+    QueueLimits,
+    protected,
+)
 from ebbtide.units import signal_name
 from ebbtide.workers import attempt_files
 from ebbtide.workers.attempt import LocalAttempt
@@ -85,6 +92,7 @@ from ebbtide.workers.executor import (
     LocalExecutor,
     StartDeferred,
 )
+from ebbtide.workers.forecasts import DeviceForecasts
 from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
 from ebbtide.workers.journal import Journal
@@ -120,6 +128,9 @@ EVICTING_PERIOD_S = 0.005
 RENEW_PERIOD_S = 1.0
 #: How often the agent heartbeats (the store thread delivers it), in seconds.
 HEARTBEAT_PERIOD_S = 0.5
+#: Who a device's online processes are (read from ``/proc``) is looked up again once this
+#: old while they stay the same pids, in seconds (it is for people to read).
+ONLINE_PODS_REFRESH_S = 5.0
 
 
 class NodeAgent:
@@ -186,12 +197,14 @@ class NodeAgent:
         self.latest: list[DeviceSample] = []
         #: which GPU process is whose: the attempts' trees, for the headroom source
         self.ownership = ProcessOwnership()
+        #: what ``ownership`` was last told of the attempts (their trees and slices)
+        self._owned: tuple[tuple[Any, ...], ...] | None = None
         #: device faults and recovery
         self.health = HealthTracker([d.index for d in self.devices], device_recovery_s)
         #: extra headroom kept back where the source is for planning only (DCGM)
         self.planning_margin = planning_margin or Margins(15.0, 8192.0)
         #: expected online growth per device (the admission reserve in the heartbeat)
-        self.forecasts = {d.index: (forecast or Forecaster)() for d in self.devices}
+        self.forecasts = DeviceForecasts([d.index for d in self.devices], forecast or Forecaster)
         #: the reserve is for growth within this deadline, in seconds
         self.deadline_s = deadline_s
         #: the scheduler gives up on a node silent this long; we fence at half of it
@@ -213,6 +226,8 @@ class NodeAgent:
         # what a previous run journaled is delivered before the first reconcile
         self._view: View = (self.journal.seq, {})
         self._heartbeat_payload: dict[str, Any] = {}
+        #: per device: the online pids last named, when (monotonic seconds), and their names
+        self._online_pods: dict[int, tuple[tuple[int, ...], float, list[str]]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._stopping = False
@@ -229,6 +244,7 @@ class NodeAgent:
             running=lambda: len(self.attempts),
         )
         self.metrics.known_queues(name, ["default", *self.queues])
+        self._samples_taken = self.metrics.samples.labels(name)
 
     @property
     def lease_s(self) -> float:
@@ -357,6 +373,7 @@ class NodeAgent:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 self.tick()
             except Exception:  # the loop must survive a bad tick; the store stays the truth
@@ -364,9 +381,11 @@ class NodeAgent:
             if self._stopping and not self.attempts:
                 self._post_heartbeat()  # "stopping", with nothing left here
                 return
-            # while a slice is being taken back, look at it more often
+            # while a slice is being taken back, look at it more often; a tick is due one
+            # period after the last one began (a fixed rate), or at once when woken
             evicting = any(a.eviction for a in self.attempts.values())
-            self._wake.wait(EVICTING_PERIOD_S if evicting else SAMPLE_PERIOD_S)
+            period_s = EVICTING_PERIOD_S if evicting else SAMPLE_PERIOD_S
+            self._wake.wait(max(0.0, began + period_s - time.monotonic()))
             self._wake.clear()
 
     # -- one tick -----------------------------------------------------------------------
@@ -381,13 +400,8 @@ class NodeAgent:
         try:
             self._update_ownership()
             self.latest = self.source.sample(now, self.ownership)
-            self.metrics.samples.labels(self.name).inc()
-            for sample in self.latest:
-                forecast = self.forecasts.get(sample.index)
-                if forecast is not None and sample.ok:
-                    forecast.observe(
-                        sample.time, sample.online_compute_pct, sample.online_memory_mib
-                    )
+            self._samples_taken.inc()
+            self.forecasts.observe(self.latest)
             self._take_faults(now)
         except Exception:  # a broken source must not stop deadlines from being kept
             log.exception("sampling the headroom source failed; keeping the last sample")
@@ -529,6 +543,14 @@ class NodeAgent:
         self._finish(local, self.executor.poll(local.handle) or Exit(128 + signal.SIGKILL))
 
     def _update_ownership(self) -> None:
+        running = tuple(
+            (a.job_id, a.attempt, a.tree, a.devices, a.gpus, a.compute_pct, a.memory_mib)
+            for a in self.attempts.values()
+        )
+        if running == self._owned:  # the same attempts: the same trees and slices
+            self.ownership.tick()
+            return
+        self._owned = running
         granted: dict[int, tuple[float, float]] = {}
         for a in self.attempts.values():
             for d in a.devices:
@@ -566,6 +588,8 @@ class NodeAgent:
         for device in self.device_views():
             if device.planning_only:
                 continue  # seconds-old device figures never trigger an eviction
+            if calm(device, active, self.margins):
+                continue  # nothing to pause, evict, thaw or restore here
             reliefs = relief_for_device(
                 device, active, self.margins, now, rules, guarded, self._can_suspend
             )
@@ -1181,7 +1205,7 @@ class NodeAgent:
         by_index = {s.index: s for s in self.latest}
         views = []
         for d in self.device_views():
-            reserve_c, reserve_m = self.forecasts[d.index].reserve(self.deadline_s)
+            reserve_c, reserve_m = self.forecasts.reserve(d.index, self.deadline_s)
             if d.planning_only:  # seconds-old figures: keep more back
                 reserve_c += self.planning_margin.compute_pct
                 reserve_m += self.planning_margin.memory_mib
@@ -1196,17 +1220,34 @@ class NodeAgent:
                     "offline_memory_mib": s.offline_memory_mib if s else None,
                     "basis": s.basis if s else None,
                     "sample_ok": s.ok if s else True,
-                    "online_pods": online_pods(s.online_pids, names=names) if s else [],
+                    "online_pods": self._online_pods_of(s, names) if s else [],
                     "eviction_trigger": not d.planning_only,
                     "reserve_compute_pct": reserve_c,
                     "reserve_memory_mib": reserve_m,
-                    "reserve_cold_for_s": self.forecasts[d.index].warmup_left_s(self.deadline_s),
+                    "reserve_cold_for_s": self.forecasts.warmup_left_s(d.index, self.deadline_s),
                     "sampled_at": d.sampled_at,
                     "last_eviction_at": self.last_eviction_at.get(d.index),
                     **self.health.report(d.index, now),
                 }
             )
         return [DeviceReport.model_validate(v).model_dump(mode="json") for v in views]
+
+    def _online_pods_of(
+        self, sample: DeviceSample, names: Callable[[str], str | None] | None
+    ) -> list[str]:
+        """Who the online processes of ``sample`` are (the same pids' names are reused
+        for up to ``ONLINE_PODS_REFRESH_S``)."""
+        mono = time.monotonic()
+        known = self._online_pods.get(sample.index)
+        if (
+            known is not None
+            and known[0] == sample.online_pids
+            and mono - known[1] < (ONLINE_PODS_REFRESH_S)
+        ):
+            return list(known[2])
+        labels = online_pods(sample.online_pids, names=names)
+        self._online_pods[sample.index] = (sample.online_pids, mono, labels)
+        return list(labels)
 
     def _fence_if_cut_off(self) -> None:
         """Cut off from the store for half the heartbeat timeout, this node is about to
@@ -1226,6 +1267,18 @@ class NodeAgent:
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
         self._publish_view()
+
+
+def calm(device: DeviceView, active: list[ActiveAttempt], margins: Margins) -> bool:
+    """Whether ``device`` certainly needs no action of the fast path: none of its
+    attempts is paused or suspended (nothing to thaw, restore or time out) and its slices
+    fit beside the online usage with the margin (nothing to pause or evict).  Then
+    :func:`relief_for_device`, :func:`thaws_for_device` and :func:`restores_for_device`
+    all return nothing; this only says so sooner."""
+    here = on_device(device, active)
+    if any(a.paused_at is not None or a.suspended_at is not None for a in here):
+        return False
+    return overflow(device, here, margins) == (0.0, 0.0)
 
 
 def _most(values: list[float | None]) -> float | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ebbtide.preemption.enforcer import EvictionClock
 from ebbtide.queue.states import JobState
@@ -50,8 +51,39 @@ class LocalAttempt:
     usage: UsageSummary | None = None
     #: Unix seconds its usage may be sampled next (about once a second, not every tick)
     usage_due_at: float = 0.0
+    #: the last view, and what it was made from (the fast path asks for one every tick)
+    _view: tuple[tuple[Any, ...], ActiveAttempt] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def view(self, node: str) -> ActiveAttempt:
+        """The attempt as the victim policy sees it (the same object until one of the
+        fields it is made of changes)."""
+        key = (
+            node,
+            self.eviction is not None,
+            self.last_checkpoint_at,
+            self.paused_at,
+            self.suspended_at,
+            self.pausable,
+            self.priority,
+            self.queue,
+            self.devices,
+            self.compute_pct,
+            self.memory_mib,
+            self.gpus,
+            self.deadline_s,
+            self.signal,
+            self.dispatched_at,
+            self.started_at,
+        )
+        if self._view is not None and self._view[0] == key:
+            return self._view[1]
+        view = self._make_view(node)
+        self._view = (key, view)
+        return view
+
+    def _make_view(self, node: str) -> ActiveAttempt:
         return ActiveAttempt(
             job_id=self.job_id,
             attempt=self.attempt,

@@ -17,7 +17,11 @@ host's PID namespace sees no ancestry for them, and counts them online (erring t
 less headroom, never towards evicting the online side's room to an offline job).
 
 Lookups are cached per (pid, start time), so a GPU process costs one walk up its
-ancestry when it first appears, not one per sample; pid reuse starts a new entry.  An
+ancestry when it first appears, not one per sample (a later lookup reads one file,
+``/proc/PID/stat``); pid reuse starts a new entry.  A
+process's verdict changes only when the attempts do: :attr:`ProcessOwnership.epoch` counts
+those changes, so that a headroom source may keep the verdicts of a process list it has
+not read again.  An
 attempt's process that has exited while the driver still lists it (its context being
 torn down) stays the attempt's for a few seconds, rather than turning into online load.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 import psutil
 
 from ebbtide.workers.cgroups import canonical_uid, pod_uids, read_cgroup
+from ebbtide.workers.shim import stat_fields
 
 #: Forget cached verdicts of processes not asked about for this many lookups' generations.
 _CACHE_GENERATIONS = 200
@@ -66,11 +71,15 @@ class ProcessOwnership:
         #: the trees with cgroup markers, by job id
         self._marked: list[Tree] = []
         self._granted: dict[int, tuple[float, float]] = {}
-        self._cache: dict[tuple[int, float], tuple[int | None, int]] = {}
+        #: (pid, start time in clock ticks since boot) → (job, generation last asked)
+        self._cache: dict[tuple[int, int], tuple[int | None, int]] = {}
         #: pid → job of processes found to be an attempt's (a process that just exited
         #: may still be listed by the driver; it was offline, not online)
         self._recent: dict[int, int] = {}
         self._generation = 0
+        #: changes whenever the trees do (then a pid's owner may have changed); while it
+        #: stays the same, a process's owner does too
+        self.epoch = 0
 
     def update(
         self,
@@ -81,10 +90,16 @@ class ProcessOwnership:
         new = frozenset(trees)
         if new != self._trees:
             self._cache.clear()  # a tree began or ended: verdicts may have changed
+            self.epoch += 1
             self._trees = new
             self._roots = {t.root_pid: t for t in trees if t.root_pid > 0}
             self._marked = sorted((t for t in new if t.cgroup_markers), key=lambda t: t.job_id)
         self._granted = dict(granted or {})
+        self.tick()
+
+    def tick(self) -> None:
+        """A lookups' generation passed with the same trees (:meth:`update` counts one
+        too): verdicts not asked about for ``_CACHE_GENERATIONS`` are forgotten."""
         self._generation += 1
         if self._generation % _CACHE_GENERATIONS == 0:
             horizon = self._generation - _CACHE_GENERATIONS
@@ -93,16 +108,19 @@ class ProcessOwnership:
             self._recent = {p: j for p, j in self._recent.items() if p in live}
 
     def owner(self, pid: int) -> int | None:
-        try:
-            proc = psutil.Process(pid)
-            key = (pid, proc.create_time())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        fields = stat_fields(pid) if pid > 0 else []
+        if len(fields) <= 19:
             # gone, though the driver still lists it for a moment: what it last was
             return self._recent.get(pid)
+        key = (pid, int(fields[19]))
         hit = self._cache.get(key)
         if hit is not None:
             self._cache[key] = (hit[0], self._generation)
             return hit[0]
+        try:
+            proc = psutil.Process(pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+            return self._recent.get(pid)
         job = self._resolve(proc)
         self._cache[key] = (job, self._generation)
         if job is not None:

@@ -63,6 +63,12 @@ class StatusReader:
         self._skipping = False  # inside a line longer than MAX_LINE_BYTES
 
     def read(self) -> list[Record]:
+        try:  # one look first: most ticks, nothing was written since the last
+            st = os.lstat(self.path)
+        except OSError:
+            return []
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size <= self.offset:
+            return []
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:  # not there (yet), a link, ...

@@ -55,6 +55,18 @@ measure (driver overhead then counts as online: erring towards less headroom).
   soon as an online process runs on it, else idle: ebbtide shares a MIG instance only with
   its own jobs.
 
+**Rates.**  Memory is read at every sample: a memory spike is what an eviction must
+follow at once.  Utilisation and per-process SM samples, which the driver refreshes every
+1/6 s to 1 s, are read together once :data:`UTILIZATION_PERIOD_S` old.  A GPU's process
+list (and whose each process is) is read again when the device's used memory moved (a
+process came, went, grew or shrank: a CUDA context alone holds memory), and at least
+every :data:`PROCESS_LIST_PERIOD_S`; so a new process, an offline job's new child
+included, is told apart in the next sample, except when another process freed exactly
+what it took in the same tick: then for at most that period.  Ownership verdicts are
+kept with the list while the ``offline``'s ``epoch`` stays the same
+(:class:`~ebbtide.workers.ownership.ProcessOwnership`).  A sample nothing of which was
+read again repeats the last figures at the new time.
+
 **Faults.**  A thread waits for XID events (:mod:`~ebbtide.workers.headroom.nvml_events`)
 and turns each into a :class:`~ebbtide.workers.headroom.base.DeviceFault` with the
 driver's recovery action; an XID of the whole GPU is a fault of each of its MIG instances.
@@ -66,12 +78,11 @@ not reported again by the sample.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ebbtide.errors import UserError
@@ -81,7 +92,6 @@ from ebbtide.workers.headroom.base import (
     DeviceFault,
     DeviceInfo,
     DeviceSample,
-    JobUsage,
     Offline,
     RecoveryAction,
 )
@@ -91,16 +101,39 @@ from ebbtide.workers.headroom.nvml_events import (
     XidWatcher,
     read_recovery_action,
 )
+from ebbtide.workers.headroom.nvml_figures import (
+    MIB_B,
+    PROCESS_SAMPLE_MAX_AGE_S,
+    Listed,
+    OwnersOnce,
+    ProcessSamples,
+    Readings,
+    by_job,
+    figures,
+    fresh_at,
+    memory_split,
+)
 from ebbtide.workers.headroom.xid import LOST_XIDS, disables_device, xid_meaning
 
 log = logging.getLogger("ebbtide.headroom.nvml")
 
-_MIB_B = 1024 * 1024
-_S_US = 1_000_000
+__all__ = [
+    "GPU_LOST_MEANING",
+    "PROCESS_LIST_PERIOD_S",
+    "PROCESS_SAMPLE_MAX_AGE_S",
+    "UTILIZATION_PERIOD_S",
+    "NvmlSource",
+    "NvmlUnavailable",
+]
 
-#: A per-process SM sample counts this long after it was taken, in seconds (and is dropped
-#: when stamped further than this in the future); GPUs sample every 1/6 s to 1 s.
-PROCESS_SAMPLE_MAX_AGE_S = 2.0
+#: Device utilisation and per-process SM samples are read again once this old, in seconds:
+#: the driver refreshes them every 1/6 s to 1 s, so at 20 Hz most reads would repeat.
+UTILIZATION_PERIOD_S = 0.125
+#: A GPU's process list is read again whenever the device's used memory differs from what
+#: it was when the list was read (a process came, went, grew or shrank), and at least this
+#: often, in seconds (what memory alone cannot show: one process freeing what another
+#: allocated in the same tick).
+PROCESS_LIST_PERIOD_S = 1.0
 
 #: What a device that NVML reports lost is, in words.
 GPU_LOST_MEANING = "GPU is lost: NVML can no longer reach it"
@@ -108,43 +141,6 @@ GPU_LOST_MEANING = "GPU is lost: NVML can no longer reach it"
 
 class NvmlUnavailable(UserError):
     """NVML cannot be used on this machine (no ``pynvml``, no driver, no GPU)."""
-
-
-@dataclass
-class _ProcessSamples:
-    """The latest per-process SM sample of each process on one GPU."""
-
-    #: pid → (timestamp µs, smUtil)
-    latest: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: the newest timestamp seen (NVML is asked for newer ones only), µs
-    newest_us: int = 0
-
-    def shares(self, nvml: Any, handle: Any, pids: Iterable[int], now: float) -> dict[int, int]:
-        """pid → its fresh smUtil, for the processes in ``pids`` that have one.  Raises
-        ``NotSupported`` / ``NoPermission`` where the GPU keeps no samples."""
-        now_us = round(now * _S_US)
-        max_age_us = round(PROCESS_SAMPLE_MAX_AGE_S * _S_US)
-        if self.newest_us > now_us + max_age_us:  # the clock went back: start over
-            self.newest_us, self.latest = 0, {}
-        try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self.newest_us)
-        except nvml.NVMLError_NotFound:  # none newer: what was seen still holds
-            samples = []
-        for s in samples:
-            stamp = int(s.timeStamp)
-            if stamp > now_us + max_age_us:  # not to be trusted, nor to stop the asking
-                continue
-            seen = self.latest.get(s.pid)
-            if seen is None or stamp >= seen[0]:
-                self.latest[s.pid] = (stamp, int(s.smUtil))
-            self.newest_us = max(self.newest_us, stamp)
-        listed = set(pids)
-        self.latest = {
-            pid: (stamp, util)
-            for pid, (stamp, util) in self.latest.items()
-            if pid in listed and abs(now_us - stamp) <= max_age_us
-        }
-        return {pid: util for pid, (_, util) in self.latest.items()}
 
 
 @dataclass
@@ -158,7 +154,9 @@ class _Slot:
     gpu: int
     gpu_handle: Any
     #: per-process samples (whole GPUs only)
-    samples: _ProcessSamples | None
+    samples: ProcessSamples | None
+    #: what was read less often than memory (whole GPUs only)
+    readings: Readings | None = None
 
     @property
     def mig(self) -> bool:
@@ -174,6 +172,11 @@ class NvmlSource:
     seconds) stamps the faults the XID watcher sees; ``event_wait_ms`` is how long one
     wait for an XID event lasts (``close`` waits about that long).  Thread-safe: samples
     are serialised.
+
+    Memory is read at every sample; a GPU's utilisation and per-process samples once
+    ``utilization_period_s`` old, its process list when the used memory moved or once
+    ``process_list_period_s`` old (0: everything at every sample).  A sample's ``now``
+    is the clock these ages count on (one that steps back reads everything again).
     """
 
     def __init__(
@@ -183,6 +186,8 @@ class NvmlSource:
         *,
         clock: Callable[[], float] = time.time,
         event_wait_ms: int = EVENT_WAIT_MS,
+        utilization_period_s: float = UTILIZATION_PERIOD_S,
+        process_list_period_s: float = PROCESS_LIST_PERIOD_S,
     ) -> None:
         if nvml is None:
             try:
@@ -195,6 +200,8 @@ class NvmlSource:
             nvml = pynvml
         self._nvml = nvml
         self._clock = clock
+        self._utilization_period_s = utilization_period_s
+        self._process_list_period_s = process_list_period_s
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
@@ -285,14 +292,15 @@ class NvmlSource:
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
         info = DeviceInfo(
             index=index,
-            memory_mib=int(memory.total // _MIB_B),
+            memory_mib=int(memory.total // MIB_B),
             name=_text(nvml.nvmlDeviceGetName(handle)),
             uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
             mig_parent=None if gi is None else gpu,
             mig_gpu_instance=gi,
         )
-        samples = _ProcessSamples() if gi is None else None
-        return _Slot(info, handle, gpu, gpu_handle, samples)
+        if gi is not None:
+            return _Slot(info, handle, gpu, gpu_handle, None)
+        return _Slot(info, handle, gpu, gpu_handle, ProcessSamples(), Readings())
 
     def devices(self) -> list[DeviceInfo]:
         return [slot.info for slot in self._slots]
@@ -305,7 +313,7 @@ class NvmlSource:
     # -- samples ------------------------------------------------------------------------
 
     def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
-        offline = _OwnersOnce(offline)
+        owners = OwnersOnce(offline)
         with self._lock:
             if self._closed:
                 raise RuntimeError("NvmlSource.sample() called after close()")
@@ -314,9 +322,9 @@ class NvmlSource:
             for pos, slot in enumerate(self._slots):
                 try:
                     if slot.mig:
-                        sample = self._sample_instance(slot, now, offline, gpu_processes)
+                        sample = self._sample_instance(slot, now, owners, gpu_processes)
                     else:
-                        sample = self._sample_gpu(slot, now, offline)
+                        sample = self._sample_gpu(slot, now, owners)
                 except self._nvml.NVMLError as exc:
                     sample = self._worst_case(pos, slot, now, exc)
                 else:
@@ -324,51 +332,98 @@ class NvmlSource:
                 samples.append(sample)
             return samples
 
-    def _sample_gpu(self, slot: _Slot, now: float, offline: Offline) -> DeviceSample:
+    def _sample_gpu(self, slot: _Slot, now: float, offline: OwnersOnce) -> DeviceSample:
         nvml = self._nvml
-        memory = nvml.nvmlDeviceGetMemoryInfo(slot.handle)
-        utilization_pct = float(nvml.nvmlDeviceGetUtilizationRates(slot.handle).gpu)
-        processes = self._processes(slot.handle)
-        online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
-        ours = {pid for pid in processes if offline.owner(pid) is not None}
-        online_pids = tuple(sorted(pid for pid in processes if pid not in ours))
-        index = slot.info.index
-        basis = ComputeBasis.DEVICE
-        offline_pct: float | None = 0.0
-        online_pct = utilization_pct
-        shares: dict[int, int] | None = None
-        if ours:
-            assert slot.samples is not None
+        readings, samples = slot.readings, slot.samples
+        assert readings is not None and samples is not None
+        used_b = int(nvml.nvmlDeviceGetMemoryInfo(slot.handle).used)
+        listed = self._listed(slot, readings, used_b, now, offline)
+        utilization_due = not fresh_at(readings.utilization_at, now, self._utilization_period_s)
+        if utilization_due:
+            readings.utilization_pct = float(nvml.nvmlDeviceGetUtilizationRates(slot.handle).gpu)
+            readings.utilization_at = now
+        # per-process samples are read with the utilisation they are subtracted from (or
+        # at once when ebbtide's processes appear), so that ebbtide's own kernels do not
+        # look like online ones
+        if (
+            listed.ours
+            and readings.shares_supported
+            and (utilization_due or readings.shares_at < readings.utilization_at)
+        ):
+            readings.shares_at = now
             try:
-                shares = slot.samples.shares(nvml, slot.handle, processes, now)
+                samples.read(nvml, slot.handle, now)
             except (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission):
-                basis, offline_pct = ComputeBasis.SLICES, None
-                online_pct = utilization_pct - offline.granted_compute_pct(index)
-            else:
-                offline_share = float(sum(shares.get(pid, 0) for pid in ours))
-                online_share = float(sum(u for pid, u in shares.items() if pid not in ours))
-                basis, offline_pct = ComputeBasis.PROCESS, min(100.0, offline_share)
-                # a job none of whose processes has a sample yet (it just started, its
-                # first sample is up to a period away) is taken to use its slice, so its
-                # first kernels are not mistaken for an online spike
-                jobs = {offline.owner(pid) for pid in ours}
-                if jobs - {offline.owner(pid) for pid in ours if pid in shares}:
-                    offline_share = max(offline_share, offline.granted_compute_pct(index))
-                online_pct = max(utilization_pct - offline_share, online_share)
-        return DeviceSample(
-            index=index,
-            time=now,
-            online_compute_pct=min(100.0, max(0.0, online_pct)),
-            online_memory_mib=online_mib,
-            offline_compute_pct=offline_pct,
-            offline_memory_mib=offline_mib,
-            basis=basis.value,
-            online_pids=online_pids,
-            offline_jobs=_by_job(processes, ours, offline, shares),
+                readings.shares_supported = False
+        index = slot.info.index
+        shares = None
+        if listed.ours and readings.shares_supported:
+            shares = samples.fresh(listed.processes, now)
+        made_from = (
+            readings.utilization_pct,
+            readings.shares_supported,
+            shares,
+            offline.granted_compute_pct(index),
         )
+        last = readings.last
+        if (
+            last is not None
+            and readings.last_listed is listed
+            and readings.last_from == made_from
+            and last.time <= now
+        ):
+            # the same processes, utilisation and samples: the same figures, at ``now``
+            return DeviceSample(
+                index=index,
+                time=now,
+                online_compute_pct=last.online_compute_pct,
+                online_memory_mib=last.online_memory_mib,
+                offline_compute_pct=last.offline_compute_pct,
+                offline_memory_mib=last.offline_memory_mib,
+                basis=last.basis,
+                online_pids=last.online_pids,
+                offline_jobs=last.offline_jobs,
+            )
+        sample = figures(index, now, listed, *made_from)
+        readings.last, readings.last_listed, readings.last_from = sample, listed, made_from
+        return sample
+
+    def _listed(
+        self, slot: _Slot, readings: Readings, used_b: int, now: float, offline: OwnersOnce
+    ) -> Listed:
+        """The GPU's process list and whose each process is: read again when the used
+        memory moved or the list is ``process_list_period_s`` old; the owners asked again
+        when the list was read again or ``offline`` says its answers may have changed."""
+        listed = readings.listed
+        if (
+            listed is None
+            or listed.used_b != used_b
+            or not fresh_at(listed.at, now, self._process_list_period_s)
+        ):
+            processes = self._processes(slot.handle, readings=readings)
+            listed = Listed(at=now, used_b=used_b, processes=processes)
+        elif listed.epoch is not None and (
+            listed.offline is offline.inner and listed.epoch == offline.epoch
+        ):
+            return listed  # the same processes, the same owners
+        owners = {pid: job for pid in listed.processes if (job := offline.owner(pid)) is not None}
+        online_mib, offline_mib = memory_split(listed.processes, owners, used_b)
+        readings.listed = listed = Listed(
+            at=listed.at,
+            used_b=used_b,
+            processes=listed.processes,
+            offline=offline.inner,
+            epoch=offline.epoch,
+            ours=frozenset(owners),
+            online_pids=tuple(sorted(pid for pid in listed.processes if pid not in owners)),
+            online_mib=online_mib,
+            offline_mib=offline_mib,
+            owners=owners,
+        )
+        return listed
 
     def _sample_instance(
-        self, slot: _Slot, now: float, offline: Offline, gpu_processes: dict[int, Any]
+        self, slot: _Slot, now: float, offline: OwnersOnce, gpu_processes: dict[int, Any]
     ) -> DeviceSample:
         nvml = self._nvml
         memory = nvml.nvmlDeviceGetMemoryInfo(slot.handle)
@@ -387,8 +442,9 @@ class NvmlSource:
         else:
             gi = slot.info.mig_gpu_instance
             processes = {pid: used for pid, (used, on) in listed.items() if on == gi}
-        online_mib, offline_mib = _memory_split(processes, offline, int(memory.used))
-        online_pids = tuple(sorted(pid for pid in processes if offline.owner(pid) is None))
+        owners = {pid: job for pid in processes if (job := offline.owner(pid)) is not None}
+        online_mib, offline_mib = memory_split(processes, owners, int(memory.used))
+        online_pids = tuple(sorted(pid for pid in processes if pid not in owners))
         return DeviceSample(
             index=slot.info.index,
             time=now,
@@ -398,16 +454,23 @@ class NvmlSource:
             offline_memory_mib=offline_mib,
             basis=ComputeBasis.INSTANCE.value,
             online_pids=online_pids,
-            offline_jobs=_by_job(processes, set(processes) - set(online_pids), offline, None),
+            offline_jobs=by_job(processes, owners, None),
         )
 
-    def _processes(self, handle: Any, *, by_instance: bool = False) -> Any:
+    def _processes(
+        self, handle: Any, *, by_instance: bool = False, readings: Readings | None = None
+    ) -> Any:
         """pid → usedGpuMemory in bytes (``None``: unknown), compute and graphics together;
-        with ``by_instance``, pid → (that, GPU-instance id)."""
+        with ``by_instance``, pid → (that, GPU-instance id).  ``readings``: a GPU that
+        said once that it lists no graphics processes is not asked again."""
         nvml = self._nvml
         listed = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-        with contextlib.suppress(nvml.NVMLError_NotSupported):
-            listed += nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+        if readings is None or readings.graphics:
+            try:
+                listed += nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+            except nvml.NVMLError_NotSupported:
+                if readings is not None:
+                    readings.graphics = False
         memory_b: dict[int, int | None] = {}
         instance: dict[int, int | None] = {}
         for proc in listed:
@@ -535,69 +598,6 @@ class NvmlSource:
             self._closed = True
         self._watcher.close()
         self._nvml.nvmlShutdown()
-
-
-class _OwnersOnce:
-    """``offline`` for one sample, each pid's owner looked up once: a sample asks about
-    each GPU process several times, and a lookup reads ``/proc``."""
-
-    def __init__(self, offline: Offline) -> None:
-        self._offline = offline
-        self._owners: dict[int, int | None] = {}
-
-    def owner(self, pid: int) -> int | None:
-        if pid not in self._owners:
-            self._owners[pid] = self._offline.owner(pid)
-        return self._owners[pid]
-
-    def granted_compute_pct(self, index: int) -> float:
-        return self._offline.granted_compute_pct(index)
-
-    def granted_memory_mib(self, index: int) -> float:
-        return self._offline.granted_memory_mib(index)
-
-
-def _memory_split(
-    processes: dict[int, int | None], offline: Offline, used_b: int
-) -> tuple[float, float | None]:
-    """(online MiB, offline MiB or ``None`` when some of ebbtide's processes' is unknown)."""
-    ours = [used for pid, used in processes.items() if offline.owner(pid) is not None]
-    theirs = [used for pid, used in processes.items() if offline.owner(pid) is None]
-    ours_known_b = sum(used or 0 for used in ours)
-    if any(used is None for used in theirs):
-        online_b = max(0, used_b - ours_known_b)
-    else:
-        online_b = sum(used or 0 for used in theirs)
-    offline_mib = None if any(used is None for used in ours) else ours_known_b / _MIB_B
-    return online_b / _MIB_B, offline_mib
-
-
-def _by_job(
-    processes: dict[int, int | None],
-    ours: set[int],
-    offline: Offline,
-    shares: dict[int, int] | None,
-) -> tuple[JobUsage, ...]:
-    """What each job with a process among ``ours`` used: its processes' memory (``None``
-    if some process's is unknown) and, with per-process SM samples (``shares``, pid →
-    smUtil; ``None``: none kept here), their sum, capped at 100."""
-    memory_b: dict[int, int | None] = {}
-    compute: dict[int, int] = {}
-    for pid in ours:
-        job = offline.owner(pid)
-        if job is None:  # (gone between the two looks)
-            continue
-        used, seen = processes.get(pid), memory_b.get(job, 0)
-        memory_b[job] = None if used is None or seen is None else seen + used
-        compute[job] = compute.get(job, 0) + (shares or {}).get(pid, 0)
-    return tuple(
-        JobUsage(
-            job_id=job,
-            compute_pct=None if shares is None else float(min(100, compute[job])),
-            memory_mib=None if used_b is None else used_b / _MIB_B,
-        )
-        for job, used_b in sorted(memory_b.items())
-    )
 
 
 def _text(value: str | bytes) -> str:
