@@ -55,8 +55,6 @@ from ebbtide.scheduling.snapshot import (
 
 __all__ = [
     "ActionKind",
-    # re-exported for ebbtide.workers.agent until it imports it from scheduling.snapshot
-    "PauseRules",
     "Relief",
     "relief_for_device",
     "restores_for_device",

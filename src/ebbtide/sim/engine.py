@@ -11,7 +11,7 @@ Events, as in the live system:
 - an **online step** changes a device's usage; the agent's next sample sees it within
   ``SAMPLE_PERIOD_S`` and, if online usage plus slices exceed capacity minus the margin,
   acts at once (the fast path): under the policy's
-  :class:`~ebbtide.preemption.relief.PauseRules` a compute shortfall *pauses* victims while
+  :class:`~ebbtide.scheduling.snapshot.PauseRules` a compute shortfall *pauses* victims while
   memory fits, anything else *evicts* them; the same sample thaws paused attempts that fit
   again.  The scheduler hears of a rise at once and of a fall at the next heartbeat;
 - a **pause** freezes an attempt in place (:mod:`ebbtide.sim.state`): it keeps its slice's
