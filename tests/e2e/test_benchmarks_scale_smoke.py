@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 
 PLAN_SCALE = REPO / "benchmarks" / "plan_scale.py"
 SUBMIT_THROUGHPUT = REPO / "benchmarks" / "submit_throughput.py"
+PASS_SCALE = REPO / "benchmarks" / "pass_scale.py"
 #: The server ``submit_throughput.py`` uses by default (as ``tests/conftest.py`` does).
 POSTGRES_ADMIN_URL = os.environ.get(
     "EBBTIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -87,3 +88,29 @@ def test_submit_throughput_json() -> None:
         figures = result[name]
         assert set(figures) == {"array_per_s", "single_per_s"}, name
         assert figures["array_per_s"] > 0 and figures["single_per_s"] > 0, name
+
+
+def test_pass_scale_json() -> None:
+    if not postgres_reachable():
+        why = "pass_scale.py measures PostgreSQL, which is not reachable"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    result = run_json(
+        str(PASS_SCALE), "--jobs", "300", "600", "--repeat", "3", "--nodes", "1", "--json"
+    )
+    assert set(result) == {"devices", "trickle", "runs"}
+    assert result["devices"] == 8
+    assert [run["jobs"] for run in result["runs"]] == [300, 600]
+    for run in result["runs"]:
+        assert set(run) == {
+            "jobs",
+            "load_s",
+            "full_p50_s",
+            "full_p99_s",
+            "mirror_p50_s",
+            "mirror_p99_s",
+            "rebuild_s",
+        }
+        assert 0 < run["full_p50_s"] <= run["full_p99_s"]
+        assert 0 < run["mirror_p50_s"] <= run["mirror_p99_s"]

@@ -25,7 +25,8 @@ and the components import each other without cycles.  Lowest first:
    ``migrations``; ``queue.memory`` behind the same ``queue.interface``, without a
    database), the broker (``messaging``) and ``metrics``.  The scheduler loop
    publishes messages and counts metrics, so both sit below it.
-5. **scheduler**: ``scheduling.loop``, ``leader``, ``retention``, ``policy_runtime``.
+5. **scheduler**: ``scheduling.loop``, ``mirror``, ``leader``, ``retention``,
+   ``policy_runtime``.
 6. **node**: ``workers`` and ``kube``.
 7. **SDK and server**: ``Client`` (the ``ebbtide`` package, ``client``, ``client_base``,
    ``handle``, ``workdir``, and ``api.remote``/``api.wire``, the same SDK over HTTP),
@@ -120,6 +121,7 @@ LAYERS: list[dict[str, list[str]]] = [
     {
         "scheduler": [
             "ebbtide.scheduling.loop",
+            "ebbtide.scheduling.mirror",
             "ebbtide.scheduling.leader",
             "ebbtide.scheduling.retention",
             "ebbtide.scheduling.policy_runtime",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ebbtide.queue.spec import JobSpec, SliceGrant
     from ebbtide.queue.states import EventType, JobState
     from ebbtide.queue.store import Store
+    from ebbtide.queue.store.changes import Changes, EventCursor
     from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
 
@@ -134,6 +135,10 @@ class JobStore(Protocol):
     def queued_jobs(self, limit: int | None = None) -> list[QueuedJob]: ...
 
     def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]: ...
+
+    def changes_since(
+        self, cursor: EventCursor | None, *, max_events: int = ...
+    ) -> Changes | None: ...
 
     def eviction_request(self, job_id: int, attempt: int) -> dict[str, Any] | None: ...
 

@@ -19,6 +19,11 @@ between two passes, or until the instant the planner asked for if that comes soo
 drain before a window's close, the end of a backoff or a cooldown), and ``LEADER_RETRY_S``
 between two tries to take the lead.  So on a :class:`~ebbtide.clock.FakeClock` it runs
 pass by pass on fake time.
+
+A pass reads what changed since the last one, not the whole queue: the queued jobs and
+active attempts come from :class:`~ebbtide.scheduling.mirror.Mirror`, which applies the
+jobs with new events and reads everything again when it must (its first pass, a new
+leadership epoch, a store error, every few minutes).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from ebbtide.queue.outcomes import NODE_SILENT, NOT_STARTED, TAKEN_BACK
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
+from ebbtide.scheduling.mirror import Mirror
 from ebbtide.scheduling.planner import Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.retention import Retention
@@ -75,7 +81,11 @@ class Scheduler:
         on_policy: Callable[[Policy], None] | None = None,
         wakeups: bool = True,
         metrics: Metrics | None = None,
+        incremental: bool = True,
     ) -> None:
+        """``incremental``: keep a copy of the queue that each pass brings up to date
+        with what changed (:class:`~ebbtide.scheduling.mirror.Mirror`); False: read the
+        whole queue every pass."""
         #: the store as this scheduler writes to it: fenced by its epoch while it leads
         self.store = store
         self._store = store
@@ -95,6 +105,8 @@ class Scheduler:
         self.leading = False
         #: the last event looked at for lost attempts (None: none yet, see ``hold_lost``)
         self._losses_seen: int | None = None
+        #: the queued jobs and active attempts as of the last pass (None: read each pass)
+        self.mirror = Mirror() if incremental else None
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_scheduler(self)
         self.metrics.leader.set(0)
@@ -143,10 +155,15 @@ class Scheduler:
                         planning_only=not d.eviction_trigger,
                     )
                 )
+        if self.mirror is not None:
+            epoch = self.leader.epoch if self.leader is not None else None
+            queued, active = self.mirror.sync(self.store, now, epoch=epoch)
+        else:
+            queued, active = self.store.queued_jobs(), self.store.active_attempts()
         return Snapshot(
             now=now,
-            queued=self.store.queued_jobs(),
-            active=self.store.active_attempts(),
+            queued=queued,
+            active=active,
             devices=devices,
             margins=defaults.margins,
             pause=defaults.pause_rules(),
@@ -189,7 +206,13 @@ class Scheduler:
         """Carry out ``decisions``; ``queued`` (the snapshot's) times each dispatched
         job's admission wait for the metrics."""
         chosen = {d.job_id for d in decisions.dispatches}
-        waiting = {q.id: q for q in queued if q.id in chosen}
+        waiting: dict[int, QueuedJob] = {}
+        for job in queued if chosen else ():
+            # the jobs chosen are mostly near the head of the queue: read no further
+            if job.id in chosen:
+                waiting[job.id] = job
+                if len(waiting) == len(chosen):
+                    break
         active = {(a.job_id, a.attempt): a for a in self.store.active_attempts()}
         for ev in decisions.evictions:
             a = active.get((ev.job_id, ev.attempt))
@@ -378,6 +401,8 @@ class Scheduler:
     def _stand_down(self, why: str) -> None:
         log.error("this scheduler no longer leads (%s): standing by", why)
         self._lead_as(False)
+        if self.mirror is not None:
+            self.mirror.reset()
         if self.leader is not None:
             self.leader.release()
         self.store = self._store

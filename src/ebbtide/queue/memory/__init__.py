@@ -38,6 +38,7 @@ from __future__ import annotations
 from ebbtide.queue.memory.actions import MemoryActionMixin
 from ebbtide.queue.memory.attempts import MemoryAttemptMixin
 from ebbtide.queue.memory.base import MemoryBase
+from ebbtide.queue.memory.changes import MemoryChangeMixin
 from ebbtide.queue.memory.drains import MemoryDrains
 from ebbtide.queue.memory.losses import MemoryLossMixin
 from ebbtide.queue.memory.purge import MemoryPurgeMixin
@@ -52,6 +53,7 @@ class MemoryStore(
     MemoryLossMixin,
     MemoryActionMixin,
     MemoryPurgeMixin,
+    MemoryChangeMixin,
     MemoryQueryMixin,
     MemoryReportMixin,
 ):

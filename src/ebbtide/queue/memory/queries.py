@@ -178,26 +178,7 @@ class MemoryQueryMixin(MemoryBase):
             rows.sort(key=lambda r: -r["priority"])  # stable: ids ascend within a priority
             if limit is not None:
                 rows = rows[: max(limit, 0)]
-            return [
-                QueuedJob(
-                    r["id"],
-                    r["priority"],
-                    r["queue"],
-                    r["owner"],
-                    r["compute_pct"],
-                    r["gpus"],
-                    r["memory_mib"],
-                    r["array_id"],
-                    r["array_limit"],
-                    r["attempts"],
-                    deadline_s=r["deadline_s"],
-                    first_checkpoint_s=r["first_checkpoint_s"],
-                    requeued_at=r["requeued_at"],
-                    evictions=r["evictions"],
-                    submitted_at=r["submitted_at"],
-                )
-                for r in rows
-            ]
+            return [queued_job(r) for r in rows]
 
     def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
         out = []
@@ -206,32 +187,7 @@ class MemoryQueryMixin(MemoryBase):
                 a = self._attempt(r["id"], r["attempts"])
                 if a is None or (node is not None and r["node"] != node):
                     continue
-                devices = tuple(int(d) for d in r["devices"].split(",")) if r["devices"] else ()
-                out.append(
-                    ActiveAttempt(
-                        job_id=r["id"],
-                        attempt=r["attempts"],
-                        state=JobState(r["state"]),
-                        priority=r["priority"],
-                        queue=r["queue"],
-                        node=r["node"],
-                        devices=devices,
-                        compute_pct=r["compute_pct"],
-                        memory_mib=r["memory_mib"],
-                        deadline_s=r["deadline_s"],
-                        signal=r["signal"],
-                        dispatched_at=a["dispatched_at"],
-                        started_at=a["started_at"],
-                        last_checkpoint_at=a["last_checkpoint_at"],
-                        cancel_requested=bool(r["cancel_requested"]),
-                        array_id=r["array_id"],
-                        gpus=r["gpus"],
-                        owner=r["owner"],
-                        paused_at=r["paused_at"],
-                        pausable=bool(r["pausable"]),
-                        suspended_at=r["suspended_at"],
-                    )
-                )
+                out.append(active_attempt(r, a))
         return out
 
     # -- nodes and the published policy ---------------------------------------------------
@@ -252,3 +208,53 @@ class MemoryQueryMixin(MemoryBase):
             str(row["policy_source"] or "the scheduler's policy"),
             float(row["policy_at"] or 0.0),
         )
+
+
+def queued_job(r: Row) -> QueuedJob:
+    """A queued job's row as the planner sees it."""
+    return QueuedJob(
+        r["id"],
+        r["priority"],
+        r["queue"],
+        r["owner"],
+        r["compute_pct"],
+        r["gpus"],
+        r["memory_mib"],
+        r["array_id"],
+        r["array_limit"],
+        r["attempts"],
+        deadline_s=r["deadline_s"],
+        first_checkpoint_s=r["first_checkpoint_s"],
+        requeued_at=r["requeued_at"],
+        evictions=r["evictions"],
+        submitted_at=r["submitted_at"],
+    )
+
+
+def active_attempt(r: Row, a: Row) -> ActiveAttempt:
+    """An active job's row ``r`` and its current attempt's row ``a`` as the planner sees
+    them."""
+    devices = tuple(int(d) for d in r["devices"].split(",")) if r["devices"] else ()
+    return ActiveAttempt(
+        job_id=r["id"],
+        attempt=r["attempts"],
+        state=JobState(r["state"]),
+        priority=r["priority"],
+        queue=r["queue"],
+        node=r["node"],
+        devices=devices,
+        compute_pct=r["compute_pct"],
+        memory_mib=r["memory_mib"],
+        deadline_s=r["deadline_s"],
+        signal=r["signal"],
+        dispatched_at=a["dispatched_at"],
+        started_at=a["started_at"],
+        last_checkpoint_at=a["last_checkpoint_at"],
+        cancel_requested=bool(r["cancel_requested"]),
+        array_id=r["array_id"],
+        gpus=r["gpus"],
+        owner=r["owner"],
+        paused_at=r["paused_at"],
+        pausable=bool(r["pausable"]),
+        suspended_at=r["suspended_at"],
+    )

@@ -13,6 +13,8 @@ One module per concept, each a mixin over :class:`~ebbtide.queue.store.base.Stor
 
 - :mod:`~ebbtide.queue.store.submission`: :meth:`Store.submit`;
 - :mod:`~ebbtide.queue.store.queries`: jobs, events, attempts, the scheduler's snapshot;
+- :mod:`~ebbtide.queue.store.changes`: what changed since a cursor on the events (the
+  scheduler's copy of the queue follows it);
 - :mod:`~ebbtide.queue.store.reports`: ``ebb top``'s evictions, ``ebb report``'s rows;
 - :mod:`~ebbtide.queue.store.transitions`: :meth:`Store.transition`;
 - :mod:`~ebbtide.queue.store.user_actions`: hold, alter, release, cancel;
@@ -35,6 +37,7 @@ from ebbtide.queue.store.base import (
     StoreBase,
     check_epoch,
 )
+from ebbtide.queue.store.changes import ChangeMixin, Changes, EventCursor
 from ebbtide.queue.store.housekeeping import HousekeepingMixin
 from ebbtide.queue.store.losses import LOST_LOOKBACK_S, LOST_RESCAN_EVENTS, LossMixin
 from ebbtide.queue.store.nodes import NodeMixin
@@ -61,6 +64,8 @@ __all__ = [
     "REPORT_EVENT_ORDER_SLACK_S",
     "REPORT_EVENT_TYPES",
     "REPORT_PROBE_EVENTS",
+    "Changes",
+    "EventCursor",
     "Store",
     "StoreBase",
     "check_epoch",
@@ -74,6 +79,7 @@ class Store(
     AttemptMixin,
     LossMixin,
     HousekeepingMixin,
+    ChangeMixin,
     QueryMixin,
     ReportMixin,
     TransitionMixin,

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from ebbtide.errors import JobNotFound
 from ebbtide.queue.models import Attempt, Job
@@ -190,6 +192,18 @@ class QueryMixin(StoreBase):
 
         A requeued job keeps its id, so it goes ahead of later submissions of its priority.
         """
+        with self._read() as conn:
+            return self._queued_rows(conn, limit=limit)
+
+    def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
+        with self._read() as conn:
+            return self._active_rows(conn, None if node is None else JOBS.c.node == node)
+
+    @staticmethod
+    def _queued_rows(
+        conn: Connection, where: ColumnElement[bool] | None = None, *, limit: int | None = None
+    ) -> list[QueuedJob]:
+        """The queued jobs (``where`` too), in scheduling order."""
         c = JOBS.c
         stmt = (
             sa.select(
@@ -212,22 +226,27 @@ class QueryMixin(StoreBase):
             .where(c.state == JobState.QUEUED.value)
             .order_by(c.priority.desc(), c.id)
         )
+        if where is not None:
+            stmt = stmt.where(where)
         if limit is not None:
             stmt = stmt.limit(limit)
-        with self._read() as conn:
-            return [
-                QueuedJob(
-                    *row[:10],
-                    deadline_s=row[10],
-                    first_checkpoint_s=row[11],
-                    requeued_at=row[12],
-                    evictions=row[13],
-                    submitted_at=row[14],
-                )
-                for row in conn.execute(stmt)
-            ]
+        return [
+            QueuedJob(
+                *row[:10],
+                deadline_s=row[10],
+                first_checkpoint_s=row[11],
+                requeued_at=row[12],
+                evictions=row[13],
+                submitted_at=row[14],
+            )
+            for row in conn.execute(stmt)
+        ]
 
-    def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
+    @staticmethod
+    def _active_rows(
+        conn: Connection, where: ColumnElement[bool] | None = None
+    ) -> list[ActiveAttempt]:
+        """The attempts that hold a slice (of the jobs ``where`` says), by job id."""
         c = JOBS.c
         stmt = (
             sa.select(
@@ -257,35 +276,34 @@ class QueryMixin(StoreBase):
             .where(c.state.in_([s.value for s in ACTIVE_STATES]))
             .order_by(c.id)
         )
-        if node is not None:
-            stmt = stmt.where(c.node == node)
+        if where is not None:
+            stmt = stmt.where(where)
         out = []
-        with self._read() as conn:
-            for r in conn.execute(stmt):
-                devices = tuple(int(d) for d in r[6].split(",")) if r[6] else ()
-                out.append(
-                    ActiveAttempt(
-                        job_id=r[0],
-                        attempt=r[1],
-                        state=JobState(r[2]),
-                        priority=r[3],
-                        queue=r[4],
-                        node=r[5],
-                        devices=devices,
-                        compute_pct=r[7],
-                        memory_mib=r[8],
-                        deadline_s=r[9],
-                        signal=r[10],
-                        dispatched_at=r[11],
-                        started_at=r[12],
-                        last_checkpoint_at=r[13],
-                        cancel_requested=bool(r[14]),
-                        array_id=r[15],
-                        gpus=r[16],
-                        owner=r[17],
-                        paused_at=r[18],
-                        pausable=bool(r[19]),
-                        suspended_at=r[20],
-                    )
+        for r in conn.execute(stmt):
+            devices = tuple(int(d) for d in r[6].split(",")) if r[6] else ()
+            out.append(
+                ActiveAttempt(
+                    job_id=r[0],
+                    attempt=r[1],
+                    state=JobState(r[2]),
+                    priority=r[3],
+                    queue=r[4],
+                    node=r[5],
+                    devices=devices,
+                    compute_pct=r[7],
+                    memory_mib=r[8],
+                    deadline_s=r[9],
+                    signal=r[10],
+                    dispatched_at=r[11],
+                    started_at=r[12],
+                    last_checkpoint_at=r[13],
+                    cancel_requested=bool(r[14]),
+                    array_id=r[15],
+                    gpus=r[16],
+                    owner=r[17],
+                    paused_at=r[18],
+                    pausable=bool(r[19]),
+                    suspended_at=r[20],
                 )
+            )
         return out

@@ -1,0 +1,215 @@
+"""Time of the live scheduler's pass (``Scheduler.run_once``) on PostgreSQL against the
+size of the queue, with the scheduler's copy of the queue (``Mirror``: a pass reads what
+changed) and without it (a pass reads every queued job).
+
+For each ``--jobs`` size (10,000, 100,000 and 1,000,000 by default), in a fresh database
+(``bench_stores.postgres_url``): one job is submitted through the store and PostgreSQL
+copies it server side (``INSERT ... SELECT ... FROM generate_series``, as
+``qstat_scale.py`` does) into that many queued jobs (priorities 0 to 2, slices of 25 % and
+4 GiB) with a ``submitted`` event each.  A fixed small fleet (``--nodes`` nodes of 8
+devices, 80 GiB each, idle) heartbeats before every pass, and between two passes a steady
+trickle of changes comes in: ``--trickle`` submissions, the attempts the last pass
+dispatched start, and as many running ones end, so every pass has work to dispatch.
+
+Each pass is timed with ``time.perf_counter`` around ``run_once`` alone (the trickle and
+the heartbeats are not timed): ``--repeat`` passes without the copy, then as many with it
+(its first pass, which reads everything, is ``rebuild_s`` and not in its percentiles).
+
+Usage (from the repository root; PostgreSQL as the tests use it)::
+
+    python benchmarks/pass_scale.py [--jobs 10000 100000 1000000] [--repeat 30]
+        [--trickle 5] [--nodes 4] [--json]
+
+Prints, per size, p50 / p99 pass time with and without the copy; with ``--json`` exactly
+one JSON object: ``{"devices", "trickle", "runs": [{"jobs", "load_s", "full_p50_s",
+"full_p99_s", "mirror_p50_s", "mirror_p99_s", "rebuild_s"}, ...]}``.  Target (issue:
+fleet scale): with the copy, the pass time is flat in the size of the queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import bench_stores
+import sqlalchemy as sa
+from bench_cli import stats
+
+from ebbtide.config.policy import Policy
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
+from ebbtide.queue.store import Store
+from ebbtide.scheduling.loop import Scheduler
+
+PG_ADMIN_URL = os.environ.get(
+    "EBBTIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+GPUS_PER_NODE = 8
+DEVICE_MIB = 80 * 1024
+#: The queued jobs' slice: compute in percent, memory in MiB.
+SLICE_PCT, SLICE_MIB = 25.0, 4096
+
+
+def load(url: str, jobs: int) -> float:
+    """``jobs`` queued jobs with a ``submitted`` event each, copied from one submitted
+    through the store; seconds it took."""
+    started = time.perf_counter()
+    store = Store(url)
+    try:
+        spec = JobSpec(command=["python", "train.py"], compute_pct=SLICE_PCT, memory_mib=SLICE_MIB)
+        [template] = store.submit(spec, "user0", defaults_deadline_s=30)
+    finally:
+        store.close()
+    engine = sa.create_engine(url)
+    varying = {
+        "priority": "g % 3",
+        "submitted_at": "1.7e9 + g",
+        "owner": "'user' || (g % 100)",
+        "name": "'job-' || g",
+    }
+    with engine.begin() as conn:
+        columns = list(conn.execute(sa.text("SELECT * FROM jobs LIMIT 0")).keys())
+        columns.remove("id")
+        chosen = ", ".join(varying.get(c, f"t.{c}") for c in columns)
+        conn.execute(
+            sa.text("CREATE TEMP TABLE tpl AS SELECT * FROM jobs WHERE id = :t"), {"t": template}
+        )
+        conn.execute(
+            sa.text("CREATE TEMP TABLE etpl AS SELECT * FROM events WHERE job_id = :t LIMIT 1"),
+            {"t": template},
+        )
+        conn.execute(sa.text("DELETE FROM events"))
+        conn.execute(sa.text("DELETE FROM jobs"))
+        conn.execute(
+            sa.text(
+                f"INSERT INTO jobs (id, {', '.join(columns)}) "
+                f"SELECT g, {chosen} FROM generate_series(1, :jobs) g, tpl t"
+            ),
+            {"jobs": jobs},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO events (id, job_id, attempt, type, time, data_json) "
+                "SELECT g, g, e.attempt, e.type, 1.7e9 + g, e.data_json "
+                "FROM generate_series(1, :jobs) g, etpl e"
+            ),
+            {"jobs": jobs},
+        )
+        for table in ("jobs", "events"):
+            conn.execute(
+                sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), :n)"),
+                {"n": jobs},
+            )
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM ANALYZE jobs"))
+        conn.execute(sa.text("VACUUM ANALYZE events"))
+    engine.dispose()
+    return time.perf_counter() - started
+
+
+class Fleet:
+    """The fixed small fleet and the trickle of changes between two passes."""
+
+    def __init__(self, store: Store, nodes: int, trickle: int) -> None:
+        self.store = store
+        self.nodes = [f"node{i}" for i in range(nodes)]
+        self.trickle = trickle
+        self.started_at = time.time()
+
+    def heartbeat(self) -> None:
+        now = time.time()
+        devices = [
+            {"index": i, "memory_mib": DEVICE_MIB, "sampled_at": now} for i in range(GPUS_PER_NODE)
+        ]
+        for node in self.nodes:
+            self.store.heartbeat(node, started_at=self.started_at, devices=devices)
+
+    def changes(self) -> None:
+        """Submissions, starts of what was dispatched, and as many ends of running jobs
+        (so about as many dispatches each pass)."""
+        store = self.store
+        spec = JobSpec(command=["python", "train.py"], compute_pct=SLICE_PCT, memory_mib=SLICE_MIB)
+        for _ in range(self.trickle):
+            store.submit(spec, "user1", defaults_deadline_s=30)
+        for a in store.active_attempts():
+            if a.state == JobState.DISPATCHED:
+                store.mark_started(a.job_id, a.attempt, pid=1, stdout_path="o", stderr_path="e")
+        running = [a for a in store.active_attempts() if a.state == JobState.RUNNING]
+        for a in running[: self.trickle]:
+            store.finish_attempt(a.job_id, a.attempt, exit_code=0, max_attempts=1)
+
+
+def passes(store: Store, fleet: Fleet, *, incremental: bool, repeat: int) -> list[float]:
+    """``repeat`` + 1 timed passes of a new scheduler (the first: its start)."""
+    scheduler = Scheduler(store, policy=Policy(), wakeups=False, incremental=incremental)
+    times = []
+    for _ in range(repeat + 1):
+        fleet.changes()
+        fleet.heartbeat()
+        started = time.perf_counter()
+        scheduler.run_once()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def measure(jobs: int, args: argparse.Namespace) -> dict[str, Any]:
+    with bench_stores.postgres_url(PG_ADMIN_URL) as url:
+        load_s = load(url, jobs)
+        store = Store(url)
+        try:
+            fleet = Fleet(store, args.nodes, args.trickle)
+            full = passes(store, fleet, incremental=False, repeat=args.repeat)
+            mirror = passes(store, fleet, incremental=True, repeat=args.repeat)
+        finally:
+            store.close()
+    out: dict[str, Any] = {"jobs": jobs, "load_s": round(load_s, 2)}
+    for name, times in (("full", full[1:]), ("mirror", mirror[1:])):
+        figures = stats(name, times)
+        out[f"{name}_p50_s"] = figures[f"{name}_p50_s"]
+        out[f"{name}_p99_s"] = figures[f"{name}_p99_s"]
+    out["rebuild_s"] = round(mirror[0], 4)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description="Time of the live scheduler's pass on PostgreSQL against the size of "
+        "the queue, with and without the scheduler's copy of the queue."
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000, 1_000_000],
+        help="queue sizes to measure (10000 100000 1000000)",
+    )
+    parser.add_argument("--repeat", type=int, default=30, help="timed passes each way (30)")
+    parser.add_argument("--trickle", type=int, default=5, help="submissions between two passes (5)")
+    parser.add_argument("--nodes", type=int, default=4, help="nodes of 8 idle devices (4)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    runs = []
+    for jobs in args.jobs:
+        run = measure(jobs, args)
+        runs.append(run)
+        if not args.json:
+            print(
+                f"{jobs:>9,} queued  load {run['load_s']:.1f}s  "
+                f"full read p50 {run['full_p50_s'] * 1e3:8.1f} ms p99 "
+                f"{run['full_p99_s'] * 1e3:8.1f} ms  |  with the copy p50 "
+                f"{run['mirror_p50_s'] * 1e3:6.1f} ms p99 {run['mirror_p99_s'] * 1e3:6.1f} ms "
+                f"(its first pass {run['rebuild_s'] * 1e3:.0f} ms)",
+                flush=True,
+            )
+    if args.json:
+        devices = args.nodes * GPUS_PER_NODE
+        print(json.dumps({"devices": devices, "trickle": args.trickle, "runs": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

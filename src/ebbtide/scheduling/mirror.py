@@ -1,0 +1,201 @@
+"""The scheduler's copy of the queue: the queued jobs in scheduling order and the active
+attempts, kept up to date from what changed since the last pass
+(:meth:`Store.changes_since <ebbtide.queue.store.Store.changes_since>`), so a pass reads
+what changed, not the whole queue.
+
+Each pass (:meth:`Mirror.sync`) reads the jobs with new events since its cursor and their
+rows now, takes each of them out of the copy and puts back the ones still queued or
+active.  It reads everything again (a full rebuild, as a pass without the copy does) when
+it must:
+
+- at its first pass, and after :meth:`Mirror.reset` (a pass that failed on a store
+  error: the copy may have missed what that pass would have read);
+- when the leadership epoch is not the one it was built in (another scheduler led in
+  between and wrote what this copy never saw applied);
+- when the store cannot follow the cursor (too much changed, too many gaps, the cursor's
+  anchor event gone: see :mod:`ebbtide.queue.store.changes`);
+- every :data:`REBUILD_PERIOD_S` as a safety net (a write that outlived the gaps'
+  expiry, a row changed by hand in the database).
+
+The queued jobs are kept in a list of sorted runs of at most ``2 × RUN_LENGTH`` jobs
+(:class:`OrderedJobs`): an insertion or removal by ``(-priority, id)`` moves at most one
+run's elements, and the planner's list is the runs joined (at C speed) once per pass with a
+change.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Sequence
+from itertools import chain
+from typing import Any, Protocol
+
+from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
+
+log = logging.getLogger("ebbtide.scheduler")
+
+#: The copy is read again from scratch at least this often, in seconds (5 minutes).
+REBUILD_PERIOD_S = 300.0
+#: The length a run of :class:`OrderedJobs` is split at twice of, in jobs.
+RUN_LENGTH = 1_000
+
+
+def order(job: QueuedJob) -> tuple[int, int]:
+    """A queued job's place in scheduling order: priority (high first), then id."""
+    return (-job.priority, job.id)
+
+
+class OrderedJobs:
+    """Queued jobs in scheduling order, with cheap insertions and removals by id."""
+
+    def __init__(self, jobs: Iterable[QueuedJob] = (), *, in_order: bool = False) -> None:
+        """``in_order``: ``jobs`` are in scheduling order already (as the store lists
+        them), not sorted again."""
+        ordered = list(jobs) if in_order else sorted(jobs, key=order)
+        self._by_id = {j.id: j for j in ordered}
+        self._runs = [ordered[i : i + RUN_LENGTH] for i in range(0, len(ordered), RUN_LENGTH)]
+        #: the place of each run's last job
+        self._lasts = [order(run[-1]) for run in self._runs]
+        self._joined: list[QueuedJob] | None = ordered
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, job_id: int) -> bool:
+        return job_id in self._by_id
+
+    def add(self, job: QueuedJob) -> None:
+        """Add ``job`` (one of its id is taken out first)."""
+        self.discard(job.id)
+        self._by_id[job.id] = job
+        self._joined = None
+        key = order(job)
+        if not self._runs:
+            self._runs.append([job])
+            self._lasts.append(key)
+            return
+        i = min(bisect_left(self._lasts, key), len(self._runs) - 1)
+        run = self._runs[i]
+        insort(run, job, key=order)
+        self._lasts[i] = order(run[-1])
+        if len(run) > 2 * RUN_LENGTH:
+            self._runs[i : i + 1] = [run[:RUN_LENGTH], run[RUN_LENGTH:]]
+            self._lasts[i : i + 1] = [order(run[RUN_LENGTH - 1]), order(run[-1])]
+
+    def discard(self, job_id: int) -> None:
+        """Take the job ``job_id`` out, if it is in."""
+        job = self._by_id.pop(job_id, None)
+        if job is None:
+            return
+        self._joined = None
+        key = order(job)
+        i = bisect_left(self._lasts, key)
+        run = self._runs[i]
+        del run[bisect_left(run, key, key=order)]
+        if run:
+            self._lasts[i] = order(run[-1])
+        else:
+            del self._runs[i]
+            del self._lasts[i]
+
+    def as_list(self) -> list[QueuedJob]:
+        """The jobs in scheduling order (the same list until the next change: read only)."""
+        if self._joined is None:
+            self._joined = list(chain.from_iterable(self._runs))
+        return self._joined
+
+
+class ChangeSet(Protocol):
+    """What changed since a cursor (:class:`~ebbtide.queue.store.changes.Changes`)."""
+
+    @property
+    def cursor(self) -> Any: ...
+
+    @property
+    def job_ids(self) -> frozenset[int]: ...
+
+    @property
+    def queued(self) -> Sequence[QueuedJob]: ...
+
+    @property
+    def active(self) -> Sequence[ActiveAttempt]: ...
+
+
+class ChangeFeed(Protocol):
+    """What the copy reads a store through (the store's interface has it all; this
+    layer does not import the store)."""
+
+    def changes_since(self, cursor: Any) -> ChangeSet | None: ...
+
+    def queued_jobs(self) -> list[QueuedJob]: ...
+
+    def active_attempts(self) -> list[ActiveAttempt]: ...
+
+
+class Mirror:
+    """The queued jobs and active attempts as of the last :meth:`sync`."""
+
+    def __init__(self) -> None:
+        self._cursor: Any = None
+        self._queued = OrderedJobs()
+        self._active: dict[int, ActiveAttempt] = {}
+        #: the leadership epoch the copy was built in, and when (Unix seconds)
+        self._epoch: int | None = None
+        self._built_at = 0.0
+        #: full rebuilds so far, and passes that applied changes only
+        self.rebuilds = 0
+        self.updates = 0
+
+    def reset(self) -> None:
+        """Read everything again at the next :meth:`sync`."""
+        self._cursor = None
+
+    def sync(
+        self, store: ChangeFeed, now: float, *, epoch: int | None = None
+    ) -> tuple[list[QueuedJob], list[ActiveAttempt]]:
+        """Bring the copy up to date with ``store`` at ``now`` (Unix seconds) in
+        leadership ``epoch``; return the queued jobs in scheduling order and the active
+        attempts by job id, as :meth:`Store.queued_jobs` and :meth:`Store.active_attempts`
+        would.  A store error leaves the copy to be rebuilt at the next call."""
+        try:
+            if not self._follow(store, now, epoch):
+                self._rebuild(store, now, epoch)
+        except BaseException:
+            self.reset()
+            raise
+        active = [self._active[job_id] for job_id in sorted(self._active)]
+        return self._queued.as_list(), active
+
+    def _follow(self, store: ChangeFeed, now: float, epoch: int | None) -> bool:
+        """Apply what changed since the cursor; False when a full rebuild is due."""
+        if (
+            self._cursor is None
+            or epoch != self._epoch
+            or not 0 <= now - self._built_at < REBUILD_PERIOD_S
+        ):
+            return False
+        changes = store.changes_since(self._cursor)
+        if changes is None:
+            log.info("the queue changed too much since the last pass: reading all of it")
+            return False
+        for job_id in changes.job_ids:
+            self._queued.discard(job_id)
+            self._active.pop(job_id, None)
+        for job in changes.queued:
+            self._queued.add(job)
+        for attempt in changes.active:
+            self._active[attempt.job_id] = attempt
+        self._cursor = changes.cursor
+        self.updates += 1
+        return True
+
+    def _rebuild(self, store: ChangeFeed, now: float, epoch: int | None) -> None:
+        start = store.changes_since(None)
+        assert start is not None  # a new cursor always begins
+        self._queued = OrderedJobs(store.queued_jobs(), in_order=True)
+        self._active = {a.job_id: a for a in store.active_attempts()}
+        self._cursor = start.cursor
+        self._epoch = epoch
+        self._built_at = now
+        self.rebuilds += 1
