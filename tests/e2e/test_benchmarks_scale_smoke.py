@@ -114,3 +114,23 @@ def test_pass_scale_json() -> None:
         }
         assert 0 < run["full_p50_s"] <= run["full_p99_s"]
         assert 0 < run["mirror_p50_s"] <= run["mirror_p99_s"]
+
+
+def test_fleet_scale_json() -> None:
+    if not postgres_reachable():
+        why = "fleet_scale.py measures PostgreSQL, which is not reachable"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    result = run_json(
+        str(REPO / "benchmarks" / "fleet_scale.py"),
+        *("--agents", "20", "--seconds", "10", "--warmup", "3", "--submit-rate", "2", "--json"),
+    )
+    wanted = {"agents", "pass_p50_s", "pass_p99_s", "dispatch_p99_s", "sql_writes_per_s"}
+    assert wanted | {"redis_ops_per_s"} <= set(result)
+    assert result["agents"] == 20
+    assert result["passes"] > 0 and 0 < result["pass_p50_s"] <= result["pass_p99_s"]
+    assert result["dispatches"] > 0 and result["dispatch_p99_s"] > 0
+    # fewer heartbeats written than journaled (two a second per agent)
+    assert 0 < result["heartbeat_writes_per_s"] < 20 * 2
+    assert result["sql_writes_per_s"] > 0 and result["redis_ops_per_s"] > 0

@@ -23,8 +23,10 @@ store that is slow, locked or gone never delays a warning or a kill.  Handlers s
    minus the margin, pick victims with the same victim policy the scheduler uses and warn
    them at once, with no round trip to the scheduler;
 8. every ``HEARTBEAT_PERIOD_S``: journal a heartbeat with the latest sample and device
-   health; cut off from the store for half the heartbeat timeout, kill every attempt
-   (the scheduler is about to give them to another node).
+   health (the store thread writes what the scheduler must act on at once, the rest
+   once a write period: :mod:`~ebbtide.workers.heartbeat`); cut off from the store for
+   half the heartbeat timeout, kill every attempt (the scheduler is about to give them
+   to another node).
 
 (Longer than our modules should be: it is the one loop that owns the attempts' processes,
 and every step above changes them.  What can stand alone already does: the attempt's
@@ -95,6 +97,7 @@ from ebbtide.workers.executor import (
 from ebbtide.workers.forecasts import DeviceForecasts
 from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
+from ebbtide.workers.heartbeat import HeartbeatRules
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
@@ -221,6 +224,7 @@ class NodeAgent:
             view=self._get_view,
             heartbeat=self._get_heartbeat,
             notify=notify,
+            heartbeat_rules=HeartbeatRules.for_timeout(heartbeat_timeout_s),
         )
         self._shared = threading.Lock()
         # what a previous run journaled is delivered before the first reconcile
@@ -288,7 +292,7 @@ class NodeAgent:
             self._deliver_leftover(leftover)
         self._post_heartbeat()
         try:  # be on record at once; later heartbeats go through the store thread
-            self.store.heartbeat(self.name, **self._get_heartbeat())
+            self.sync.write_heartbeat()
         except Exception as exc:
             log.warning("first heartbeat failed (%s); the store thread will retry", exc)
         self.sync.start()
@@ -1253,13 +1257,13 @@ class NodeAgent:
         """Cut off from the store for half the heartbeat timeout, this node is about to
         be given up on and its attempts requeued elsewhere: kill them first, so no job
         ever runs twice at once.  Their checkpoints are on disk; the requeue resumes them."""
-        silent_s = time.monotonic() - self.sync.last_heartbeat_ok
+        silent_s = self.sync.silence_s()
         if silent_s < self.heartbeat_timeout_s / 2 or not self.attempts:
             return
         for local in list(self.attempts.values()):
             log.error(
-                "job %s attempt %s: no heartbeat for %.1fs; killing it before the scheduler "
-                "gives it to another node",
+                "job %s attempt %s: cut off from the store for %.1fs; killing it before the "
+                "scheduler gives it to another node",
                 local.job_id,
                 local.attempt,
                 silent_s,

@@ -5,7 +5,8 @@ the store: it journals reports (:mod:`ebbtide.workers.journal`) and reads what t
 thread posts to its inbox.  This thread
 
 1. delivers the journal's reports in order (retrying while the store does not answer,
-   dropping one that lost a race), and the heartbeats among them;
+   dropping one that lost a race), and the heartbeats among them: those the scheduler
+   must act on at once, the rest once a write period (:mod:`ebbtide.workers.heartbeat`);
 2. prepares starts: reads a dispatched job from the store, checks the dispatch is still
    this node's and current, and posts it to the loop;
 3. reconciles every ``RECONCILE_PERIOD_S``: against a view of the loop's attempts and the
@@ -14,6 +15,9 @@ thread posts to its inbox.  This thread
    being evicted, to start what was dispatched here and never arrived, and requeues
    attempts the store thinks run here but do not;
 4. takes in admins' undrains.
+
+Any call the store answers is contact: the agent fences its attempts by
+:meth:`StoreSync.silence_s`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ebbtide.queue.outcomes import AGENT_LEFT, AGENT_RESTARTED, GONE
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
+from ebbtide.workers.heartbeat import HeartbeatRules, HeartbeatWriter
 from ebbtide.workers.journal import Journal, Report
 
 log = logging.getLogger("ebbtide.agent")
@@ -89,6 +94,8 @@ class StoreSync:
         view: Callable[[], View],
         heartbeat: Callable[[], dict[str, Any]],
         notify: Callable[[AttemptChanged], None] | None = None,
+        heartbeat_rules: HeartbeatRules | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.store = store
@@ -97,8 +104,13 @@ class StoreSync:
         self._view = view
         self._heartbeat_payload = heartbeat
         self._notify_fn = notify
+        self._monotonic = monotonic
+        #: writes the heartbeats the scheduler must see (and one a write period)
+        self.heartbeats = HeartbeatWriter(name, store, heartbeat_rules, monotonic=monotonic)
         #: monotonic seconds of the last heartbeat the store took
-        self.last_heartbeat_ok = time.monotonic()
+        self.last_heartbeat_ok = monotonic()
+        #: monotonic seconds of the last call the store answered
+        self.last_contact_ok = self.last_heartbeat_ok
         self._starts: queue.Queue[StartAttempt] = queue.Queue()
         self._stop = threading.Event()
         self._draining = threading.Event()
@@ -133,6 +145,25 @@ class StoreSync:
             self._stop.set()
             self._thread.join(5.0)
 
+    def silence_s(self) -> float:
+        """How long this node has been cut off from the store, in seconds: since the
+        store last answered, or since it last took a heartbeat less one write period
+        (writes failing while reads pass), whichever is longer.  The scheduler gives a
+        node up a heartbeat timeout after its last write, which is at most a write period
+        before the last contact: fencing at half the timeout leaves it half the timeout
+        less a write period to spare."""
+        now = self._monotonic()
+        return max(
+            now - self.last_contact_ok,
+            now - self.last_heartbeat_ok - self.heartbeats.rules.period_s,
+        )
+
+    def write_heartbeat(self) -> None:
+        """Write the latest heartbeat now (the agent's first); raises when the store does
+        not answer."""
+        self.heartbeats.write(self._heartbeat_payload())
+        self._contact(heartbeat=True)
+
     def kill(self) -> None:
         """Stop at once, delivering nothing more (tests simulate a crash)."""
         self._stop.set()
@@ -163,6 +194,20 @@ class StoreSync:
             self._next_reconcile = time.monotonic() + RECONCILE_PERIOD_S
             self._reconcile()
 
+    def pump(self) -> bool:
+        """One round of this thread's work, waiting for nothing: deliver what is
+        journaled, prepare the starts asked for, reconcile when it is due.  For a driver
+        that runs many nodes' store work on a few threads of its own (the fleet
+        benchmark); False when the store did not answer."""
+        if not self._deliver_up_to(self.journal.seq):
+            return False
+        while not self._starts.empty():
+            self._prepare(self._starts.get_nowait())
+        if self._monotonic() >= self._next_reconcile:
+            self._next_reconcile = self._monotonic() + RECONCILE_PERIOD_S
+            self._reconcile()
+        return True
+
     def _leave(self) -> None:
         try:
             for a in self.store.active_attempts(node=self.name):
@@ -184,11 +229,13 @@ class StoreSync:
         """Deliver one report; False when the store did not answer (try again)."""
         try:
             if report.op == "heartbeat":
-                self.store.heartbeat(self.name, **self._heartbeat_payload())
-                self.last_heartbeat_ok = time.monotonic()
+                if self.heartbeats.offer(self._heartbeat_payload()):
+                    self._contact(heartbeat=True)
             else:
                 getattr(self.store, report.op)(**report.kwargs)
+                self._contact()
         except (StaleState, InvalidTransition) as exc:
+            self._contact()  # the store answered, with a refusal
             log.info("stale report dropped (%s): %s", report.op, exc)
             if report.op == "mark_started":
                 kw = report.kwargs
@@ -224,9 +271,11 @@ class StoreSync:
         try:
             job = self.store.get(cmd.job_id)
         except EbbtideError:
+            self._contact()
             return
         except TRANSIENT:
             return  # the reconcile will find it when the store answers
+        self._contact()
         if job.attempts != cmd.attempt or job.state != JobState.DISPATCHED or job.node != self.name:
             log.info("job %s attempt %s: stale start ignored", cmd.job_id, cmd.attempt)
             return
@@ -252,6 +301,7 @@ class StoreSync:
         except Exception as exc:
             log.warning("reconcile: the store does not answer (%s)", type(exc).__name__)
             return
+        self._contact()
         for job_id, (attempt, evicting) in local.items():
             a = assigned.get(job_id)
             if a is None or a.attempt != attempt:
@@ -300,6 +350,12 @@ class StoreSync:
             self._post(Undrain(index))
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _contact(self, *, heartbeat: bool = False) -> None:
+        now = self._monotonic()
+        self.last_contact_ok = now
+        if heartbeat:
+            self.last_heartbeat_ok = now
 
     def _notify(self, job_id: int) -> None:
         if self._notify_fn is not None:

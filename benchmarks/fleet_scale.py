@@ -1,0 +1,617 @@
+"""A fleet against one real scheduler: how hard PostgreSQL and Redis work, and how fast
+the scheduler passes and dispatches, with ``--agents`` simulated node agents (8 GPUs
+each) in this process.
+
+What is real: one :class:`~ebbtide.scheduling.loop.Scheduler` with its loop, leader lock
+and store on a fresh PostgreSQL database (``bench_stores.postgres_url``), sending its
+commands on dramatiq queues in Redis (a private key namespace, removed afterwards) and
+woken by the agents' events; each simulated agent's store work is a real
+:class:`~ebbtide.workers.sync.StoreSync` (its journal, deliveries, heartbeat rules, starts
+and reconciliation), driven by :meth:`~ebbtide.workers.sync.StoreSync.pump` from a few
+driver threads instead of a thread of its own.
+
+What is simulated: each device's online load (a seeded mean-reverting random walk, and
+now and then a spike that lasts ``--spike-s``: the scheduler sees the room shrink and
+evicts), the jobs (they run ``--job-s`` seconds, report a checkpoint and progress every
+``--checkpoint-s``, and free their slice a moment after an eviction's warning), and the
+agents' command consumers.  A real agent's dramatiq worker polls its queue and the
+queue's delay queue, backing off to ``WORKER_TIMEOUT_MS`` while idle; a thread per
+consumer for a thousand agents does not fit one process, so one poller thread keeps each
+agent's two consumers' schedules (dramatiq's ``compute_backoff``, capped as the bus caps
+it, or by ``--poll-cap-ms``) and runs the due fetches (the broker's own Lua ``fetch``,
+one broker id per agent) pipelined.  Redis sees the commands a fleet of agents sends; if
+the poller falls behind, the fetch rate it reached is below the due one
+(``fetches_per_s`` against ``fetches_due_per_s``).
+
+A steady stream of ``--submit-rate`` jobs a second (slices of 10-40 % and 4-16 GiB) is
+submitted through the store.  After ``--warmup`` seconds, ``--seconds`` are measured:
+
+- pass time: ``run_once`` timed in the scheduler's own loop (p50, p99);
+- dispatch latency: submission to the agent holding its start: its command taken off its
+  queue, or the start found by its reconciliation, whichever is first (p50, p99);
+- SQL writes per second: INSERT/UPDATE/DELETE statements sent by every engine in this
+  process (counted at the cursor), with ``pg_stat_database``'s transactions and rows
+  written for the database beside them;
+- Redis commands per second: ``INFO stats`` ``total_commands_processed`` (the server's:
+  another user of the same Redis counts too; commands inside Lua scripts count one each).
+
+Usage (from the repository root; PostgreSQL and Redis as the tests use them)::
+
+    python benchmarks/fleet_scale.py [--agents 1000] [--seconds 60] [--warmup 30]
+        [--submit-rate 5] [--every-heartbeat] [--poll-cap-ms MS] [--json]
+
+``--every-heartbeat`` writes every heartbeat as before (for a before/after).  Prints a
+table; with ``--json`` exactly one JSON object (keys include ``agents``, ``pass_p50_s``,
+``pass_p99_s``, ``dispatch_p99_s``, ``sql_writes_per_s``, ``redis_ops_per_s``).  Targets
+(issue: fleet scale): pass p99 ≤ 1 s, dispatch p99 ≤ 2 s, SQL writes ≤ 500/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import bench_stores
+import redis
+import sqlalchemy as sa
+from bench_cli import stats
+from dramatiq.common import compute_backoff, dq_name
+from dramatiq.message import Message
+
+from ebbtide.config.policy import Policy
+from ebbtide.messaging.bus import WORKER_TIMEOUT_MS, Bus
+from ebbtide.messaging.messages import (
+    DeviceReport,
+    EvictAttempt,
+    StartAttempt,
+    parse_node_command,
+)
+from ebbtide.preemption.enforcer import EvictionClock
+from ebbtide.preemption.victims import EvictReason
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.scheduling.leader import LeaderLock
+from ebbtide.scheduling.loop import Scheduler
+from ebbtide.workers.heartbeat import HeartbeatRules
+from ebbtide.workers.journal import Journal
+from ebbtide.workers.sync import Kill, Prepared, StoreSync
+
+PG_ADMIN_URL = os.environ.get(
+    "EBBTIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("EBBTIDE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+GPUS_PER_NODE = 8
+DEVICE_MIB = 80 * 1024
+#: How often a simulated agent heartbeats and looks at its attempts, in seconds.
+TICK_S = 0.5
+#: Threads that run the simulated agents.
+DRIVERS = 4
+#: Memory spikes are a share of the device.
+PRESSURE = {EvictReason.ONLINE_MEMORY.value, EvictReason.ONLINE_COMPUTE.value}
+
+
+@dataclass
+class Running:
+    job_id: int
+    attempt: int
+    devices: tuple[int, ...]
+    started_at: float
+    ends_at: float
+    next_checkpoint: float
+    last_checkpoint_at: float | None = None
+    eviction: EvictionClock | None = None
+    frees_at: float = 0.0
+
+
+class Figures:
+    """What the run measured, shared by every thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.submitted: dict[int, float] = {}
+        self.dispatch_s: list[float] = []
+        self.passes: list[float] = []
+        self.measuring = False
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.tick_late_s: list[float] = []
+
+    def count(self, what: str, n: int = 1) -> None:
+        if self.measuring:
+            with self.lock:
+                self.counts[what] += n
+
+    def started(self, job_id: int) -> None:
+        with self.lock:
+            at = self.submitted.pop(job_id, None)
+            if at is not None and self.measuring:
+                self.dispatch_s.append(time.time() - at)
+
+
+class SimAgent:
+    def __init__(
+        self,
+        name: str,
+        store: Store,
+        bus: Bus,
+        rules: HeartbeatRules,
+        rng: random.Random,
+        args: argparse.Namespace,
+        figures: Figures,
+    ) -> None:
+        self.name = name
+        self.rng = rng
+        self.args = args
+        self.figures = figures
+        self.base = [(rng.uniform(5, 40), rng.uniform(4096, 32768)) for _ in range(GPUS_PER_NODE)]
+        self.online = list(self.base)
+        self.spike_until = [0.0] * GPUS_PER_NODE
+        self.last_eviction_at: dict[int, float] = {}
+        self.attempts: dict[int, Running] = {}
+        self.inbox: collections.deque[Any] = collections.deque()
+        self.journal = Journal(None)
+        self.started_at = time.time()
+        self.payload: dict[str, Any] = {}
+        self.templates = [
+            DeviceReport(index=i, memory_mib=DEVICE_MIB).model_dump(mode="json")
+            for i in range(GPUS_PER_NODE)
+        ]
+        self.sync = StoreSync(
+            name,
+            store,
+            self.journal,
+            post=self.inbox.append,
+            view=self.view,
+            heartbeat=lambda: self.payload,
+            notify=bus.notify_scheduler,
+            heartbeat_rules=rules,
+        )
+        self.sync.started_at = self.started_at
+        self.next_tick = time.monotonic() + rng.uniform(0, TICK_S)
+
+    def view(self) -> tuple[int, dict[int, tuple[int, bool]]]:
+        return self.journal.seq, {
+            r.job_id: (r.attempt, r.eviction is not None) for r in self.attempts.values()
+        }
+
+    def command(self, cmd: StartAttempt | EvictAttempt) -> None:
+        """A command from this node's queue (the poller's thread)."""
+        if isinstance(cmd, StartAttempt):
+            self.figures.started(cmd.job_id)
+            self.sync.request_start(cmd)
+        else:
+            self.inbox.append(cmd)
+        self.next_tick = time.monotonic()  # a real agent's store thread takes it at once
+
+    def tick(self, now: float) -> None:
+        while self.inbox:
+            self.take(self.inbox.popleft(), now)
+        for r in list(self.attempts.values()):
+            self.watch(r, now)
+        self.walk(now)
+        self.payload = {
+            "started_at": self.started_at,
+            "devices": self.devices(now),
+            "stopping": False,
+        }
+        self.journal.append("heartbeat")
+        self.sync.pump()
+        while self.inbox:  # starts the store work just prepared
+            self.take(self.inbox.popleft(), now)
+
+    def take(self, item: Any, now: float) -> None:
+        if isinstance(item, Prepared):
+            job = item.job
+            if job.id in self.attempts:
+                return
+            self.figures.started(job.id)
+            devices = tuple(int(d) for d in (job.devices or "").split(",") if d)
+            run_s = self.rng.uniform(*self.args.job_s)
+            self.attempts[job.id] = Running(
+                job.id, job.attempts, devices, now, now + run_s, now + self.args.checkpoint_s
+            )
+            self.journal.append(
+                "mark_started",
+                job_id=job.id,
+                attempt=job.attempts,
+                pid=None,
+                stdout_path="/dev/null",
+                stderr_path="/dev/null",
+            )
+        elif isinstance(item, EvictAttempt):
+            r = self.attempts.get(item.job_id)
+            if r is None or r.attempt != item.attempt or r.eviction is not None:
+                return
+            r.eviction = EvictionClock(
+                reason=item.reason,
+                message=item.message,
+                spike_at=item.spike_at or now,
+                deadline_s=item.deadline_s if item.deadline_s is not None else 30.0,
+                warned_at=now,
+            )
+            r.frees_at = now + self.rng.uniform(0.2, 2.0)  # it checkpoints and exits
+            self.figures.count("evictions")
+        elif isinstance(item, Kill):
+            self.attempts.pop(item.job_id, None)
+
+    def watch(self, r: Running, now: float) -> None:
+        if r.eviction is not None:
+            if now < r.frees_at:
+                return
+            r.eviction.freed_at = now
+            r.eviction.checkpoint_after_warning = True
+            if r.eviction.reason in PRESSURE:
+                for d in r.devices:
+                    self.last_eviction_at[d] = now
+            eviction = r.eviction.report(
+                last_checkpoint_at=r.last_checkpoint_at, started_at=r.started_at
+            )
+            self.end(r, eviction=eviction)
+        elif now >= r.ends_at:
+            self.end(r, eviction=None)
+            self.figures.count("finished")
+        elif now >= r.next_checkpoint:
+            r.next_checkpoint = now + self.args.checkpoint_s
+            r.last_checkpoint_at = now
+            kw = {"job_id": r.job_id, "attempt": r.attempt}
+            self.journal.append("record_checkpoint", **kw, path=f"/ckpt/{r.job_id}", at=now)
+            done = now - r.started_at
+            self.journal.append("record_progress", **kw, done=done, total=r.ends_at - r.started_at)
+
+    def end(self, r: Running, eviction: dict[str, Any] | None) -> None:
+        del self.attempts[r.job_id]
+        self.journal.append(
+            "finish_attempt",
+            job_id=r.job_id,
+            attempt=r.attempt,
+            exit_code=0 if eviction is None else -15,
+            eviction=eviction,
+        )
+
+    def walk(self, now: float) -> None:
+        """Each device's online load: back towards its base, a little noise, a spike
+        now and then (its probability per tick from ``--spikes-per-node-h``)."""
+        rng = self.rng
+        p_spike = self.args.spikes_per_node_h / 3600 * TICK_S / GPUS_PER_NODE
+        for i, ((c, m), (bc, bm)) in enumerate(zip(self.online, self.base, strict=True)):
+            if self.spike_until[i] and now >= self.spike_until[i]:
+                self.spike_until[i] = 0.0
+                c, m = bc, bm
+            elif not self.spike_until[i] and rng.random() < p_spike:
+                self.spike_until[i] = now + self.args.spike_s
+                c, m = (
+                    min(100.0, c + rng.uniform(40, 70)),
+                    min(DEVICE_MIB, m + rng.uniform(3e4, 5e4)),
+                )
+            elif not self.spike_until[i]:
+                c += 0.2 * (bc - c) + rng.gauss(0, self.args.noise_pct)
+                m += 0.2 * (bm - m) + rng.gauss(0, self.args.noise_mib)
+            self.online[i] = (max(0.0, min(100.0, c)), max(0.0, min(DEVICE_MIB, m)))
+
+    def devices(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        for i, (c, m) in enumerate(self.online):
+            d = dict(self.templates[i])
+            d["online_compute_pct"] = round(c, 1)
+            d["online_memory_mib"] = round(m)
+            d["sampled_at"] = now
+            d["last_eviction_at"] = self.last_eviction_at.get(i)
+            out.append(d)
+        return out
+
+
+class Poller:
+    """Every agent's two dramatiq consumers (its queue and the delay queue), on their
+    backoff schedules, fetching with the broker's script, pipelined."""
+
+    def __init__(self, bus: Bus, agents: list[SimAgent], cap_ms: int, figures: Figures) -> None:
+        self.bus = bus
+        self.broker: Any = bus.broker
+        self.client: redis.Redis = self.broker.client
+        self.cap_ms = cap_ms
+        self.figures = figures
+        self.script = self.broker.scripts["dispatch"]
+        #: per consumer: (agent, queue, broker id, misses, due at)
+        self.consumers: list[list[Any]] = []
+        for a in agents:
+            queue_name = bus.node_queue(a.name)
+            broker_id = str(uuid.uuid4())
+            for q in (queue_name, dq_name(queue_name)):
+                self.consumers.append([a, q, broker_id, 0, time.monotonic()])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="poller", daemon=True)
+
+    def _args(self, command: str, queue_name: str, broker_id: str, *rest: Any) -> list[Any]:
+        b = self.broker
+        return [
+            command,
+            int(time.time() * 1000),
+            queue_name,
+            broker_id,
+            b.heartbeat_timeout,
+            b.dead_message_ttl,
+            b._should_do_maintenance(command),
+            b._max_unpack_size(),
+            *rest,
+        ]
+
+    def run(self) -> None:
+        keys = [self.broker.namespace]
+        while not self.stop.is_set():
+            now = time.monotonic()
+            due = [c for c in self.consumers if c[4] <= now]
+            if not due:
+                time.sleep(0.002)
+                continue
+            self.figures.count("fetches_due", len(due))
+            pipe = self.client.pipeline(transaction=False)
+            for c in due:
+                self.script(keys=keys, args=self._args("fetch", c[1], c[2], 4), client=pipe)
+            results = pipe.execute()
+            self.figures.count("fetches", len(due))
+            later = time.monotonic()
+            for c, got in zip(due, results, strict=True):
+                if got:
+                    c[3] = 0
+                    c[4] = later
+                    for data in got:
+                        self.deliver(c, data)
+                else:
+                    c[3], backoff_ms = compute_backoff(c[3], max_backoff=self.cap_ms)
+                    c[4] = later + backoff_ms / 1000
+
+    def deliver(self, consumer: list[Any], data: bytes) -> None:
+        message = Message.decode(data)
+        keys = [self.broker.namespace]
+        self.script(
+            keys=keys,
+            args=self._args("ack", consumer[1], consumer[2], message.options["redis_message_id"]),
+        )
+        payload = message.args[0]
+        command = parse_node_command(payload)
+        consumer[0].command(command)
+
+
+def drive(agents: list[SimAgent], stop: threading.Event, figures: Figures) -> None:
+    while not stop.is_set():
+        now_mono = time.monotonic()
+        soonest = now_mono + TICK_S
+        for a in agents:
+            if a.next_tick <= now_mono:
+                late = now_mono - a.next_tick
+                a.next_tick += TICK_S
+                if a.next_tick < now_mono:  # behind: do not pile up ticks
+                    a.next_tick = now_mono + TICK_S
+                try:
+                    a.tick(time.time())
+                except Exception as exc:  # one agent's trouble does not stop the run
+                    print(f"{a.name}: {exc!r}", file=sys.stderr)
+                if figures.measuring:
+                    figures.tick_late_s.append(late)
+                now_mono = time.monotonic()
+            soonest = min(soonest, a.next_tick)
+        stop.wait(max(0.0, soonest - time.monotonic()))
+
+
+def submit(store: Store, rate: float, stop: threading.Event, figures: Figures, seed: int) -> None:
+    rng = random.Random(seed)
+    while not stop.is_set():
+        spec = JobSpec(
+            command=["python", "train.py"],
+            compute_pct=rng.choice([10, 20, 25, 40]),
+            memory_mib=rng.choice([4096, 8192, 16384]),
+            checkpoint_interval_s=30,
+        )
+        at = time.time()
+        [job_id] = store.submit(spec, "user1", defaults_deadline_s=30)
+        with figures.lock:
+            figures.submitted[job_id] = at
+        stop.wait(rng.expovariate(rate))
+
+
+def count_writes(engine: sa.Engine, figures: Figures) -> None:
+    def before(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        verb = statement.lstrip()[:6].upper()
+        if verb in ("INSERT", "UPDATE", "DELETE"):
+            figures.count("sql_writes")
+            if "nodes" in statement[:40] and verb == "UPDATE":
+                figures.count("heartbeat_writes")
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+
+
+def pg_counters(url: str) -> dict[str, int]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted "
+                    "FROM pg_stat_database WHERE datname = current_database()"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return {"xact": row[0], "rows": row[1] + row[2] + row[3]}
+
+
+def redis_commands(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_commands_processed"])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    figures = Figures()
+    rules = HeartbeatRules(every=True) if args.every_heartbeat else HeartbeatRules.for_timeout(10.0)
+    namespace = f"ebbtide-bench-{uuid.uuid4().hex[:8]}"
+    home = Path(tempfile.mkdtemp(prefix="ebbtide-fleet-"))
+    with bench_stores.postgres_url(PG_ADMIN_URL) as url:
+        sched_store, agent_store, client_store = Store(url), Store(url), Store(url)
+        for s in (sched_store, agent_store, client_store):
+            count_writes(s.engine, figures)
+        bus = Bus.redis(REDIS_URL, namespace)
+        agents_bus = Bus.redis(REDIS_URL, namespace)
+        scheduler = Scheduler(
+            sched_store,
+            policy=Policy(),
+            send=bus.send_to_node,
+            leader=LeaderLock(sched_store.engine, home),
+        )
+        timed_pass = scheduler.run_once
+
+        def run_once() -> Any:
+            began = time.perf_counter()
+            try:
+                return timed_pass()
+            finally:
+                if figures.measuring:
+                    figures.passes.append(time.perf_counter() - began)
+
+        scheduler.run_once = run_once  # type: ignore[method-assign]
+        rng = random.Random(args.seed)
+        agents = [
+            SimAgent(
+                f"sim{i:05d}",
+                agent_store,
+                agents_bus,
+                rules,
+                random.Random(rng.random()),
+                args,
+                figures,
+            )
+            for i in range(args.agents)
+        ]
+        poller = Poller(agents_bus, agents, args.poll_cap_ms, figures)
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=drive, args=(agents[k::DRIVERS], stop, figures), daemon=True)
+            for k in range(DRIVERS)
+        ]
+        threads.append(
+            threading.Thread(
+                target=submit,
+                args=(client_store, args.submit_rate, stop, figures, args.seed),
+                daemon=True,
+            )
+        )
+        bus.serve(events=scheduler.wake)
+        scheduler.start()
+        poller.thread.start()
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(args.warmup)
+            r0, pg0, t0 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
+            figures.measuring = True
+            time.sleep(args.seconds)
+            figures.measuring = False
+            r1, pg1, t1 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
+        finally:
+            stop.set()
+            poller.stop.set()
+            for t in threads:
+                t.join(10)
+            poller.thread.join(10)
+            scheduler.stop()
+            bus.close()
+            agents_bus.close()
+            for s in (sched_store, agent_store, client_store):
+                s.close()
+            cleanup = redis.Redis.from_url(REDIS_URL)
+            for key in cleanup.scan_iter(match=f"{namespace}*", count=1000):
+                cleanup.delete(key)
+            cleanup.close()
+    span = t1 - t0
+    c = figures.counts
+    out: dict[str, Any] = {
+        "agents": args.agents,
+        "gpus": args.agents * GPUS_PER_NODE,
+        "seconds": round(span, 1),
+        "every_heartbeat": bool(args.every_heartbeat),
+        "poll_cap_ms": args.poll_cap_ms,
+        "passes": len(figures.passes),
+    }
+    out.update(stats("pass", figures.passes or [0.0]))
+    dispatch = stats("dispatch", figures.dispatch_s or [0.0])
+    out["dispatches"] = len(figures.dispatch_s)
+    out.update(dispatch)
+    out["sql_writes_per_s"] = round(c["sql_writes"] / span, 1)
+    out["heartbeat_writes_per_s"] = round(c["heartbeat_writes"] / span, 1)
+    out["pg_xact_per_s"] = round((pg1["xact"] - pg0["xact"]) / span, 1)
+    out["pg_rows_written_per_s"] = round((pg1["rows"] - pg0["rows"]) / span, 1)
+    out["redis_ops_per_s"] = round((r1 - r0) / span, 1)
+    out["fetches_per_s"] = round(c["fetches"] / span, 1)
+    out["fetches_due_per_s"] = round(c["fetches_due"] / span, 1)
+    out["evictions"] = c["evictions"]
+    out["finished"] = c["finished"]
+    late = sorted(figures.tick_late_s) or [0.0]
+    out["agent_tick_late_p99_s"] = round(late[min(len(late) - 1, round(0.99 * (len(late) - 1)))], 3)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description="One real scheduler against many simulated node agents on real "
+        "PostgreSQL and Redis: pass time, dispatch latency, SQL writes, Redis commands."
+    )
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=30.0)
+    parser.add_argument("--submit-rate", type=float, default=5.0, help="jobs a second")
+    parser.add_argument("--job-s", type=float, nargs=2, default=[20.0, 90.0])
+    parser.add_argument("--checkpoint-s", type=float, default=10.0)
+    parser.add_argument("--spikes-per-node-h", type=float, default=6.0)
+    parser.add_argument("--spike-s", type=float, default=20.0)
+    parser.add_argument("--noise-pct", type=float, default=0.5)
+    parser.add_argument("--noise-mib", type=float, default=64.0)
+    parser.add_argument("--poll-cap-ms", type=int, default=WORKER_TIMEOUT_MS)
+    parser.add_argument("--every-heartbeat", action="store_true")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = run(args)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"{result['agents']} agents ({result['gpus']} GPUs), {result['seconds']}s measured, "
+        f"heartbeats {'every one' if result['every_heartbeat'] else 'by the write rules'}, "
+        f"consumers' poll cap {result['poll_cap_ms']} ms"
+    )
+    rows = [
+        ("pass p50 / p99", f"{result['pass_p50_s']:.3f}s / {result['pass_p99_s']:.3f}s"),
+        (
+            "dispatch p50 / p99",
+            f"{result['dispatch_p50_s']:.3f}s / {result['dispatch_p99_s']:.3f}s",
+        ),
+        ("SQL writes", f"{result['sql_writes_per_s']:.0f}/s"),
+        ("  of which heartbeats", f"{result['heartbeat_writes_per_s']:.0f}/s"),
+        ("PostgreSQL transactions", f"{result['pg_xact_per_s']:.0f}/s"),
+        ("PostgreSQL rows written", f"{result['pg_rows_written_per_s']:.0f}/s"),
+        ("Redis commands", f"{result['redis_ops_per_s']:.0f}/s"),
+        (
+            "consumer fetches done / due",
+            f"{result['fetches_per_s']:.0f} / {result['fetches_due_per_s']:.0f} per s",
+        ),
+        (
+            "dispatches, evictions, finished",
+            f"{result['dispatches']}, {result['evictions']}, {result['finished']}",
+        ),
+        ("agent tick late p99", f"{result['agent_tick_late_p99_s']:.3f}s"),
+    ]
+    for name, value in rows:
+        print(f"  {name:<34} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Heartbeats written by the rules (``ebbtide.workers.heartbeat``) against a real store and
+the live scheduler's snapshot and planner, on a fake clock: a silent node is still given
+up within the timeout, and room a node reported gone is never planned into."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ebbtide.clock import FakeClock
+from ebbtide.config.policy import Policy
+from ebbtide.messaging.messages import DeviceReport
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.scheduling.loop import Scheduler
+from ebbtide.scheduling.planner import plan
+from ebbtide.workers.heartbeat import HeartbeatRules, HeartbeatWriter
+
+DEVICE_MIB = 81920.0
+TIMEOUT_S = Policy().defaults.heartbeat_timeout_s
+
+
+def beat(online_memory_mib: float) -> dict[str, Any]:
+    device = DeviceReport(
+        index=0, memory_mib=DEVICE_MIB, online_compute_pct=10.0, online_memory_mib=online_memory_mib
+    )
+    return {"started_at": 1.0, "devices": [device.model_dump(mode="json")], "stopping": False}
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[FakeClock, Store, Scheduler, HeartbeatWriter]]:
+    clock = FakeClock()
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}", clock=clock)
+    scheduler = Scheduler(store, policy=Policy(), clock=clock, wakeups=False)
+    rules = HeartbeatRules.for_timeout(TIMEOUT_S)
+    writer = HeartbeatWriter("n1", store, rules, monotonic=clock.monotonic)
+    yield clock, store, scheduler, writer
+    store.close()
+
+
+def test_a_quiet_node_stays_and_a_silent_one_is_given_up(world) -> None:  # type: ignore[no-untyped-def]
+    clock, _store, scheduler, writer = world
+    for _ in range(int(3 * TIMEOUT_S / 0.5)):  # nothing changes for three timeouts
+        writer.offer(beat(10_000))
+        assert [d.node for d in scheduler.snapshot(clock.time()).devices] == ["n1"]
+        clock.advance(0.5)
+    assert writer.writes < 3 * TIMEOUT_S / 0.5 / 4  # most heartbeats were not written
+    # the agent is gone: no offer, no write; it is given up a timeout after its last
+    # write, which is at most a write period before it went silent
+    silent_at = clock.monotonic()
+    clock.advance(TIMEOUT_S - (silent_at - writer.written_at) - 0.1)
+    assert scheduler.snapshot(clock.time()).devices != []
+    clock.advance(0.2)
+    assert scheduler.snapshot(clock.time()).devices == []
+    assert clock.monotonic() - silent_at <= TIMEOUT_S
+
+
+def test_room_reported_gone_is_never_planned_into(world) -> None:  # type: ignore[no-untyped-def]
+    clock, store, scheduler, writer = world
+    writer.offer(beat(10_000))
+    clock.advance(0.5)
+    assert writer.offer(beat(70_000))  # the online side took 60 GiB: written at once
+    store.submit(JobSpec(command=["true"], memory_mib=16_384), "u", defaults_deadline_s=30)
+    decided = plan(scheduler.snapshot(clock.time()))
+    assert decided.dispatches == []  # 80 - 70 GiB less the margin holds no 16 GiB slice
+    clock.advance(0.5)
+    assert not writer.offer(beat(10_000))  # the room came back: that waits for the period
+    assert plan(scheduler.snapshot(clock.time())).dispatches == []
+    clock.advance(writer.rules.period_s)
+    assert writer.offer(beat(10_000))
+    assert len(plan(scheduler.snapshot(clock.time())).dispatches) == 1
