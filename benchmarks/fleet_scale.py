@@ -563,20 +563,37 @@ def main() -> int:
         description="One real scheduler against many simulated node agents on real "
         "PostgreSQL and Redis: pass time, dispatch latency, SQL writes, Redis commands."
     )
-    parser.add_argument("--agents", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--warmup", type=float, default=30.0)
-    parser.add_argument("--submit-rate", type=float, default=5.0, help="jobs a second")
-    parser.add_argument("--job-s", type=float, nargs=2, default=[20.0, 90.0])
-    parser.add_argument("--checkpoint-s", type=float, default=10.0)
-    parser.add_argument("--spikes-per-node-h", type=float, default=6.0)
-    parser.add_argument("--spike-s", type=float, default=20.0)
-    parser.add_argument("--noise-pct", type=float, default=0.5)
-    parser.add_argument("--noise-mib", type=float, default=64.0)
-    parser.add_argument("--poll-cap-ms", type=int, default=WORKER_TIMEOUT_MS)
-    parser.add_argument("--every-heartbeat", action="store_true")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--agents", type=int, default=1000, help="simulated node agents (1000)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="measured window (60)")
+    parser.add_argument("--warmup", type=float, default=30.0, help="seconds before it (30)")
+    parser.add_argument("--submit-rate", type=float, default=5.0, help="jobs a second (5)")
+    parser.add_argument(
+        "--job-s", type=float, nargs=2, default=[20.0, 90.0], help="job length range (20 90)"
+    )
+    parser.add_argument(
+        "--checkpoint-s", type=float, default=10.0, help="seconds between checkpoints (10)"
+    )
+    parser.add_argument(
+        "--spikes-per-node-h", type=float, default=6.0, help="online spikes a node an hour (6)"
+    )
+    parser.add_argument("--spike-s", type=float, default=20.0, help="a spike's length (20)")
+    parser.add_argument(
+        "--noise-pct", type=float, default=0.5, help="online compute's random walk step (0.5)"
+    )
+    parser.add_argument(
+        "--noise-mib", type=float, default=64.0, help="online memory's random walk step (64)"
+    )
+    parser.add_argument(
+        "--poll-cap-ms",
+        type=int,
+        default=WORKER_TIMEOUT_MS,
+        help=f"an idle consumer's longest wait between fetches ({WORKER_TIMEOUT_MS})",
+    )
+    parser.add_argument(
+        "--every-heartbeat", action="store_true", help="write every heartbeat (the old rule)"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result = run(args)
     if args.json:
