@@ -13,7 +13,8 @@ import pytest
 
 from ebbtide.clock import FakeClock
 from ebbtide.errors import NotLeader, StaleState
-from ebbtide.queue.memory import MemoryStore, attempts, base
+from ebbtide.queue.lifecycle import submission
+from ebbtide.queue.memory import MemoryStore, base
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import TRANSITIONS, EventType, JobState
 from ebbtide.queue.store import REPORT_PROBE_EVENTS, Store
@@ -132,7 +133,7 @@ def test_every_allowed_transition_is_performed(monkeypatch: pytest.MonkeyPatch) 
         seen.add((source, target))
         real(source, target)
 
-    for module in (base, attempts):  # the two places the memory store checks the table
+    for module in (base, submission):  # the two places the memory store checks the table
         monkeypatch.setattr(module, "check_transition", record)
     _exercise(MemoryStore())  # type: ignore[arg-type]
     assert seen == set(TRANSITIONS)
@@ -178,9 +179,9 @@ def test_a_write_that_fails_leaves_nothing_behind() -> None:
             job_id, S.QUEUED, S.HELD, event=EventType.HELD, changes={"no_such_column": 1}
         )
     # a write of several steps, the last of which loses a race
-    with pytest.raises(StaleState), store._tx():
-        store._event(job_id, EventType.HELD)
-        store._transition(job_id, S.WAITING, S.QUEUED, event=EventType.DEPENDENCIES_MET)
+    with pytest.raises(StaleState), store._tx() as conn:
+        store._event(conn, job_id, EventType.HELD)
+        store._transition(conn, job_id, S.WAITING, S.QUEUED, event=EventType.DEPENDENCIES_MET)
     assert (store.get(job_id).model_dump(), store.events(job_id)) == before
     assert [e["type"] for e in store._data.events] == ["submitted"]
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ebbtide.queue.lifecycle import submission
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import TRANSITIONS, JobState
-from ebbtide.queue.store import Store, submission, transitions
+from ebbtide.queue.store import Store, transitions
 
 S = JobState
 

@@ -114,6 +114,8 @@ LAYERS: list[dict[str, list[str]]] = [
             # the same interface without a database, for tests and the simulator
             "ebbtide.queue.interface",
             "ebbtide.queue.memory",
+            # the logic both stores share, over their primitives
+            "ebbtide.queue.lifecycle",
         ],
         "messaging": ["ebbtide.messaging"],
         "metrics": ["ebbtide.metrics"],

@@ -302,3 +302,10 @@ if TYPE_CHECKING:
     def _both_stores_are_job_stores(sql: Store, memory: MemoryStore) -> tuple[JobStore, JobStore]:
         """Not called: mypy checks that both stores satisfy :class:`JobStore`."""
         return sql, memory
+
+    def _neither_store_lacks_a_primitive() -> None:
+        """Not called: mypy checks that both stores provide every primitive of the shared
+        logic (:class:`~ebbtide.queue.lifecycle.backend.Backend`): one that lacks any is
+        abstract, and cannot be instantiated."""
+        Store("")
+        MemoryStore()

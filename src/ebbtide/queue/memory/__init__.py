@@ -10,6 +10,11 @@ simulator use it where a database is not the point: the scheduler's pass and the
 agent's decisions on a virtual clock (the clock is taken as :class:`Store
 <ebbtide.queue.store.Store>` takes it).
 
+- The logic both stores share (transitions, hold, alter, release, cancel, dispatch to the
+  end of an attempt, losses, dependencies and holds for evictions) is
+  :mod:`ebbtide.queue.lifecycle`'s, written once; this package provides its primitives
+  (:class:`~ebbtide.queue.lifecycle.backend.Backend`) over Python data: its :meth:`_tx`
+  yields the tables, which every primitive takes where the SQL store takes a connection.
 - One lock (reentrant) guards everything: the agent's store thread and the scheduler may
   share one store in one process.  A write holds it for its whole length and keeps an
   undo log: one that fails (a lost race, :class:`~ebbtide.errors.StaleState`) leaves
@@ -35,6 +40,7 @@ limits beside them, and the shared constants into a module of their own.
 
 from __future__ import annotations
 
+from ebbtide.queue.lifecycle import AttemptLogic, UserActionLogic
 from ebbtide.queue.memory.actions import MemoryActionMixin
 from ebbtide.queue.memory.attempts import MemoryAttemptMixin
 from ebbtide.queue.memory.base import MemoryBase
@@ -56,6 +62,8 @@ class MemoryStore(
     MemoryChangeMixin,
     MemoryQueryMixin,
     MemoryReportMixin,
+    UserActionLogic,
+    AttemptLogic,
 ):
     """Every read and write of jobs, attempts, events and nodes, in memory.  Safe to
     share between threads."""

@@ -14,15 +14,17 @@ import itertools
 import json
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import NotLeader, StaleState
+from ebbtide.queue import outcomes
+from ebbtide.queue.lifecycle.jobs import ended_attempt_values, lost_race, transition_values
 from ebbtide.queue.memory.drains import MemoryDrains
-from ebbtide.queue.models import USAGE_COLUMNS, Attempt, Job
+from ebbtide.queue.models import Attempt, Job
 from ebbtide.queue.states import (
     ACTIVE_STATES,
     AttemptOutcome,
@@ -194,10 +196,15 @@ class MemoryBase:
                 return row
         return None
 
-    def _insert_attempt(self, row: Row) -> None:
-        rows = self._data.attempts.setdefault(row["job_id"], [])
-        rows.append({**ATTEMPT_DEFAULTS, **row, "id": next(self._data.attempt_ids)})
+    def _insert_attempt(self, conn: Tables, values: Row) -> None:
+        rows = self._data.attempts.setdefault(values["job_id"], [])
+        rows.append({**ATTEMPT_DEFAULTS, **values, "id": next(self._data.attempt_ids)})
         self._undo(lambda: rows.__delitem__(-1))
+
+    def _write_attempt(self, conn: Tables, job_id: int, number: int, values: Row) -> None:
+        row = self._attempt(job_id, number)
+        if row is not None:
+            self._update_attempt(row, values)
 
     def _update_attempt(self, row: Row, values: Row) -> None:
         old = {k: row[k] for k in values}
@@ -206,6 +213,7 @@ class MemoryBase:
 
     def _event(
         self,
+        conn: Tables,
         job_id: int,
         event: EventType,
         *,
@@ -256,6 +264,7 @@ class MemoryBase:
 
     def _transition(
         self,
+        conn: Tables,
         job_id: int,
         source: JobState,
         target: JobState,
@@ -278,40 +287,13 @@ class MemoryBase:
             or row["state"] != source.value
             or (fence is not None and row["attempts"] != fence)
         ):
-            at = f" attempt {fence}" if fence is not None else ""
-            raise StaleState(f"job {job_id}{at} is no longer {source.value}")
-        values = dict(changes or {})
-        if target not in ACTIVE_STATES:
-            values.setdefault("paused_at", None)
-            values.setdefault("suspended_at", None)
-        self._update_job(job_id, {**values, "state": target.value})
-        self._event(job_id, event, attempt=attempt, data=data, now=now)
-
-    def transition(
-        self,
-        job_id: int,
-        source: JobState,
-        target: JobState,
-        *,
-        event: EventType,
-        attempt: int | None = None,
-        data: dict[str, Any] | None = None,
-        changes: dict[str, Any] | None = None,
-    ) -> None:
-        """Move one job from ``source`` to ``target`` and record ``event``."""
-        with self._tx():
-            self._transition(
-                job_id,
-                source,
-                target,
-                event=event,
-                attempt=attempt,
-                data=data,
-                changes=changes,
-            )
+            raise lost_race(job_id, source, fence)
+        self._update_job(job_id, transition_values(target, changes))
+        self._event(conn, job_id, event, attempt=attempt, data=data, now=now)
 
     def _end_attempt(
         self,
+        conn: Tables,
         job_id: int,
         attempt: int,
         outcome: AttemptOutcome,
@@ -322,19 +304,48 @@ class MemoryBase:
         row = self._attempt(job_id, attempt)
         if row is None or row["outcome"] is not None:
             return
-        measured = {k: v for k, v in (usage or {}).items() if k in USAGE_COLUMNS}
-        values = {
-            "outcome": outcome.value,
-            "exit_code": exit_code,
-            "ended_at": self.clock.time(),
-            **measured,
-        }
-        self._update_attempt(row, values)
+        self._update_attempt(
+            row, ended_attempt_values(outcome, exit_code, self.clock.time(), usage)
+        )
 
-    def _fenced_update(self, job_id: int, attempt: int, values: Row) -> None:
+    def _fenced_update(self, conn: Tables, job_id: int, attempt: int, values: Row) -> None:
         """Change the job's row only while ``attempt`` is its current, active attempt."""
         row = self._data.jobs.get(job_id)
         active = {s.value for s in ACTIVE_STATES}
         if row is None or row["attempts"] != attempt or row["state"] not in active:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
         self._update_job(job_id, values)
+
+    def _update_job_if(
+        self, conn: Tables, job_id: int, states: Collection[str], values: Row
+    ) -> bool:
+        """Change the job's row if it is in one of ``states``; whether it was."""
+        row = self._data.jobs.get(job_id)
+        if row is None or row["state"] not in states:
+            return False
+        self._update_job(job_id, values)
+        return True
+
+    def _paused_at_or(self, conn: Tables, job_id: int, at: float) -> Any:
+        """``at``, unless the job was paused before: then when it was."""
+        row = self._data.jobs.get(job_id)
+        paused_at = row["paused_at"] if row is not None else None
+        return at if paused_at is None else paused_at
+
+    def _losses_since_release(self, conn: Tables, job_id: int) -> list[outcomes.Loss]:
+        """The job's lost attempts since its last ``qrls`` (all, if never), oldest first."""
+        losses: list[outcomes.Loss] = []
+        for e in self._data.events_of.get(job_id, ()):
+            if e["type"] == EventType.RELEASED.value:
+                losses = []
+            elif e["type"] == EventType.LOST.value:
+                data = json.loads(e["data_json"] or "{}")
+                losses.append(
+                    outcomes.Loss(
+                        attempt=int(e["attempt"] or 0),
+                        at=float(e["time"]),
+                        reason=str(data.get("reason", "")),
+                        reason_code=data.get("reason_code"),
+                    )
+                )
+        return losses

@@ -1,68 +1,21 @@
-"""Losses in memory: attempts given up on, and the jobs held because they keep being lost
+"""Losses in memory: the jobs held because they keep being lost
 (:func:`~ebbtide.queue.outcomes.hold_after_losses` decides), as the SQL store's
-:mod:`~ebbtide.queue.store.losses` does them."""
+:mod:`~ebbtide.queue.store.losses` finds them."""
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
-from typing import Any
 
 from ebbtide.errors import StaleState
 from ebbtide.queue import outcomes
+from ebbtide.queue.lifecycle.losses import LossLogic, hold_if_lost_too_often
 from ebbtide.queue.memory.queries import MemoryQueryMixin
-from ebbtide.queue.states import ACTIVE_STATES, AttemptOutcome, EventType, JobState
+from ebbtide.queue.states import AttemptOutcome, EventType, JobState
 from ebbtide.queue.store.losses import LOST_LOOKBACK_S, LOST_RESCAN_EVENTS
 
 
-class MemoryLossMixin(MemoryQueryMixin):
-    """:meth:`requeue_lost` and :meth:`hold_lost`."""
-
-    def requeue_lost(
-        self,
-        job_id: int,
-        attempt: int,
-        *,
-        why: str,
-        reason_code: str | None = None,
-        max_losses: int | None = None,
-        loss_window_s: float = 0.0,
-        usage: dict[str, Any] | None = None,
-    ) -> None:
-        """Give up on an attempt whose agent is gone or whose start never happened (see
-        the SQL store's)."""
-        job = self.get(job_id)
-        if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
-            raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
-        source = JobState(job.state)
-        with self._tx():
-            lost = {"reason": why, **({"reason_code": reason_code} if reason_code else {})}
-            self._event(job_id, EventType.LOST, attempt=attempt, data=lost)
-            changes: dict[str, Any] = {"node": None, "devices": None}
-            if job.cancel_requested:
-                changes.update(reason="cancelled", finished_at=self.clock.time())
-                self._transition(
-                    job_id,
-                    source,
-                    JobState.CANCELLED,
-                    event=EventType.CANCELLED,
-                    attempt=attempt,
-                    changes=changes,
-                )
-            else:
-                changes.update(reason=f"requeued: {why}", requeued_at=self.clock.time())
-                self._transition(
-                    job_id,
-                    source,
-                    JobState.QUEUED,
-                    event=EventType.REQUEUED,
-                    attempt=attempt,
-                    data={"reason": why},
-                    changes=changes,
-                )
-            self._end_attempt(job_id, attempt, AttemptOutcome.LOST, None, usage)
-            if max_losses is not None and not job.cancel_requested:
-                self._hold_if_lost_too_often(job_id, attempt, max_losses, loss_window_s)
+class MemoryLossMixin(MemoryQueryMixin, LossLogic):
+    """:meth:`hold_lost` (and the shared :meth:`requeue_lost`)."""
 
     def hold_lost(
         self, max_losses: int, loss_window_s: float, *, after_event: int | None = None
@@ -91,51 +44,17 @@ class MemoryLossMixin(MemoryQueryMixin):
                 current = self._attempt(job_id, row["attempts"])
                 if current is None or current["outcome"] != AttemptOutcome.LOST.value:
                     continue
-                losses = self._losses_since_release(job_id)
+                losses = self._losses_since_release(data, job_id)
                 if outcomes.hold_after_losses(losses, max_losses, loss_window_s):
                     lost.append((job_id, row["attempts"]))
         held = []
         for job_id, attempt in lost:  # decided again where it is written
             try:
-                with self._tx():
-                    if self._hold_if_lost_too_often(job_id, attempt, max_losses, loss_window_s):
+                with self._tx() as data:
+                    if hold_if_lost_too_often(
+                        self, data, job_id, attempt, max_losses, loss_window_s
+                    ):
                         held.append(job_id)
             except StaleState:
                 continue
         return held, int(newest)
-
-    def _hold_if_lost_too_often(
-        self, job_id: int, attempt: int, max_losses: int, window_s: float
-    ) -> bool:
-        """Hold the (queued) job if its losses since its last ``qrls`` say so."""
-        hold = outcomes.hold_after_losses(self._losses_since_release(job_id), max_losses, window_s)
-        if hold is None:
-            return False
-        self._transition(
-            job_id,
-            JobState.QUEUED,
-            JobState.HELD,
-            event=EventType.HELD,
-            attempt=attempt,
-            data={"by": "policy", "reason": hold},
-            changes={"reason": hold},
-        )
-        return True
-
-    def _losses_since_release(self, job_id: int) -> list[outcomes.Loss]:
-        """The job's lost attempts since its last ``qrls`` (all, if never), oldest first."""
-        losses: list[outcomes.Loss] = []
-        for e in self._data.events_of.get(job_id, ()):
-            if e["type"] == EventType.RELEASED.value:
-                losses = []
-            elif e["type"] == EventType.LOST.value:
-                data = json.loads(e["data_json"] or "{}")
-                losses.append(
-                    outcomes.Loss(
-                        attempt=int(e["attempt"] or 0),
-                        at=float(e["time"]),
-                        reason=str(data.get("reason", "")),
-                        reason_code=data.get("reason_code"),
-                    )
-                )
-        return losses

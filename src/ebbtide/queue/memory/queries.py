@@ -9,15 +9,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ebbtide.errors import JobNotFound
+from ebbtide.queue.lifecycle.jobs import JobLogic
 from ebbtide.queue.memory.base import MemoryBase, Row
 from ebbtide.queue.models import Attempt, Job, Node
 from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
-from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, JobState
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
 
-class MemoryQueryMixin(MemoryBase):
+class MemoryQueryMixin(MemoryBase, JobLogic):
     """What jobs there are and what happened to them."""
 
     def _row(self, job_id: int) -> Row:
@@ -30,9 +30,6 @@ class MemoryQueryMixin(MemoryBase):
         with self._data.lock:
             row = dict(self._row(job_id))
         return Job.model_validate(row)
-
-    def spec(self, job_id: int) -> JobSpec:
-        return JobSpec.model_validate_json(self.get(job_id).spec_json)
 
     def _rows(
         self,

@@ -9,23 +9,26 @@ an attempt, only if that attempt is still the job's current one), and appends an
 all in one database transaction.  Losing a race raises :class:`StaleState`.
 
 One module per concept, each a mixin over :class:`~ebbtide.queue.store.base.StoreBase`
-(the engine, transactions, the leadership fence, events); :class:`Store` is all of them:
+(the engine, transactions, the leadership fence, events); :class:`Store` is all of them,
+with the logic it shares with the in-memory store (:mod:`ebbtide.queue.lifecycle`:
+transitions, hold, alter, release, cancel, dispatch to the end of an attempt, losses):
 
 - :mod:`~ebbtide.queue.store.submission`: :meth:`Store.submit`;
 - :mod:`~ebbtide.queue.store.queries`: jobs, events, attempts, the scheduler's snapshot;
 - :mod:`~ebbtide.queue.store.changes`: what changed since a cursor on the events (the
   scheduler's copy of the queue follows it);
 - :mod:`~ebbtide.queue.store.reports`: ``ebb top``'s evictions, ``ebb report``'s rows;
-- :mod:`~ebbtide.queue.store.transitions`: :meth:`Store.transition`;
-- :mod:`~ebbtide.queue.store.user_actions`: hold, alter, release, cancel;
-- :mod:`~ebbtide.queue.store.attempts`: dispatch to the end of an attempt;
-- :mod:`~ebbtide.queue.store.losses`: lost attempts, and jobs held for being lost;
+- :mod:`~ebbtide.queue.store.transitions`: the guarded state change and the other
+  primitives the shared logic writes through;
+- :mod:`~ebbtide.queue.store.attempts`: what an eviction request said;
+- :mod:`~ebbtide.queue.store.losses`: the jobs held for being lost;
 - :mod:`~ebbtide.queue.store.housekeeping`: dependencies, reasons, holds, retention;
 - :mod:`~ebbtide.queue.store.nodes`: heartbeats, nodes, the published policy.
 """
 
 from __future__ import annotations
 
+from ebbtide.queue.lifecycle.user_actions import UserActionLogic
 from ebbtide.queue.store.attempts import AttemptMixin
 from ebbtide.queue.store.base import (
     ATTEMPTS,
@@ -50,7 +53,6 @@ from ebbtide.queue.store.reports import (
 )
 from ebbtide.queue.store.submission import SubmissionMixin
 from ebbtide.queue.store.transitions import TransitionMixin
-from ebbtide.queue.store.user_actions import UserActionMixin
 
 __all__ = [
     "ATTEMPTS",
@@ -75,7 +77,6 @@ __all__ = [
 
 class Store(
     SubmissionMixin,
-    UserActionMixin,
     AttemptMixin,
     LossMixin,
     HousekeepingMixin,
@@ -84,5 +85,6 @@ class Store(
     ReportMixin,
     TransitionMixin,
     NodeMixin,
+    UserActionLogic,
 ):
     """All job database I/O.  Safe to share between threads."""

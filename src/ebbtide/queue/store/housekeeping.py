@@ -4,15 +4,13 @@ purge of jobs finished long ago (:mod:`ebbtide.queue.purge` does each batch)."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
 
 import sqlalchemy as sa
 
-from ebbtide.errors import InvalidTransition, StaleState
-from ebbtide.queue.dependencies import dependencies_verdict
+from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
 from ebbtide.queue.purge import (
     DEFAULT_BATCH_JOBS,
     PURGE_PAUSE_S,
@@ -20,52 +18,20 @@ from ebbtide.queue.purge import (
     PurgeResult,
     oldest_finished_at,
 )
-from ebbtide.queue.states import EventType, JobState
+from ebbtide.queue.states import JobState
 from ebbtide.queue.store.base import JOBS
 from ebbtide.queue.store.queries import QueryMixin
-from ebbtide.queue.store.transitions import TransitionMixin
 
 
-class HousekeepingMixin(QueryMixin, TransitionMixin):
-    """What a scheduler does to the queue besides dispatching and evicting."""
+class HousekeepingMixin(QueryMixin, HousekeepingLogic):
+    """What a scheduler does to the queue besides dispatching and evicting: reasons and
+    retention here, the rest the shared :class:`HousekeepingLogic`."""
 
-    def promote_waiting(self) -> list[int]:
-        """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""
-        waiting = self.list_jobs(states=[JobState.WAITING])
-        if not waiting:
-            return []
-        dep_ids = {d["job_id"] for j in waiting for d in json.loads(j.depends_json)}
+    def _states_of(self, job_ids: Collection[int]) -> dict[int, str]:
         with self._read() as conn:
-            dep_state = dict(
-                conn.execute(sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(dep_ids))).all()
+            return dict(
+                conn.execute(sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(job_ids))).all()
             )
-        changed = []
-        for job in waiting:
-            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state)
-            try:
-                if verdict == "met":
-                    self.transition(
-                        job.id or 0,
-                        JobState.WAITING,
-                        JobState.QUEUED,
-                        event=EventType.DEPENDENCIES_MET,
-                        changes={"reason": ""},
-                    )
-                elif verdict == "never":
-                    self.transition(
-                        job.id or 0,
-                        JobState.WAITING,
-                        JobState.CANCELLED,
-                        event=EventType.CANCELLED,
-                        data={"reason": why},
-                        changes={"reason": why, "finished_at": self.clock.time()},
-                    )
-                else:
-                    continue
-            except (StaleState, InvalidTransition):
-                continue
-            changed.append(job.id or 0)
-        return changed
 
     def set_reasons(self, reasons: dict[int, str]) -> int:
         """Record why queued jobs wait (policy, quota, room); only rows whose reason
@@ -91,10 +57,9 @@ class HousekeepingMixin(QueryMixin, TransitionMixin):
                     changed += 1
         return changed
 
-    def hold_overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
-        """Hold the queue's queued jobs evicted ``max_preemptions`` times or more."""
+    def _overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
         with self._read() as conn:
-            ids = [
+            return [
                 r[0]
                 for r in conn.execute(
                     sa.select(JOBS.c.id).where(
@@ -104,25 +69,6 @@ class HousekeepingMixin(QueryMixin, TransitionMixin):
                     )
                 )
             ]
-        held = []
-        for job_id in ids:
-            why = (
-                f"held: evicted {max_preemptions} or more times (queue {queue!r} allows "
-                f"max_preemptions {max_preemptions}); qrls to try again"
-            )
-            try:
-                self.transition(
-                    job_id,
-                    JobState.QUEUED,
-                    JobState.HELD,
-                    event=EventType.HELD,
-                    data={"by": "policy", "reason": why},
-                    changes={"reason": why},
-                )
-                held.append(job_id)
-            except StaleState:
-                continue
-        return held
 
     # -- retention ----------------------------------------------------------------------
 

@@ -12,11 +12,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ebbtide.errors import JobNotFound
+from ebbtide.queue.lifecycle.jobs import JobLogic
 from ebbtide.queue.models import Attempt, Job
 from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
-from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, JobState
-from ebbtide.queue.store.base import ATTEMPTS, EVENTS, JOBS, StoreBase
+from ebbtide.queue.store.base import ATTEMPTS, EVENTS, JOBS
+from ebbtide.queue.store.transitions import TransitionMixin
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
 
@@ -39,7 +40,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     return data
 
 
-class QueryMixin(StoreBase):
+class QueryMixin(TransitionMixin, JobLogic):
     """What jobs there are and what happened to them."""
 
     def get(self, job_id: int) -> Job:
@@ -48,9 +49,6 @@ class QueryMixin(StoreBase):
         if row is None:
             raise JobNotFound(job_id)
         return Job.model_validate(dict(row))
-
-    def spec(self, job_id: int) -> JobSpec:
-        return JobSpec.model_validate_json(self.get(job_id).spec_json)
 
     def list_jobs(
         self,

@@ -9,8 +9,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ebbtide.errors import SpecError
+from ebbtide.queue.lifecycle.submission import new_job_row, submitted_data
 from ebbtide.queue.spec import JobSpec, SliceGrant
-from ebbtide.queue.states import EventType, JobState, check_transition
+from ebbtide.queue.states import EventType
 from ebbtide.queue.store.base import EVENTS, JOBS, StoreBase
 
 
@@ -39,7 +40,6 @@ class SubmissionMixin(StoreBase):
         ``attribution``: who submitted and from where (:meth:`Caller.attribution
         <ebbtide.identity.Caller.attribution>`), recorded in the submitted event.
         """
-        granted = spec if grant is None else grant
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
@@ -56,38 +56,15 @@ class SubmissionMixin(StoreBase):
                 missing = sorted(wanted - found)
                 if missing:
                     raise SpecError("depends", f"no job with id {missing[0]}")
-            state = (
-                JobState.HELD if spec.hold else (JobState.WAITING if depends else JobState.QUEUED)
+            row = new_job_row(
+                spec,
+                owner,
+                now=now,
+                depends=depends,
+                defaults_deadline_s=defaults_deadline_s,
+                grant=grant,
+                pausable=pausable,
             )
-            check_transition(None, state)
-            reason = (
-                "held at submission"
-                if spec.hold
-                else ("waiting for dependencies" if depends else "")
-            )
-            row = {
-                "owner": owner,
-                "queue": spec.queue,
-                "priority": spec.priority,
-                "kind": spec.kind,
-                "state": state.value,
-                "reason": reason,
-                "spec_json": spec.model_dump_json(),
-                "compute_pct": granted.compute_pct,
-                "gpus": granted.gpus,
-                "memory_mib": granted.memory_mib,
-                "deadline_s": spec.deadline_s or defaults_deadline_s,
-                "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
-                "signal": spec.signal,
-                "array_limit": spec.array.limit if spec.array else None,
-                "depends_json": json.dumps(depends),
-                "submitted_at": now,
-                "attempts": 0,
-                "evictions": 0,
-                "failures": 0,
-                "cancel_requested": False,
-                "pausable": (spec.pause is not False) if pausable is None else pausable,
-            }
             # the first task alone: its id is the array's id; the other tasks in one
             # executemany (one statement compiled for all, not one per task), their ids
             # read back in task order (array indices ascend, whatever order ids were given)
@@ -116,15 +93,7 @@ class SubmissionMixin(StoreBase):
                             .order_by(JOBS.c.array_index)
                         ).scalars()
                     )
-            data: dict[str, Any] = {"state": state.value, "owner": owner, **(attribution or {})}
-            if grant is not None:
-                data["granted"] = {
-                    "compute_pct": grant.compute_pct,
-                    "gpus": grant.gpus,
-                    "memory_mib": grant.memory_mib,
-                    "profile": grant.profile,
-                    "note": grant.note,
-                }
+            data = submitted_data(row["state"], owner, grant, attribution)
             data_json = json.dumps(data)
             conn.execute(
                 EVENTS.insert(),

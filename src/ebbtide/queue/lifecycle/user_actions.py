@@ -7,28 +7,50 @@ import json
 from typing import Any
 
 from ebbtide.errors import PermissionDenied, StaleState, UserError
+from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState
-from ebbtide.queue.store.base import JOBS
-from ebbtide.queue.store.queries import QueryMixin
-from ebbtide.queue.store.transitions import TransitionMixin
+
+#: The states in which ``qalter`` may change a job: it has not started.
+ALTERABLE_STATES = (JobState.HELD, JobState.WAITING, JobState.QUEUED)
 
 
-def _actor(user: str, attribution: dict[str, Any] | None) -> str:
+def actor(user: str, attribution: dict[str, Any] | None) -> str:
     """Who really acted: the attribution's ``by`` (an admin acting for ``user``), else
     ``user``."""
     return str((attribution or {}).get("by") or user)
 
 
-class UserActionMixin(QueryMixin, TransitionMixin):
-    """``qhold``, ``qalter``, ``qrls`` and ``qdel``."""
+def check_owner(job: Job, user: str, admin: bool) -> None:
+    """Raise :class:`PermissionDenied` unless ``user`` owns the job or is an admin."""
+    if not admin and job.owner != user:
+        raise PermissionDenied(
+            f"job {job.id} belongs to {job.owner}; only its owner or an admin may change it"
+        )
 
-    def _check_owner(self, job: Job, user: str, admin: bool) -> None:
-        if not admin and job.owner != user:
-            raise PermissionDenied(
-                f"job {job.id} belongs to {job.owner}; only its owner or an admin may change it"
-            )
+
+def altered_values(
+    job: Job, spec: JobSpec, *, defaults_deadline_s: float, grant: SliceGrant | None
+) -> dict[str, Any]:
+    """The job's columns that ``qalter`` to ``spec`` sets (its slice: the grant, if any)."""
+    granted = spec if grant is None else grant
+    name = spec.display_name()
+    return {
+        "name": name if job.array_index is None else f"{name}[{job.array_index}]",
+        "priority": spec.priority,
+        "kind": spec.kind,
+        "spec_json": spec.model_dump_json(),
+        "compute_pct": granted.compute_pct,
+        "gpus": granted.gpus,
+        "memory_mib": granted.memory_mib,
+        "deadline_s": spec.deadline_s or defaults_deadline_s,
+        "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
+    }
+
+
+class UserActionLogic(Shared):
+    """``qhold``, ``qalter``, ``qrls`` and ``qdel``."""
 
     def hold(
         self,
@@ -39,7 +61,7 @@ class UserActionMixin(QueryMixin, TransitionMixin):
         attribution: dict[str, Any] | None = None,
     ) -> Job:
         job = self.get(job_id)
-        self._check_owner(job, user, admin)
+        check_owner(job, user, admin)
         state = JobState(job.state)
         if state == JobState.HELD:
             return job
@@ -53,7 +75,7 @@ class UserActionMixin(QueryMixin, TransitionMixin):
             JobState.HELD,
             event=EventType.HELD,
             data=attribution or {"by": user},
-            changes={"reason": f"held by {_actor(user, attribution)}"},
+            changes={"reason": f"held by {actor(user, attribution)}"},
         )
         return self.get(job_id)
 
@@ -72,27 +94,10 @@ class UserActionMixin(QueryMixin, TransitionMixin):
         """Give a job that has not started (held, waiting or queued) ``spec`` instead of
         its own: its name, priority, slice, walltime and deadline (``qalter``)."""
         job = self.get(job_id)
-        self._check_owner(job, user, admin)
-        granted = spec if grant is None else grant
-        name = spec.display_name()
-        alterable = [JobState.HELD.value, JobState.WAITING.value, JobState.QUEUED.value]
+        check_owner(job, user, admin)
+        values = altered_values(job, spec, defaults_deadline_s=defaults_deadline_s, grant=grant)
         with self._tx() as conn:
-            result = conn.execute(
-                JOBS.update()
-                .where(JOBS.c.id == job_id, JOBS.c.state.in_(alterable))
-                .values(
-                    name=name if job.array_index is None else f"{name}[{job.array_index}]",
-                    priority=spec.priority,
-                    kind=spec.kind,
-                    spec_json=spec.model_dump_json(),
-                    compute_pct=granted.compute_pct,
-                    gpus=granted.gpus,
-                    memory_mib=granted.memory_mib,
-                    deadline_s=spec.deadline_s or defaults_deadline_s,
-                    first_checkpoint_s=spec.checkpoint_interval_s or spec.walltime_s,
-                )
-            )
-            if result.rowcount != 1:
+            if not self._update_job_if(conn, job_id, [s.value for s in ALTERABLE_STATES], values):
                 state = self.get(job_id).state
                 raise UserError(
                     f"job {job_id} is {state}; only held, waiting or queued jobs can be "
@@ -115,7 +120,7 @@ class UserActionMixin(QueryMixin, TransitionMixin):
         attribution: dict[str, Any] | None = None,
     ) -> Job:
         job = self.get(job_id)
-        self._check_owner(job, user, admin)
+        check_owner(job, user, admin)
         if job.state != JobState.HELD:
             raise UserError(f"job {job_id} is {job.state}, not held")
         target = JobState.WAITING if json.loads(job.depends_json) else JobState.QUEUED
@@ -140,22 +145,18 @@ class UserActionMixin(QueryMixin, TransitionMixin):
         """Cancel now, or ask for an eviction if the job holds a slice (it ends ``cancelled``)."""
         for _ in range(5):
             job = self.get(job_id)
-            self._check_owner(job, user, admin)
+            check_owner(job, user, admin)
             state = JobState(job.state)
             if state in FINAL_STATES:
                 raise UserError(f"job {job_id} already {state.value}")
             try:
                 if state in (JobState.RUNNING, JobState.EVICTING):
                     with self._tx() as conn:
-                        result = conn.execute(
-                            JOBS.update()
-                            .where(JOBS.c.id == job_id, JOBS.c.state == state.value)
-                            .values(
-                                cancel_requested=True,
-                                reason=f"cancel requested by {_actor(user, attribution)}",
-                            )
-                        )
-                        if result.rowcount != 1:
+                        requested = {
+                            "cancel_requested": True,
+                            "reason": f"cancel requested by {actor(user, attribution)}",
+                        }
+                        if not self._update_job_if(conn, job_id, [state.value], requested):
                             raise StaleState("moved")
                         self._event(
                             conn,
@@ -166,7 +167,7 @@ class UserActionMixin(QueryMixin, TransitionMixin):
                         )
                 else:
                     changes: dict[str, Any] = {
-                        "reason": f"cancelled by {_actor(user, attribution)}",
+                        "reason": f"cancelled by {actor(user, attribution)}",
                         "finished_at": self.clock.time(),
                     }
                     with self._tx() as conn:

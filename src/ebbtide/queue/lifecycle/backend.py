@@ -1,0 +1,147 @@
+"""What a store backend provides for the shared logic (:mod:`ebbtide.queue.lifecycle`):
+:class:`Backend`, a ``Protocol``.  The shared mixins derive from it for mypy alone
+(:data:`Shared`; at run time from ``object``, so that its declarations never stand in
+front of a backend's methods): mypy checks each store's primitives against it, and a
+store that lacks one cannot be instantiated (``queue/interface.py`` instantiates both
+for mypy).  A store lists the shared mixins after its own, so that mypy, too, finds the
+store's primitives before these declarations."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ebbtide.clock import Clock
+
+if TYPE_CHECKING:
+    from ebbtide.queue import outcomes
+    from ebbtide.queue.models import Job
+    from ebbtide.queue.spec import JobSpec
+    from ebbtide.queue.states import AttemptOutcome, EventType, JobState
+
+
+class Backend(Protocol):
+    """The reads and writes the shared logic is made of.  ``conn`` is what the
+    backend's :meth:`_tx` yields (a connection; the memory store's tables), passed back
+    to every write of that transaction."""
+
+    #: the clock every write stamps its times with
+    clock: Clock
+
+    def _tx(self) -> AbstractContextManager[Any]:
+        """One write transaction: all or nothing, fenced by the leadership epoch."""
+        ...
+
+    def get(self, job_id: int) -> Job: ...
+
+    def spec(self, job_id: int) -> JobSpec: ...
+
+    def transition(
+        self,
+        job_id: int,
+        source: JobState,
+        target: JobState,
+        *,
+        event: EventType,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def _transition(
+        self,
+        conn: Any,
+        job_id: int,
+        source: JobState,
+        target: JobState,
+        *,
+        event: EventType,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+        now: float | None = None,
+        fence_attempt: int | None = None,
+    ) -> None:
+        """The guarded state change: the row must still be in ``source`` (and at attempt
+        ``fence_attempt``, default ``attempt``), else :class:`StaleState`; with its event."""
+        ...
+
+    def _event(
+        self,
+        conn: Any,
+        job_id: int,
+        event: EventType,
+        *,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Append an event."""
+        ...
+
+    def _update_job_if(
+        self, conn: Any, job_id: int, states: Collection[str], values: dict[str, Any]
+    ) -> bool:
+        """Change the job's row if it is in one of ``states``; whether it was."""
+        ...
+
+    def _fenced_update(self, conn: Any, job_id: int, attempt: int, values: dict[str, Any]) -> None:
+        """Change the job's row only while ``attempt`` is its current, active attempt,
+        else :class:`StaleState`."""
+        ...
+
+    def _paused_at_or(self, conn: Any, job_id: int, at: float) -> Any:
+        """The value that sets ``paused_at`` to ``at`` unless the job was paused before."""
+        ...
+
+    def _insert_attempt(self, conn: Any, values: dict[str, Any]) -> None:
+        """Insert an attempt's row."""
+        ...
+
+    def _write_attempt(self, conn: Any, job_id: int, number: int, values: dict[str, Any]) -> None:
+        """Change attempt ``number``'s row (if there is one)."""
+        ...
+
+    def _end_attempt(
+        self,
+        conn: Any,
+        job_id: int,
+        attempt: int,
+        outcome: AttemptOutcome,
+        exit_code: int | None,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
+        """Close the attempt's row (if still open), with what it used where measured."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[JobState] | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+        array_id: int | None = None,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+    ) -> list[Job]: ...
+
+    def _states_of(self, job_ids: Collection[int]) -> dict[int, str]:
+        """The state of each of these jobs that exists, by id."""
+        ...
+
+    def _overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
+        """The ids of the queue's queued jobs evicted ``max_preemptions`` times or more
+        since they were last released."""
+        ...
+
+    def _losses_since_release(self, conn: Any, job_id: int) -> list[outcomes.Loss]:
+        """The job's lost attempts since its last ``qrls`` (all, if never), oldest first."""
+        ...
+
+
+if TYPE_CHECKING:
+    Shared = Backend
+else:
+    #: the shared mixins' base: :class:`Backend` to mypy, nothing at run time
+    Shared = object

@@ -1,0 +1,72 @@
+"""What a scheduler does to the queue besides dispatching and evicting: waiting jobs
+whose dependencies are met (or never will be), and holds for jobs evicted too often."""
+
+from __future__ import annotations
+
+import json
+
+from ebbtide.errors import InvalidTransition, StaleState
+from ebbtide.queue.dependencies import dependencies_verdict
+from ebbtide.queue.lifecycle.backend import Shared
+from ebbtide.queue.states import EventType, JobState
+
+
+class HousekeepingLogic(Shared):
+    """:meth:`promote_waiting` and :meth:`hold_overpreempted`."""
+
+    def promote_waiting(self) -> list[int]:
+        """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""
+        waiting = self.list_jobs(states=[JobState.WAITING])
+        if not waiting:
+            return []
+        dep_ids = {d["job_id"] for j in waiting for d in json.loads(j.depends_json)}
+        dep_state = self._states_of(dep_ids)
+        changed = []
+        for job in waiting:
+            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state)
+            try:
+                if verdict == "met":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.QUEUED,
+                        event=EventType.DEPENDENCIES_MET,
+                        changes={"reason": ""},
+                    )
+                elif verdict == "never":
+                    self.transition(
+                        job.id or 0,
+                        JobState.WAITING,
+                        JobState.CANCELLED,
+                        event=EventType.CANCELLED,
+                        data={"reason": why},
+                        changes={"reason": why, "finished_at": self.clock.time()},
+                    )
+                else:
+                    continue
+            except (StaleState, InvalidTransition):
+                continue
+            changed.append(job.id or 0)
+        return changed
+
+    def hold_overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
+        """Hold the queue's queued jobs evicted ``max_preemptions`` times or more."""
+        held = []
+        for job_id in self._overpreempted(queue, max_preemptions):
+            why = (
+                f"held: evicted {max_preemptions} or more times (queue {queue!r} allows "
+                f"max_preemptions {max_preemptions}); qrls to try again"
+            )
+            try:
+                self.transition(
+                    job_id,
+                    JobState.QUEUED,
+                    JobState.HELD,
+                    event=EventType.HELD,
+                    data={"by": "policy", "reason": why},
+                    changes={"reason": why},
+                )
+                held.append(job_id)
+            except StaleState:
+                continue
+        return held

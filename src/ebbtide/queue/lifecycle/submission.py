@@ -1,0 +1,70 @@
+"""Submission's rules, for every backend's :meth:`submit`: the state a new job starts in,
+the row each of its tasks gets, and what its ``submitted`` event records.  The backend
+checks the dependencies exist and inserts the rows (one statement for many tasks, in SQL)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ebbtide.queue.spec import JobSpec, SliceGrant
+from ebbtide.queue.states import JobState, check_transition
+
+
+def new_job_row(
+    spec: JobSpec,
+    owner: str,
+    *,
+    now: float,
+    depends: list[dict[str, Any]],
+    defaults_deadline_s: float,
+    grant: SliceGrant | None,
+    pausable: bool | None,
+) -> dict[str, Any]:
+    """The columns every task of a submitted job starts with (``name`` and the array's
+    ``array_index``/``array_id`` are each task's own); its state checked against the
+    transition table."""
+    granted = spec if grant is None else grant
+    state = JobState.HELD if spec.hold else (JobState.WAITING if depends else JobState.QUEUED)
+    check_transition(None, state)
+    reason = "held at submission" if spec.hold else ("waiting for dependencies" if depends else "")
+    return {
+        "owner": owner,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "kind": spec.kind,
+        "state": state.value,
+        "reason": reason,
+        "spec_json": spec.model_dump_json(),
+        "compute_pct": granted.compute_pct,
+        "gpus": granted.gpus,
+        "memory_mib": granted.memory_mib,
+        "deadline_s": spec.deadline_s or defaults_deadline_s,
+        "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
+        "signal": spec.signal,
+        "array_limit": spec.array.limit if spec.array else None,
+        "depends_json": json.dumps(depends),
+        "submitted_at": now,
+        "attempts": 0,
+        "evictions": 0,
+        "failures": 0,
+        "cancel_requested": False,
+        "pausable": (spec.pause is not False) if pausable is None else pausable,
+    }
+
+
+def submitted_data(
+    state: str, owner: str, grant: SliceGrant | None, attribution: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What each task's ``submitted`` event records: its state, owner, who submitted
+    from where, and the grant, if the fleet's profile changed the request."""
+    data: dict[str, Any] = {"state": state, "owner": owner, **(attribution or {})}
+    if grant is not None:
+        data["granted"] = {
+            "compute_pct": grant.compute_pct,
+            "gpus": grant.gpus,
+            "memory_mib": grant.memory_mib,
+            "profile": grant.profile,
+            "note": grant.note,
+        }
+    return data
