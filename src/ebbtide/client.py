@@ -12,307 +12,66 @@ the JSON shape that ``ebb qstat --json`` prints.
 
 With ``EBBTIDE_URL`` set, ``Client()`` talks to that ``ebb server`` instead of opening the
 store (see :class:`Client`); the methods, their results and their errors are the same.
+
+:class:`Client` is assembled from parts: its logs (``client_logs``), reports and
+recommendations (``client_reports``), nodes, retention and tokens (``client_admin``); what
+a submission is checked against and told is in ``client_checks``, which fields each view
+shows in ``client_fields``.  Every name is importable from here as before.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import logging
-import os
-import signal
-import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
-from ebbtide.args import filter_name, flag, text, whole
-from ebbtide.attempt_logs import (
-    DEFAULT_TAIL_BYTES,
-    MAX_TAIL_BYTES,
-    LogTail,
-    NoLogYet,
-    is_kept_log,
-    read_job_file,
-    read_tail,
-)
+from ebbtide.args import filter_name, flag, whole
+from ebbtide.client_admin import MAX_REASON_CHARS as MAX_REASON_CHARS
+from ebbtide.client_admin import ClientAdmin
 from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
-from ebbtide.config.policy import Policy, load_policy, parse_policy
+from ebbtide.client_checks import (
+    NO_AGENT_NOTE,
+    check_fits_fleet,
+    kubernetes_grant,
+    policy_in_effect,
+    submit_notes,
+    with_whole_gpu_memory,
+)
+from ebbtide.client_checks import pod_notes as pod_notes
+from ebbtide.client_checks import published_policy as published_policy
+from ebbtide.client_checks import queue_notes as queue_notes
+from ebbtide.client_fields import (
+    ALTERABLE_FIELDS,
+    REPLACED_BY,
+    TABLE_COLUMNS,
+    _job_states,
+    submitted_fields,
+)
+from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
+from ebbtide.client_logs import ClientLogs
+from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
+from ebbtide.client_reports import ClientReports
+from ebbtide.config.policy import Policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import ConfigError, PermissionDenied, SpecError, UserError
+from ebbtide.errors import PermissionDenied, SpecError
 from ebbtide.identity import Caller, local_caller
-from ebbtide.kube.profiles import Grant, grant_for
-from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.models import Job
-from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
-from ebbtide.queue.rightsizing import NO_MEASUREMENT, RECENT_JOBS, combine, hint, recommend
+from ebbtide.queue.rightsizing import combine, hint
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store, job_to_dict
-from ebbtide.queue.tokens import TokenInfo
-from ebbtide.units import format_mib, shown, signal_name
+from ebbtide.units import shown
 from ebbtide.workdir import with_submit_host, with_workdir
 
-log = logging.getLogger("ebbtide.client")
-
-#: Longest reason for a drain, in characters.
-MAX_REASON_CHARS = 1000
 #: Most evictions :meth:`Client.recent_evictions` gives at once.
 MAX_RECENT_EVICTIONS = 1000
-#: Most of a user's or a queue's latest jobs :meth:`Client.recommend` looks at.
-MAX_RECOMMEND_JOBS = 1000
 
 
 __all__ = ["Client", "ClientBase", "WaitTimeout", "kubernetes_grant"]
 
 
-def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
-    """Under a ``kubernetes:`` section, what the fleet's resource profile grants for the
-    spec's slice (None without one).  Refuses, naming the field, a slice the profile
-    cannot express, a warning signal other than SIGTERM, and a job with no image."""
-    settings = policy.kubernetes
-    if settings is None:
-        return None
-    if spec.signal != int(signal.SIGTERM):
-        raise SpecError(
-            "signal",
-            f"the kubelet warns a pod with SIGTERM only, so a job cannot ask for "
-            f"{signal_name(spec.signal)} under the Kubernetes executor; leave the signal "
-            "unset (TERM)",
-        )
-    if policy.image_for(spec.queue, spec.image) is None:
-        raise SpecError(
-            "image",
-            f"the job names no image, and neither queue {spec.queue!r} nor the policy's "
-            "kubernetes section has a default; give one (ebb qsub --image IMAGE, "
-            "JobSpec(image=...))",
-        )
-    return grant_for(spec, settings)
-
-
-#: The published policy last parsed, by its text: a server parses it once, not per request.
-_parsed: dict[str, Policy] = {}
-
-
-def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
-    """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
-    by an alias (:func:`queue_notes`), what attempts running as pods do not do
-    (:func:`pod_notes`)."""
-    return [*queue_notes(spec, policy), *pod_notes(spec, policy)]
-
-
-def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
-    """A note when the spec names its queue by an alias (a Slurm partition, a PBS queue
-    of another site's): the job is recorded under the queue's own name."""
-    try:
-        named = policy.queue_named(spec.queue)
-    except ConfigError:
-        return []
-    if named == spec.queue:
-        return []
-    what = "partition" if spec.compat == "slurm" else "queue"
-    return [f"{what} {spec.queue!r} is queue {named!r} here"]
-
-
-def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
-    """What a spec asks that attempts running as pods do not do (the policy has a
-    ``kubernetes:`` section): said at submission, never dropped silently."""
-    if policy.kubernetes is None:
-        return []
-    notes = []
-    for name, option in (("stdout", "-o/--output"), ("stderr", "-e/--error")):
-        if getattr(spec, name):
-            notes.append(
-                f"{option}: where attempts run as pods, their output is the pod's log, kept "
-                "as the attempt's log (`ebb logs ID`), not this file"
-            )
-    if spec.signal_shell_only:
-        notes.append(
-            "--signal=B:: where attempts run as pods, the warning is the kubelet's SIGTERM "
-            "to the container's first process, the script's shell or not"
-        )
-    return notes
-
-
-def policy_in_effect(store: Store, path: Path | None) -> Policy:
-    """The policy jobs are checked against: the one the running (or last) scheduler
-    published to the store (:func:`published_policy`), so every client sees the queues,
-    defaults and deadlines the scheduler applies; the file at ``path``
-    (``EBBTIDE_POLICY``) only while none is published."""
-    return published_policy(store) or load_policy(path)
-
-
-def published_policy(store: Store) -> Policy | None:
-    """The policy the scheduler published, parsed once per text; None when none is, or
-    when this ebbtide cannot read it (a newer scheduler's: a warning says so)."""
-    published = store.published_policy()
-    if published is None:
-        return None
-    text, source, _ = published
-    if not text:
-        return Policy()  # the scheduler runs with the built-in defaults
-    policy = _parsed.get(text)
-    if policy is None:  # (threads of a server may both parse it: no harm)
-        try:
-            policy = parse_policy(text, f"{source} (as the scheduler published it)")
-        except ConfigError as exc:
-            log.warning("the scheduler's published policy cannot be read here: %s", exc)
-            return None
-        _parsed.clear()
-        _parsed[text] = policy
-    return policy
-
-
-def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
-    """Refuse, saying what the fleet offers, a job no node that has reported could ever
-    hold: more GPUs than any node has, or more memory per GPU than any card.  With no
-    node reported yet there is nothing to compare with, so nothing is refused."""
-    fleet = []
-    for node in nodes:
-        memories = sorted(
-            (int(d.get("memory_mib") or 0) for d in json.loads(node.devices_json or "[]")),
-            reverse=True,
-        )
-        if memories:
-            fleet.append((node.name, memories))
-    need = max(spec.gpus, 1)
-    if not fleet or any(
-        sum(1 for m in memories if m >= spec.memory_mib) >= need for _, memories in fleet
-    ):
-        return
-    largest = sorted(fleet, key=lambda n: (len(n[1]), n[1][0]), reverse=True)[:3]
-    offers = ", ".join(f"{name}: {len(mems)} × {format_mib(mems[0])}" for name, mems in largest)
-    more = f" (and {len(fleet) - 3} more)" if len(fleet) > 3 else ""
-    asked = f"{need} GPU{'s' if need > 1 else ''} with {format_mib(spec.memory_mib)} each"
-    raise SpecError(
-        "gpu" if need > max(len(m) for _, m in fleet) else "gpumem",
-        f"no node could ever hold it: it asks for {asked} on one node, and the largest "
-        f"nodes are {offers}{more}; give --allow-future (allow_future=True) if such a "
-        "node will join",
-    )
-
-
-#: What a submission to a store no node agent ever reported to is told.
-NO_AGENT_NOTE = (
-    "no node agent has ever reported to this store: the job waits until one does (ebb up, "
-    "ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)"
-)
-
-
-def with_whole_gpu_memory(spec: JobSpec, nodes: Sequence[Any]) -> tuple[JobSpec, str | None]:
-    """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
-    amount of their memory is given all of each card's memory, as a PBS or Slurm user
-    expects of a GPU: the smallest card's among the nodes that have reported (so it may
-    run on any of them), with a note saying so.  With none reported, or an amount asked
-    for, ``spec`` as it is."""
-    if not spec.gpus or "memory_mib" in spec.model_fields_set:
-        return spec, None
-    cards = [
-        int(d.get("memory_mib") or 0)
-        for node in nodes
-        for d in json.loads(node.devices_json or "[]")
-        if d.get("memory_mib")
-    ]
-    if not cards:
-        return spec, None
-    memory = min(cards)
-    plural = "s" if spec.gpus > 1 else ""
-    note = (
-        f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
-        f"memory on each, a whole card here (the smallest); -l gpumem=SIZE asks for less"
-    )
-    return spec.model_copy(update={"memory_mib": memory}), note
-
-
-#: What ``Client.alter`` (``ebb qalter``) may change, and the spec fields each replaces.
-ALTERABLE_FIELDS = (
-    "name",
-    "priority",
-    "kind",
-    "gpu",
-    "gpumem",
-    "walltime",
-    "deadline",
-    "checkpoint_interval",
-)
-REPLACED_BY = {
-    "gpu": ("compute_pct", "gpus"),
-    "gpumem": ("memory_mib",),
-    "walltime": ("walltime_s",),
-    "deadline": ("deadline_s",),
-    "checkpoint_interval": ("checkpoint_interval_s",),
-}
-
-#: What ``qstat -f`` shows of a job as it was submitted, beside the job's state.
-SUBMITTED_FIELDS = (
-    "command",
-    "args",
-    "cwd",
-    "walltime_s",
-    "checkpoint_interval_s",
-    "checkpoint_dir",
-    "account",
-    "cpus",
-    "host_memory_mib",
-    "stdout",
-    "stderr",
-    "signal_shell_only",
-    "compat",
-    "submit_host",
-)
-
-
-#: The fields of a job anyone may list for any job, in :meth:`Client.table`'s order (no
-#: spec: what a job runs is for its owner and admins to see).
-TABLE_COLUMNS = (
-    "id",
-    "name",
-    "owner",
-    "queue",
-    "priority",
-    "state",
-    "suspended_at",
-    "paused_at",
-    "attempts",
-    "node",
-    "devices",
-    "gpus",
-    "compute_pct",
-    "memory_mib",
-    "submitted_at",
-    "started_at",
-    "finished_at",
-    "reason",
-    "array_id",
-    "array_index",
-)
-
-
-def _job_states(
-    state: JobState | str | Iterable[JobState | str] | None,
-) -> builtins.list[JobState] | None:
-    """``state`` as a list of states; None for all."""
-    if state is None:
-        return None
-    items = [state] if isinstance(state, str | JobState) else builtins.list(state)
-    try:
-        return [JobState(s) for s in items]
-    except ValueError:
-        known = ", ".join(s.value for s in JobState)
-        raise SpecError("state", f"expected one of {known}, got {shown(state, 60)}") from None
-
-
-def submitted_fields(spec: dict[str, Any]) -> dict[str, Any]:
-    """The job's spec as ``qstat -f`` shows it: the fields above (a script shows as
-    ``"script"`` in ``command``), and the warning signal by name."""
-    data = {name: spec.get(name) for name in SUBMITTED_FIELDS}
-    if data["command"] is None and spec.get("script") is not None:
-        data["command"] = ["script"]
-    data["signal_name"] = signal_name(int(spec.get("signal", signal.SIGTERM)))
-    return data
-
-
-class Client(ClientBase):
+class Client(ClientLogs, ClientReports, ClientAdmin):
     """Jobs and nodes as one caller sees them, straight from the store.
 
     The caller is the OS user running this process (an admin may act for another user
@@ -510,64 +269,6 @@ class Client(ClientBase):
         its deadline (``ebb top``)."""
         return self.store.recent_evictions(whole(limit, "limit", 0, MAX_RECENT_EVICTIONS))
 
-    def report(
-        self,
-        since: float,
-        until: float,
-        *,
-        queue: str | None = None,
-        user: str | None = None,
-    ) -> dict[str, Any]:
-        """What was harvested in ``[since, until)`` (Unix seconds, at most 366 days) and
-        what it cost, for everything, each queue and each user, or only ``queue`` and
-        ``user`` (``ebb report``; :mod:`ebbtide.report` says how each figure is counted).
-        Anyone may read it, as ``qstat``."""
-        from ebbtide.report import report_from_rows, window_error
-
-        error = window_error(since, until)
-        if error:
-            raise SpecError("since", error)
-        queue, user = filter_name(queue, "queue"), filter_name(user, "user")
-        rows = self.store.report_rows(float(since), float(until))
-        now = self.store.clock.time()
-        return report_from_rows(rows, since=since, until=until, now=now, queue=queue, user=user)
-
-    def log_tail(
-        self,
-        job_id: int,
-        *,
-        attempt: int | None = None,
-        stderr: bool = False,
-        tail_bytes: int = DEFAULT_TAIL_BYTES,
-    ) -> LogTail:
-        """Like :meth:`logs`, with which attempt was read, the file's size and whether
-        more of it was left unread."""
-        job = self.store.get(whole(job_id, "job_id"))
-        if not self.caller.may_act_on(job.owner):
-            raise PermissionDenied(
-                f"job {job.id} belongs to {job.owner}; only its owner or an admin may read its logs"
-            )
-        if job.attempts == 0:
-            raise NoLogYet(f"job {job.id} has not started yet, so it has no logs")
-        number = job.attempts if attempt is None else whole(attempt, "attempt", 1, job.attempts)
-        size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
-        stream = "stderr" if flag(stderr, "stderr") else "stdout"
-        job_id = job.id or 0
-        if json.loads(job.spec_json).get(stream):  # -o/--output: where this attempt's went
-            row = next((a for a in self.store.attempts(job_id) if a.number == number), None)
-            path = getattr(row, f"{stream}_path", None) if row is not None else None
-            if path is None:
-                raise NoLogYet(
-                    f"job {job_id} attempt {number} has not started yet; its {stream} will "
-                    "go to the file the job named"
-                )
-            if not is_kept_log(path, job_id, number, stream):  # (pods: kept as the log)
-                reader = os.geteuid() if self._reads_for_itself else None
-                return read_job_file(
-                    path, job_id, number, stream, size, owner=job.owner, reader_uid=reader
-                )
-        return read_tail(self.settings.home, job_id, number, stream, size, owner=job.owner)
-
     def describe(self, job_id: int) -> dict[str, Any]:
         """One job in full, as ``ebb qstat -f --json`` shows it: :meth:`as_dict` with the
         slice asked for (``slice_asked``) beside the slice granted (``slice_granted``,
@@ -597,58 +298,6 @@ class Client(ClientBase):
         data["usage"] = used.to_dict() if used else None
         data["hint"] = hint(job.id or 0, used, job.compute_pct, job.gpus, job.memory_mib)
         return data
-
-    def recommend(
-        self,
-        job_id: int | None = None,
-        *,
-        user: str | None = None,
-        queue: str | None = None,
-        last: int = RECENT_JOBS,
-    ) -> dict[str, Any]:
-        """The slice to ask for (``-l gpu=…,gpumem=…``), from what attempts used as their
-        node agents measured it (``ebb recommend``; :mod:`ebbtide.queue.rightsizing` says
-        how): for job ``job_id``, or for each job name among the latest ``last`` finished
-        jobs of ``user`` and/or in ``queue`` that were measured.  ``recommendations`` is
-        empty, and ``note`` says why, when nothing was measured.  Anyone may read it, as
-        ``qstat``."""
-        if job_id is not None and (user is not None or queue is not None):
-            raise SpecError("job_id", "give a job id, or a user and/or a queue, not both")
-        if job_id is None and user is None and queue is None:
-            raise SpecError("job_id", "give a job id, a user or a queue")
-        note = None
-        if job_id is not None:
-            job = self.store.get(whole(job_id, "job_id"))
-            scope: dict[str, Any] = {"job_id": job.id}
-            measured = self.store.measured_attempts(job_id=job.id)
-            if not measured:
-                ended = [a for a in self.store.attempts(job.id or 0) if a.ended_at is not None]
-                if job.attempts == 0:
-                    note = f"job {job.id} has not run yet: nothing was measured"
-                elif not ended:
-                    note = (
-                        f"job {job.id} has not ended an attempt yet: what an attempt used is "
-                        "recorded when it ends"
-                    )
-        else:
-            user, queue = filter_name(user, "user"), filter_name(queue, "queue")
-            last = whole(last, "last", 1, MAX_RECOMMEND_JOBS)
-            scope = {"user": user, "queue": queue, "last": last}
-            measured = self.store.measured_attempts(owner=user, queue=queue, jobs=last)
-        largest = max(
-            (
-                int(d.get("memory_mib") or 0)
-                for n in self.store.nodes()
-                for d in json.loads(n.devices_json or "[]")
-            ),
-            default=0,
-        )
-        found = recommend(measured, largest or None)
-        return {
-            "scope": scope,
-            "recommendations": [r.to_dict() for r in found],
-            "note": None if found else note or NO_MEASUREMENT,
-        }
 
     def as_dict(self, job: Job) -> dict[str, Any]:
         """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that
@@ -728,149 +377,3 @@ class Client(ClientBase):
         return self.store.release(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
-
-    # -- nodes --------------------------------------------------------------------------
-
-    def nodes(self) -> builtins.list[dict[str, Any]]:
-        """Node agents as ``ebb nodes --json`` shows them: heartbeat age, whether the agent
-        is ``silent`` (no heartbeat within the policy's timeout), drains, and per
-        device the latest online (and offline) usage, health, the last fault, cooldown."""
-        now = time.time()
-        cooldown_s = self.policy.defaults.eviction_cooldown_s
-        drains = {(d.node, d.device): d for d in self.store.drains.drained()}
-        held: dict[tuple[str, int], list[Any]] = {}
-        for a in self.store.active_attempts():
-            for index in a.devices:
-                held.setdefault((a.node, index), []).append(a)
-        out = []
-        for n in self.store.nodes():
-            node_drain = drains.get((n.name, WHOLE_NODE))
-            devices = json.loads(n.devices_json)
-            for d in devices:
-                evicted = d.get("last_eviction_at")
-                d["cooldown_until"] = evicted + cooldown_s if evicted else None
-                drain = drains.get((n.name, int(d["index"]))) or node_drain
-                d["drained"] = drain.describe() if drain else None
-                d.setdefault("health", "healthy")
-                slices = held.get((n.name, int(d["index"])), [])
-                d["slices"] = {
-                    "jobs": [a.job_id for a in slices],
-                    "compute_pct": sum(100.0 if a.gpus else a.compute_pct for a in slices),
-                    "memory_mib": sum(a.memory_mib for a in slices),
-                }
-            out.append(
-                {
-                    "name": n.name,
-                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
-                    # silent past the policy's heartbeat timeout: the scheduler treats
-                    # its attempts as lost and plans nothing there
-                    "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
-                    "stopping": n.stopping,
-                    "drained": node_drain.describe() if node_drain else None,
-                    "devices": devices,
-                }
-            )
-        return out
-
-    def drain(self, node: str, device: int | None = None, *, reason: str = "") -> None:
-        """Keep new work off ``node`` (or one device of it); what runs there goes on.
-        Admins only."""
-        self._device_admin("drain", node, device)
-        reason = text(reason, "reason", max_chars=MAX_REASON_CHARS, empty=True)
-        self.store.drains.drain(
-            node, WHOLE_NODE if device is None else device, by=self.caller.actor, reason=reason
-        )
-
-    def undrain(self, node: str, device: int | None = None) -> None:
-        """Return ``node`` (or one device) to service: lifts drains, and clears a fault the
-        node agent holds against it (it takes work again at once).  Admins only."""
-        self._device_admin("undrain", node, device)
-        self.store.drains.undrain(
-            node, WHOLE_NODE if device is None else device, by=self.caller.actor
-        )
-
-    def forget_node(self, node: str) -> None:
-        """Remove a node whose agent is gone for good from ``ebb nodes`` and the metrics
-        (what it ran is requeued, as for any silent node).  A node that still heartbeats
-        is refused: stop its agent first.  Admins only."""
-        self._device_admin("forget", node, None)
-        row = next((n for n in self.store.nodes() if n.name == node), None)
-        if row is None:
-            raise UserError(f"no node named {node!r}")
-        age = self.store.clock.time() - row.heartbeat_at
-        timeout = self.policy.defaults.heartbeat_timeout_s
-        running = self.store.active_attempts(node=node)
-        if age <= timeout and (not row.stopping or running):
-            doing = f"is evicting {len(running)} attempt(s)" if row.stopping else "is alive"
-            raise UserError(
-                f"node {node!r} heartbeated {age:.0f}s ago: its agent {doing}; stop it "
-                f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
-            )
-        self.store.forget_node(node)
-
-    # -- retention ----------------------------------------------------------------------
-
-    def purge(
-        self, older_than_s: float, *, batch: int = DEFAULT_BATCH_JOBS, dry_run: bool = False
-    ) -> dict[str, Any]:
-        """Remove the jobs that finished more than ``older_than_s`` seconds ago (1 hour
-        at least), with their attempts and events, ``batch`` jobs per transaction;
-        ``dry_run``: count them, remove nothing.  Never a job not yet finished, one that
-        a job not yet finished depends on, or part of an array not all finished that
-        long ago.  Admins only.  What went (``ebb admin purge --json``): ``jobs``,
-        ``attempts``, ``events``, ``kept``, ``oldest_kept_finished_at``, ``elapsed_s``..."""
-        if not self.is_admin:
-            raise PermissionDenied(f"only admins may purge finished jobs; {self.user} is not one")
-        age = check_age(older_than_s)
-        batch = whole(batch, "batch", 1, MAX_BATCH_JOBS)
-        result = self.store.purge(age, batch=batch, dry_run=flag(dry_run, "dry_run"))
-        log.info(
-            "%s %s %s finished jobs, %s attempts, %s events (finished over %gs ago)",
-            self.caller.actor,
-            "would purge" if dry_run else "purged",
-            result.jobs,
-            result.attempts,
-            result.events,
-            age,
-        )
-        return result.as_dict()
-
-    # -- tokens -------------------------------------------------------------------------
-
-    def create_token(
-        self, user: str, *, note: str = "", expires_s: float | None = None
-    ) -> tuple[int, str]:
-        """Issue a bearer token of ``ebb server`` to ``user``: its id and the token, given
-        this once (only its hash is kept).  Admins only, on the store itself."""
-        self._token_admin()
-        return self.store.tokens.create(user, by=self.caller.actor, note=note, expires_s=expires_s)
-
-    def tokens(self) -> builtins.list[TokenInfo]:
-        """Every token issued, oldest first (never the token itself).  Admins only."""
-        self._token_admin()
-        return self.store.tokens.all()
-
-    def revoke_token(self, token_id: int) -> TokenInfo:
-        """Refuse the token ``token_id`` from now on (one already revoked stays as it
-        was).  Admins only."""
-        self._token_admin()
-        return self.store.tokens.revoke(token_id, by=self.caller.actor)
-
-    def _token_admin(self) -> None:
-        if not self.is_admin:
-            raise PermissionDenied(f"only admins may manage tokens; {self.user} is not one")
-
-    def _device_admin(self, what: str, node: str, device: int | None) -> None:
-        if not self.is_admin:
-            raise PermissionDenied(f"only admins may {what} nodes; {self.user} is not one")
-        known = {n.name: n for n in self.store.nodes()}
-        if node not in known:
-            names = ", ".join(sorted(known)) or "none yet"
-            raise UserError(f"no node named {node!r} (known: {names})")
-        if device is not None:
-            indices = sorted(int(d["index"]) for d in json.loads(known[node].devices_json))
-            if device not in indices:
-                raise UserError(
-                    f"node {node!r} has no device {device} (devices: "
-                    f"{', '.join(map(str, indices)) or 'none'})"
-                )

@@ -1,5 +1,9 @@
 """Prometheus metrics: what the scheduler and the node agents expose to dashboards and alerts.
 
+(Longer than our modules should be: it is the one registry of what the product exposes,
+every metric's name, labels and help side by side so a dashboard's author finds them in one
+file, and the collector that reads the fleet for them.)
+
 Names and label words follow Kueue's (``pending_*{status}``, ``admission_wait_time_seconds``,
 ``evicted_*_total{reason}``) so that a platform team's dashboards and alerts read alike.
 Ratios are 0..1 and sizes are bytes, as Prometheus's conventions ask.  Labels stay bounded:

@@ -1,5 +1,10 @@
 """``ebb report``: what the fleet harvested over a time window, and what it cost — pure.
 
+(Longer than our modules should be: every figure's counting rule (harvest, pauses,
+evictions, latencies, per queue and per user) is here, next to the others, so the
+definitions this docstring gives are checked against one file; it is pure, and plotting
+(``report_plot``) and reading the store already stand alone.)
+
 :func:`build_report` takes the attempts and events the store read for a window
 ``[since, until)`` (:meth:`Store.report_rows <ebbtide.queue.store.Store.report_rows>`)
 and computes, for everything, each queue and each user, what :data:`COUNTING` says.  No

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ebbtide.cli import jobs_cmd
+from ebbtide.cli import qsub_cmd
 from ebbtide.cli.main import cli
 from ebbtide.errors import SpecError
 from ebbtide.queue.qsub import (
@@ -254,7 +254,7 @@ def argv(draw: st.DrawFn) -> list[str]:
 @given(argv())
 def test_qsub_command(args: list[str]) -> None:
     recorder = _Recorder()
-    with mock.patch.object(jobs_cmd, "_client", lambda **_: recorder):
+    with mock.patch.object(qsub_cmd, "_client", lambda **_: recorder):
         result = CliRunner().invoke(cli, ["qsub", *args])
     assert result.exit_code in (0, 1, 2), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(

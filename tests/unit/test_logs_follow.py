@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ebbtide.attempt_logs import LogTail
-from ebbtide.cli import jobs_cmd
+from ebbtide.cli import logs_cmd
 from ebbtide.errors import UserError
 
 
@@ -35,7 +35,7 @@ class GrowingJob:
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs_cmd, "FOLLOW_POLL_S", 0)
+    monkeypatch.setattr(logs_cmd, "FOLLOW_POLL_S", 0)
 
 
 def test_follow_prints_each_attempt_once_and_stops_when_the_job_ends(
@@ -53,7 +53,7 @@ def test_follow_prints_each_attempt_once_and_stops_when_the_job_ends(
             ("succeeded", 2, {1: "a1\na2\nwarned\n", 2: "b1\ndone\n"}),
         ]
     )
-    jobs_cmd._follow(job, 12, {"stderr": False, "attempt": None})
+    logs_cmd._follow(job, 12, {"stderr": False, "attempt": None})
     out, err = capsys.readouterr()
     assert out == "a1\na2\nwarned\nb1\ndone\n"
     assert "job 12 is queued; waiting for it to start" in err
@@ -71,14 +71,14 @@ def test_follow_of_one_attempt_stops_when_the_next_begins(
             ("running", 2, {1: "a1\nend\n", 2: "b1\nb2\n"}),
         ]
     )
-    jobs_cmd._follow(job, 12, {"stderr": False, "attempt": 1})
+    logs_cmd._follow(job, 12, {"stderr": False, "attempt": 1})
     assert capsys.readouterr().out == "a1\nend\n"
 
 
 def test_follow_of_a_job_that_never_started_ends_quietly(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    jobs_cmd._follow(GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False})
+    logs_cmd._follow(GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False})
     assert capsys.readouterr().out == ""
 
 
@@ -100,7 +100,7 @@ def test_follow_says_once_per_attempt_which_file_it_reads(
             ("succeeded", 2, {1: "a1\na2\n", 2: "b1\n"}),
         ]
     )
-    jobs_cmd._follow(job, 7, {"stderr": False, "attempt": None})
+    logs_cmd._follow(job, 7, {"stderr": False, "attempt": None})
     out, err = capsys.readouterr()
     assert out == "a1\na2\nb1\n"
     assert err.count("ebb: job 7 attempt 1: stdout from /work/slurm-7.out") == 1
@@ -114,7 +114,7 @@ def test_follow_of_a_job_whose_file_is_gone_says_so(capsys: pytest.CaptureFixtur
         def log_tail(self, job_id: int, **kw: Any) -> LogTail:
             raise NoLogYet(f"job {job_id} attempt 1 sent its stdout to /w/x.out, not there")
 
-    jobs_cmd._follow(Gone([("running", 1, {}), ("succeeded", 1, {})]), 5, {"stderr": False})
+    logs_cmd._follow(Gone([("running", 1, {}), ("succeeded", 1, {})]), 5, {"stderr": False})
     out, err = capsys.readouterr()
     assert out == ""
     assert "ebb: note: job 5 attempt 1 sent its stdout to /w/x.out, not there" in err

@@ -1,5 +1,9 @@
 """``ebb demo``: a one-command tour of ebbtide on simulated GPUs, nothing to install.
 
+(Longer than our modules should be: it is one command's script: the tour's jobs, its feed of
+submissions, the tables it prints as it goes and its summary all follow the one timeline of
+the tour.)
+
 Embedded mode (scheduler and one node agent in this process, SQLite in a fresh home,
 dramatiq's in-memory broker) on two simulated 80 GiB devices whose online load replays
 the real trace shipped in ``ebbtide/data`` (see its ATTRIBUTION.md).  A few checkpointing

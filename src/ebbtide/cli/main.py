@@ -19,15 +19,15 @@ from ebbtide.errors import EbbtideError, UserError
 #: only when its command runs (or for ``--help``), so ``ebb qsub`` does not pay for the
 #: scheduler, the simulator or the Kubernetes client.
 COMMANDS = {
-    "qsub": ("ebbtide.cli.jobs_cmd", "qsub"),
-    "sbatch": ("ebbtide.cli.jobs_cmd", "sbatch"),
-    "qstat": ("ebbtide.cli.jobs_cmd", "qstat"),
+    "qsub": ("ebbtide.cli.qsub_cmd", "qsub"),
+    "sbatch": ("ebbtide.cli.qsub_cmd", "sbatch"),
+    "qstat": ("ebbtide.cli.qstat_cmd", "qstat"),
     "qalter": ("ebbtide.cli.jobs_cmd", "qalter"),
     "qdel": ("ebbtide.cli.jobs_cmd", "qdel"),
     "qhold": ("ebbtide.cli.jobs_cmd", "qhold"),
     "qrls": ("ebbtide.cli.jobs_cmd", "qrls"),
-    "events": ("ebbtide.cli.jobs_cmd", "events"),
-    "logs": ("ebbtide.cli.jobs_cmd", "logs"),
+    "events": ("ebbtide.cli.logs_cmd", "events"),
+    "logs": ("ebbtide.cli.logs_cmd", "logs"),
     "recommend": ("ebbtide.cli.recommend_cmd", "recommend"),
     "nodes": ("ebbtide.cli.nodes_cmd", "nodes"),
     "node": ("ebbtide.cli.nodes_cmd", "node_group"),

@@ -34,7 +34,7 @@ def recommend(
     killed) + 10 % + 1GiB, rounded up to 1GiB and capped at the largest device. It says
     what the change would free on each device.
     """
-    from ebbtide.cli.jobs_cmd import parse_job_id
+    from ebbtide.cli.job_ids import parse_job_id
     from ebbtide.client import MAX_RECOMMEND_JOBS
     from ebbtide.queue.rightsizing import RECENT_JOBS
 

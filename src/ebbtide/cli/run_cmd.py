@@ -1,4 +1,10 @@
-"""``ebb up | scheduler | worker | demo | sim``: run ebbtide, or a tour or simulation of it."""
+"""``ebb up | scheduler | worker | demo | sim``: run ebbtide, or a tour or simulation of it.
+
+(Longer than our modules should be: the commands that run ebbtide's processes share the node
+agent's options (``_agent_options``, ``_suspend_options``, ``_run_as_option``) and how a
+headroom source is opened; ``demo`` and ``sim`` only hand over to :mod:`ebbtide.cli.demo`
+and :mod:`ebbtide.sim`.)
+"""
 
 from __future__ import annotations
 

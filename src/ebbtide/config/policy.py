@@ -1,5 +1,9 @@
 """The policy file (``ebbtide.yaml``): typed, versioned and strict.
 
+(Longer than our modules should be: it is the policy file's whole schema, one model per
+section, with the checks across sections and the loader that reports every error with its
+file, line and field path; a user looking up a key finds every key here.)
+
 - ``defaults``: safety margins, the eviction deadline, timeouts, anti-thrash settings;
 - ``queues``: priority, preemptibility, deadlines, shares, limits, protections, aliases;
 - ``windows``: when offline work may run (see :mod:`ebbtide.config.windows`);

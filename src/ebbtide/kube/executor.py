@@ -1,5 +1,10 @@
 """The Kubernetes executor: each attempt is a pod on this agent's node.
 
+(Longer than our modules should be: it is one backend behind the executor interface, and
+each verb (start, warn, kill, observe, logs, leftovers) acts on the same pods and handles;
+pods' manifests (``pods``), resource profiles (``profiles``), the watch (``watch``) and
+outcomes (``outcome``) already stand alone.)
+
 The node agent (a DaemonSet pod with NVML and the host's PID namespace) creates the pod
 of each attempt it is sent, watches it (:mod:`ebbtide.kube.watch`), warns it and takes it
 down.  The agent's loop is the same as with local processes; only the verbs differ:

@@ -1,6 +1,10 @@
 """Resource profiles: how a fleet's nodes share a GPU, and so what an attempt's pod asks
 for.
 
+(Longer than our modules should be: each profile (qGPU, HAMi, Volcano, Koordinator, MIG,
+whole GPUs, direct) is a short function from the same ``Slice`` to the same ``Grant``, meant
+to be read side by side; apart, their rounding rules could not be compared at a glance.)
+
 A job asks for a slice: ``compute_pct`` (percent of one GPU's SMs), ``gpus`` (whole GPUs;
 0 means a share of one GPU) and ``memory_mib`` (GPU memory per device, in MiB).  The
 platform team picks one profile for its GPU nodes (``kubernetes.profile`` in the policy);

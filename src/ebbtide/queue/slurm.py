@@ -1,5 +1,8 @@
 """Slurm's ``sbatch`` options, as ``#SBATCH`` lines and on ``ebb sbatch``'s command line.
 
+(Longer than our modules should be: it is one dialect: the table of ``sbatch``'s options and
+a short translator for each, read against Slurm's manual option by option.)
+
 Each option is translated into the :class:`~ebbtide.queue.qsub.QsubOptions` that
 ``ebb qsub`` would take for it, so one builder checks every value and names where it came
 from (``train.sbatch line 4: -l walltime: ...``).  What has a meaning here is mapped:

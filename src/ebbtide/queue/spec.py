@@ -1,5 +1,9 @@
 """``JobSpec``: what a user submits, validated.
 
+(Longer than our modules should be: it is one model, ``JobSpec``, with a validator per field
+and the bounds each field has, so that every rule a submission must follow is in one place;
+the qsub and sbatch dialects that produce it already stand alone.)
+
 A bad spec raises :class:`~ebbtide.errors.SpecError` naming the field and the allowed
 values.  Sizes and durations accept the forms people write (``"4GiB"``, ``"30s"``,
 ``"02:00:00"``, ``"25%"``) and are stored normalised (MiB, seconds, percent).

@@ -1,5 +1,10 @@
 """The scheduler loop: snapshot the store, call the pure planner, apply its decisions.
 
+(Longer than our modules should be: it is one class, the scheduler's cycle, whose steps
+(snapshot, plan, apply, reconcile) and leadership share the same state; what is pure or
+stands alone already does (``planner``, ``mirror``, ``leader``, ``retention``,
+``policy_runtime``, ``preemption``).)
+
 Applying is idempotent: a dispatch is a fenced store transition (``queued`` at the
 attempt count the planner saw) followed by a message to the node; an eviction is a
 fenced ``running → evicting`` followed by a message.  Losing a race is normal and skipped.

@@ -1,5 +1,9 @@
 """The planner: snapshot → decisions.  Pure: no clock reads, no I/O.
 
+(Longer than our modules should be: it is one pure pass, and its phases hand each other the
+same lanes, budgets and fit index; split by phase, that state would travel between modules.
+The snapshot, the capacity arithmetic and the fit index already stand alone.)
+
 One pass reads as numbered phases (after kueue's scheduling cycle):
 
 1. **evict**: on every device where online usage plus offline slices exceed capacity

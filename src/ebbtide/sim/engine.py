@@ -1,5 +1,12 @@
 """The event loop of a simulation: a virtual clock that jumps from event to event.
 
+(Longer than our modules should be: it is one event loop, and every handler below pushes
+onto the same heap and changes the same devices and attempts; what stands alone already
+does: the state (``state.py``), an eviction's outcome (``eviction.py``), what the planner is
+handed (``planning.py``), the windows (``windows.py``), the latencies (``timing.py``), the
+workload (``jobs.py``, ``online.py``, ``backlog.py``) and the measures (``metrics.py``,
+``record.py``).)
+
 It drives the product's own pure code: :func:`ebbtide.scheduling.planner.plan` on a
 :class:`~ebbtide.scheduling.snapshot.Snapshot`, the node agent's fast path
 (:func:`ebbtide.preemption.relief.relief_for_device` and

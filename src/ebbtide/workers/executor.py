@@ -1,5 +1,10 @@
 """Executors start an attempt's processes and take them down.
 
+(Longer than our modules should be: the interface every executor implements and
+:class:`LocalExecutor`, its implementation for processes on this host, are read together;
+the process tree (``shim.py``, ``ownership.py``), launching (``launch.py``) and whom an
+attempt runs as (``runas.py``) already stand alone.)
+
 :class:`Executor` is the whole interface an attempt's life needs — start, warn, kill,
 observe the exit and its cause, where its logs are — and the node agent's deadline logic
 is the same whatever runs behind it: the deadline runs from the decision to evict until

@@ -1,5 +1,9 @@
 """The attempt shim: a small supervisor between the node agent and one attempt's processes.
 
+(Longer than our modules should be: it is run by path with the standard library only
+(``python -I shim.py``: it starts in tens of milliseconds and no job environment reaches
+it), so it cannot import helpers from other modules.)
+
 The local executor starts every attempt through this shim, as the leader of a new
 session.  The shim
 

@@ -1,5 +1,9 @@
 """An in-memory stand-in for the ``pynvml`` module, for tests and for machines without GPUs.
 
+(Longer than our modules should be: it is a fake of one vendor API (the part of ``pynvml``
+:class:`~ebbtide.workers.headroom.nvml.NvmlSource` calls), one file by nature, as the module
+it stands in for is.)
+
 It implements the functions :class:`~ebbtide.workers.headroom.nvml.NvmlSource` calls,
 with the real signatures, returning the real ``pynvml`` structures (device and event-set
 handles are real ``c_nvmlDevice_t`` / ``c_nvmlEventSet_t`` pointers, stable per device and

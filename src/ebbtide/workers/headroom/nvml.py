@@ -1,5 +1,9 @@
 """Headroom measured on real GPUs through NVML (``pynvml``, from nvidia-ml-py).
 
+(Longer than our modules should be: it is one source over one vendor API (NVML), and every
+part of it (devices and MIG instances, per-process use, XID events) reads the same handles
+through the same error handling.)
+
 **Devices.**  A GPU is offered whole, unless it is in MIG mode: then each of its MIG
 instances is a device of its own (named by its ``MIG-…`` UUID in ``CUDA_VISIBLE_DEVICES``).
 Devices are numbered 0, 1, … across the node in NVML order, whole GPUs and MIG instances

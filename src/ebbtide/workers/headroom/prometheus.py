@@ -1,5 +1,9 @@
 """Headroom read from NVIDIA's DCGM exporter, through Prometheus or from the exporter itself.
 
+(Longer than our modules should be: it is one source over one vendor's figures (DCGM,
+through Prometheus or the exporter), and its parts (endpoints, queries, parsing both
+answers' shapes, per-device figures) are steps of the one read.)
+
 For nodes where the agent cannot use per-process NVML.  The figures are device level and
 typically 30 s old (the exporter's default collection interval), so they serve for
 **planning only**: every sample has ``eviction_trigger=False`` and

@@ -1,0 +1,99 @@
+"""Job ids as the command line names them (``12``, ``12.server``, ``12[]``, ``12[3]``),
+checked before any store is opened."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ebbtide.errors import UserError
+from ebbtide.units import MAX_INT64, shown
+
+
+def _job_id(text: str) -> int | None:
+    """``12`` → 12; None for anything but digits; an error past what the store holds."""
+    if not re.fullmatch(r"[0-9]{1,30}", text.strip()):
+        return None
+    number = int(text)
+    if not 1 <= number <= MAX_INT64:
+        raise UserError(f"{text!r} is not a job id: ids go from 1 to {MAX_INT64}")
+    return number
+
+
+def parse_job_id(text: str, flag: str) -> int:
+    """A job id given to ``flag``; a :class:`UserError` naming the flag otherwise."""
+    try:
+        number = _job_id(text)
+    except UserError as exc:
+        raise UserError(f"{flag}: {exc}") from None
+    if number is None:
+        raise UserError(f"{flag}: {shown(text, 60)} is not a job id (expected a number like 12)")
+    return number
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job as named on the command line: ``12`` (or ``12.server``), ``12[]`` (every
+    task of the array 12), ``12[3]`` (its task of index 3), as PBS names them."""
+
+    id: int
+    whole_array: bool = False
+    index: int | None = None
+
+
+def _parse_ids(ids: Sequence[str]) -> list[JobRef]:
+    """Job ids as given, checked before any store is opened."""
+    out: list[JobRef] = []
+    for text in ids:
+        raw = text.split(".", 1)[0].strip()
+        found = re.fullmatch(r"([0-9]{1,30})(?:\[([0-9]{0,30})\])?", raw)
+        job_id = _job_id(found.group(1)) if found else None
+        if found is None or job_id is None:
+            raise UserError(
+                f"{shown(text, 60)} is not a job id (expected a number like 12, 12[] for an "
+                "array's tasks or 12[3] for one)"
+            )
+        index = found.group(2)
+        if index is None:
+            out.append(JobRef(job_id))
+        elif index == "":
+            out.append(JobRef(job_id, whole_array=True))
+        else:
+            out.append(JobRef(job_id, index=int(index)))
+    return out
+
+
+def _expand_ids(client: Any, ids: Sequence[JobRef]) -> list[int]:
+    """The jobs :func:`_parse_ids` named, an array as each of its tasks."""
+    out: list[int] = []
+    for ref in ids:
+        if not ref.whole_array and ref.index is None:
+            out.append(ref.id)
+            continue
+        tasks = client.list(array_id=ref.id)
+        if not tasks:
+            raise UserError(f"no array with id {ref.id}")
+        if ref.whole_array:
+            out.extend(t.id for t in tasks)
+            continue
+        task = next((t.id for t in tasks if t.array_index == ref.index), None)
+        if task is None:
+            indices = [t.array_index for t in tasks]
+            raise UserError(
+                f"array {ref.id} has no task {ref.index} (its tasks: {min(indices)}-"
+                f"{max(indices)}, {len(indices)} of them)"
+            )
+        out.append(task)
+    return out
+
+
+def _one_job(text: str) -> JobRef:
+    """The one job ``text`` names (``12``, or an array's task ``12[3]``), for commands
+    that act on one job (``ebb logs``, ``ebb events``); checked before any store is
+    opened (:func:`_expand_ids` finds a task's id)."""
+    [ref] = _parse_ids([text])
+    if ref.whole_array:
+        raise UserError(f"ID: {shown(text, 60)} is a whole array; name one task, like {ref.id}[1]")
+    return ref

@@ -1,0 +1,296 @@
+"""``ebb qstat``: list jobs (a table, an array on one line), one job in full (``-f``), or
+the queues (``-Q``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import click
+
+from ebbtide.cli import fast
+from ebbtide.cli.common import _client, _echo_json, _listing_client
+from ebbtide.cli.job_ids import _expand_ids, _parse_ids
+from ebbtide.errors import UserError
+from ebbtide.units import format_mib, shown
+
+JOB_STATES_HELP = (
+    "held, waiting, queued, dispatched, running, evicting, succeeded, failed, cancelled"
+)
+
+
+def _fmt_time(t: float | None) -> str:
+    if not t:
+        return "-"
+    return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def _slice_text(job: Any) -> str:
+    share = f"{job.gpus}gpu" if job.gpus else f"{job.compute_pct:g}%"
+    return f"{share}/{format_mib(job.memory_mib)}"
+
+
+def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``qstat -f``'s lines: every field, with the slice asked for and the slice granted
+    in words where the slice is (``slice granted: 25% 5GiB (qgpu)``), a running job's
+    state with its pause or suspension (``running (suspended to host)``), what it used
+    where that was measured (``used: compute p95 12%, peak 20%; memory …``) and a hint
+    when it asks for far more."""
+    from ebbtide.kube.profiles import slice_words
+    from ebbtide.queue.rightsizing import Used
+
+    lines: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if key in ("slice_asked", "slice_granted"):
+            continue
+        if key in ("usage", "hint"):
+            if value is None:
+                continue  # nothing measured (a source that cannot attribute, or not run)
+            if key == "usage":
+                used = Used(**value)
+                counted = f"{used.attempts} attempt{'s' if used.attempts > 1 else ''}"
+                value = f"{used.words()} ({counted}, {used.samples} samples)"
+                key = "used"
+            lines.append((key, value))
+            continue
+        if key == "submitted":
+            lines.extend((name, shown) for name, shown in value.items() if shown is not None)
+            continue
+        if key == "state" and value == "running" and data.get("suspended_at"):
+            value = "running (suspended to host)"
+        elif key == "state" and value == "running" and data.get("paused_at"):
+            value = "running (paused)"
+        if key != "slice":
+            lines.append((key, value))
+            continue
+        asked, granted = data["slice_asked"], data["slice_granted"]
+        lines.append(("slice asked", slice_words(**asked)))
+        words = slice_words(granted["compute_pct"], granted["gpus"], granted["memory_mib"])
+        profile = f" ({granted['profile']})" if granted["profile"] else ""
+        lines.append(("slice granted", words + profile))
+        if granted["note"]:
+            lines.append(("rounded", granted["note"]))
+    return lines
+
+
+@click.command("qstat")
+@click.option(
+    "-f",
+    "full",
+    is_flag=True,
+    help="Each job in full (qstat -f 12 13; alone: every job listed). --json: one job's "
+    "object, or a list for several.",
+)
+@click.option("-u", "user", help="Only this user's jobs.")
+@click.option("-Q", "queues", is_flag=True, help="Show queues with job counts per state.")
+@click.option(
+    "-s",
+    "--state",
+    "states",
+    multiple=True,
+    help=f"Only these states: {JOB_STATES_HELP}; or PBS's letters: Q queued, R running, "
+    "H held, W waiting, E evicting, F finished (-s QR: both).",
+)
+@click.option(
+    "-t", "tasks", is_flag=True, help="Show every task of an array (default: one line each)."
+)
+@click.option(
+    "-x",
+    "finished",
+    is_flag=True,
+    help="Finished jobs too (succeeded, failed, cancelled), as PBS's qstat -x.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every task).")
+@click.argument("ids", nargs=-1)
+def qstat(
+    full: str | None,
+    user: str | None,
+    queues: bool,
+    states: Sequence[str],
+    tasks: bool,
+    finished: bool,
+    as_json: bool,
+    ids: Sequence[str],
+) -> None:
+    """Show the jobs that have not finished (oldest first; -x: finished ones too, -s:
+    these states), only the jobs IDS in any state (`ebb qstat 12 13[]`), jobs in full
+    (-f 12, -f 12 13, -f alone: every job listed), or queues (-Q).
+
+    An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
+    task. In -f, times are local ISO timestamps (Unix seconds in --json).
+    """
+    from ebbtide.queue.states import FINAL_STATES, JobState
+
+    asked = wanted = _states(states)
+    unfinished_only = wanted is None and not finished and not ids
+    if unfinished_only:  # as PBS's qstat and Slurm's squeue
+        wanted = [s for s in JobState if s not in FINAL_STATES]
+    named = _parse_ids(ids)
+    if fast.socket_url() is not None and not (full or ids or queues or as_json):
+        rows = fast.qstat_rows([s.value for s in wanted or ()], user)
+        if rows is not None:  # a server on this host answered: its table
+            _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
+            return
+    if ids:  # jobs named: no store is an error
+        client = _client()
+    elif (client := _listing_client(as_json, {} if queues else [])) is None:
+        return  # nothing submitted here yet: an empty list, as on a new cluster
+    if queues:
+        stats = client.queue_stats()
+        if as_json:
+            _echo_json(stats)
+            return
+        width = max(len(s.value) for s in JobState)  # "dispatched" whole
+        click.echo(f"{'queue':<16} " + " ".join(f"{s.value:>{width}}" for s in JobState))
+        for q, counts in sorted(stats.items()):
+            click.echo(
+                f"{q:<16} " + " ".join(f"{counts.get(s.value, 0):>{width}}" for s in JobState)
+            )
+        return
+    if full:
+        if ids:
+            chosen = _expand_ids(client, named)
+        else:
+            chosen = [row[0] for row in client.table(["id"], state=wanted, owner=user)]
+        described = [client.describe(job_id) for job_id in chosen]
+        described = [d for d in described if not ids or asked is None or d["state"] in asked]
+        if as_json:  # one job named by its id: its object, as ever; else a list
+            one = len(named) == 1 and not named[0].whole_array and len(described) == 1
+            _echo_json(described[0] if one else described)
+            return
+        for i, data in enumerate(described):
+            if i:
+                click.echo("")
+            for key, value in _full_lines(data):
+                click.echo(f"{key:>20}: {_shown_value(key, value)}")
+        return
+    if ids:
+        jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]
+        jobs = [j for j in jobs if asked is None or j.state in asked]
+    elif not as_json:  # the table's fields alone: far cheaper than whole jobs
+        from ebbtide.client import TABLE_COLUMNS
+
+        rows = client.table(TABLE_COLUMNS, state=wanted, owner=user)
+        jobs = [SimpleNamespace(**dict(zip(TABLE_COLUMNS, row, strict=True))) for row in rows]
+    else:
+        jobs = client.list(state=wanted, owner=user)
+    if as_json:
+        _echo_json([client.as_dict(j) for j in jobs])
+        return
+    _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only)
+
+
+def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = False) -> None:
+    """``qstat``'s table: a line per job, or per array unless ``expand``; when it lists
+    only unfinished jobs and there are none, a note says where the finished ones are."""
+    if not jobs and unfinished_only:
+        click.echo("ebb: note: no job is waiting or running; -x lists finished jobs", err=True)
+    rows = [
+        _row(group[0]) if len(group) == 1 else _array_row(group)
+        for group in _grouped(jobs, expand=expand)
+    ]
+    # the ID column is as wide as its longest id (an array's 12345[1-1000] too)
+    width = max([6, *(len(ident) for ident, _ in rows)])
+    lines = [
+        f"{'ID':>{width}} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
+        f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
+    ]
+    lines.extend(f"{ident:>{width}} {rest}" for ident, rest in rows)
+    click.echo("\n".join(lines))
+
+
+def _grouped(jobs: Sequence[Any], *, expand: bool) -> list[list[Any]]:
+    """Jobs in order, the tasks of each array (next to each other, as ids are given)
+    together in one group unless ``expand``."""
+    groups: list[list[Any]] = []
+    for j in jobs:
+        if (
+            not expand
+            and j.array_id is not None
+            and groups
+            and groups[-1][0].array_id == j.array_id
+        ):
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
+
+
+def _row(j: Any) -> tuple[str, str]:
+    """A job's line of the table: its id, and the rest."""
+    where = f"{j.node}/{j.devices}" if j.node else "-"
+    return str(j.id), (
+        f"{j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
+        f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
+        f"{_fmt_time(j.started_at):>8}  {j.reason}"
+    )
+
+
+def _array_row(tasks: Sequence[Any]) -> tuple[str, str]:
+    """One line for an array's tasks: ``12[1-100]``, its state if they share one, and
+    how many tasks are in each state (its id, and the rest)."""
+    first = tasks[0]
+    indices = [t.array_index for t in tasks]
+    ident = f"{first.array_id}[{min(indices)}-{max(indices)}]"
+    counts = Counter(_state_text(t) for t in tasks)
+    state = next(iter(counts)) if len(counts) == 1 else "mixed"
+    name = first.name.rsplit("[", 1)[0]
+    started = min((t.started_at for t in tasks if t.started_at), default=None)
+    spread = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    return ident, (
+        f"{name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
+        f"{first.priority:>4} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
+        f"{_fmt_time(started):>8}  {len(tasks)} tasks: {spread} (-t for each)"
+    )
+
+
+#: PBS's job state letters (``qselect -s QR``), as ebbtide's states.
+PBS_STATE_LETTERS = {
+    "Q": ("queued",),
+    "R": ("running",),
+    "H": ("held",),
+    "W": ("waiting",),
+    "E": ("evicting",),
+    "F": ("succeeded", "failed", "cancelled"),
+}
+
+
+def _states(states: Sequence[str]) -> list[Any] | None:
+    """``-s`` values (names, or PBS letters like ``QR``) as job states; None: all."""
+    from ebbtide.queue.states import JobState
+
+    wanted: list[JobState] = []
+    for text in states:
+        if text and all(ch in PBS_STATE_LETTERS for ch in text):
+            wanted.extend(JobState(s) for ch in text for s in PBS_STATE_LETTERS[ch])
+            continue
+        try:
+            wanted.append(JobState(text.lower()))
+        except ValueError:
+            raise UserError(
+                f"-s: expected one of {JOB_STATES_HELP}, or PBS letters (Q R H W E F), "
+                f"got {shown(text)}"
+            ) from None
+    return wanted or None
+
+
+def _shown_value(key: str, value: Any) -> Any:
+    """A ``qstat -f`` value for people: times (``*_at``, ``backoff_until``) as local ISO
+    timestamps."""
+    if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
+        return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+    return value
+
+
+def _state_text(j: Any) -> str:
+    """``suspended`` for a running job whose GPU memory was moved to host memory (online
+    memory was short), ``paused`` for one frozen in place by a compute spike, else its
+    state."""
+    if j.state == "running" and getattr(j, "suspended_at", None):
+        return "suspended"
+    if j.state == "running" and getattr(j, "paused_at", None):
+        return "paused"
+    return str(j.state)

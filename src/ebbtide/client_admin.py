@@ -1,0 +1,180 @@
+"""The admin's part of :class:`~ebbtide.client.Client`: nodes and their drains, purging
+finished jobs, ``ebb server``'s tokens.  ``nodes`` is anyone's to read; the rest is for
+admins only.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import time
+from typing import Any
+
+from ebbtide.args import flag, text, whole
+from ebbtide.client_base import ClientBase
+from ebbtide.config.policy import Policy
+from ebbtide.errors import PermissionDenied, UserError
+from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
+from ebbtide.queue.store import Store
+from ebbtide.queue.tokens import TokenInfo
+
+log = logging.getLogger("ebbtide.client")
+
+#: Longest reason for a drain, in characters.
+MAX_REASON_CHARS = 1000
+
+
+class ClientAdmin(ClientBase):
+    """Nodes, retention and tokens, over the store and the policy of a
+    :class:`~ebbtide.client.Client`."""
+
+    store: Store
+    policy: Policy
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def nodes(self) -> builtins.list[dict[str, Any]]:
+        """Node agents as ``ebb nodes --json`` shows them: heartbeat age, whether the agent
+        is ``silent`` (no heartbeat within the policy's timeout), drains, and per
+        device the latest online (and offline) usage, health, the last fault, cooldown."""
+        now = time.time()
+        cooldown_s = self.policy.defaults.eviction_cooldown_s
+        drains = {(d.node, d.device): d for d in self.store.drains.drained()}
+        held: dict[tuple[str, int], list[Any]] = {}
+        for a in self.store.active_attempts():
+            for index in a.devices:
+                held.setdefault((a.node, index), []).append(a)
+        out = []
+        for n in self.store.nodes():
+            node_drain = drains.get((n.name, WHOLE_NODE))
+            devices = json.loads(n.devices_json)
+            for d in devices:
+                evicted = d.get("last_eviction_at")
+                d["cooldown_until"] = evicted + cooldown_s if evicted else None
+                drain = drains.get((n.name, int(d["index"]))) or node_drain
+                d["drained"] = drain.describe() if drain else None
+                d.setdefault("health", "healthy")
+                slices = held.get((n.name, int(d["index"])), [])
+                d["slices"] = {
+                    "jobs": [a.job_id for a in slices],
+                    "compute_pct": sum(100.0 if a.gpus else a.compute_pct for a in slices),
+                    "memory_mib": sum(a.memory_mib for a in slices),
+                }
+            out.append(
+                {
+                    "name": n.name,
+                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
+                    # silent past the policy's heartbeat timeout: the scheduler treats
+                    # its attempts as lost and plans nothing there
+                    "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
+                    "stopping": n.stopping,
+                    "drained": node_drain.describe() if node_drain else None,
+                    "devices": devices,
+                }
+            )
+        return out
+
+    def drain(self, node: str, device: int | None = None, *, reason: str = "") -> None:
+        """Keep new work off ``node`` (or one device of it); what runs there goes on.
+        Admins only."""
+        self._device_admin("drain", node, device)
+        reason = text(reason, "reason", max_chars=MAX_REASON_CHARS, empty=True)
+        self.store.drains.drain(
+            node, WHOLE_NODE if device is None else device, by=self.caller.actor, reason=reason
+        )
+
+    def undrain(self, node: str, device: int | None = None) -> None:
+        """Return ``node`` (or one device) to service: lifts drains, and clears a fault the
+        node agent holds against it (it takes work again at once).  Admins only."""
+        self._device_admin("undrain", node, device)
+        self.store.drains.undrain(
+            node, WHOLE_NODE if device is None else device, by=self.caller.actor
+        )
+
+    def forget_node(self, node: str) -> None:
+        """Remove a node whose agent is gone for good from ``ebb nodes`` and the metrics
+        (what it ran is requeued, as for any silent node).  A node that still heartbeats
+        is refused: stop its agent first.  Admins only."""
+        self._device_admin("forget", node, None)
+        row = next((n for n in self.store.nodes() if n.name == node), None)
+        if row is None:
+            raise UserError(f"no node named {node!r}")
+        age = self.store.clock.time() - row.heartbeat_at
+        timeout = self.policy.defaults.heartbeat_timeout_s
+        running = self.store.active_attempts(node=node)
+        if age <= timeout and (not row.stopping or running):
+            doing = f"is evicting {len(running)} attempt(s)" if row.stopping else "is alive"
+            raise UserError(
+                f"node {node!r} heartbeated {age:.0f}s ago: its agent {doing}; stop it "
+                f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
+            )
+        self.store.forget_node(node)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def purge(
+        self, older_than_s: float, *, batch: int = DEFAULT_BATCH_JOBS, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Remove the jobs that finished more than ``older_than_s`` seconds ago (1 hour
+        at least), with their attempts and events, ``batch`` jobs per transaction;
+        ``dry_run``: count them, remove nothing.  Never a job not yet finished, one that
+        a job not yet finished depends on, or part of an array not all finished that
+        long ago.  Admins only.  What went (``ebb admin purge --json``): ``jobs``,
+        ``attempts``, ``events``, ``kept``, ``oldest_kept_finished_at``, ``elapsed_s``..."""
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may purge finished jobs; {self.user} is not one")
+        age = check_age(older_than_s)
+        batch = whole(batch, "batch", 1, MAX_BATCH_JOBS)
+        result = self.store.purge(age, batch=batch, dry_run=flag(dry_run, "dry_run"))
+        log.info(
+            "%s %s %s finished jobs, %s attempts, %s events (finished over %gs ago)",
+            self.caller.actor,
+            "would purge" if dry_run else "purged",
+            result.jobs,
+            result.attempts,
+            result.events,
+            age,
+        )
+        return result.as_dict()
+
+    # -- tokens -------------------------------------------------------------------------
+
+    def create_token(
+        self, user: str, *, note: str = "", expires_s: float | None = None
+    ) -> tuple[int, str]:
+        """Issue a bearer token of ``ebb server`` to ``user``: its id and the token, given
+        this once (only its hash is kept).  Admins only, on the store itself."""
+        self._token_admin()
+        return self.store.tokens.create(user, by=self.caller.actor, note=note, expires_s=expires_s)
+
+    def tokens(self) -> builtins.list[TokenInfo]:
+        """Every token issued, oldest first (never the token itself).  Admins only."""
+        self._token_admin()
+        return self.store.tokens.all()
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        """Refuse the token ``token_id`` from now on (one already revoked stays as it
+        was).  Admins only."""
+        self._token_admin()
+        return self.store.tokens.revoke(token_id, by=self.caller.actor)
+
+    def _token_admin(self) -> None:
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may manage tokens; {self.user} is not one")
+
+    def _device_admin(self, what: str, node: str, device: int | None) -> None:
+        if not self.is_admin:
+            raise PermissionDenied(f"only admins may {what} nodes; {self.user} is not one")
+        known = {n.name: n for n in self.store.nodes()}
+        if node not in known:
+            names = ", ".join(sorted(known)) or "none yet"
+            raise UserError(f"no node named {node!r} (known: {names})")
+        if device is not None:
+            indices = sorted(int(d["index"]) for d in json.loads(known[node].devices_json))
+            if device not in indices:
+                raise UserError(
+                    f"node {node!r} has no device {device} (devices: "
+                    f"{', '.join(map(str, indices)) or 'none'})"
+                )

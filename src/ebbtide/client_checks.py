@@ -1,0 +1,181 @@
+"""What a submission is checked against beyond the spec's own rules, and what its
+submitter is told: the policy in effect (the one the scheduler published), the fleet's
+nodes, the Kubernetes resource profile.  :class:`~ebbtide.client.Client` and
+``ebb server`` use them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ebbtide.config.policy import Policy, load_policy, parse_policy
+from ebbtide.errors import ConfigError, SpecError
+from ebbtide.kube.profiles import Grant, grant_for
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.units import format_mib, signal_name
+
+log = logging.getLogger("ebbtide.client")
+
+
+def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
+    """Under a ``kubernetes:`` section, what the fleet's resource profile grants for the
+    spec's slice (None without one).  Refuses, naming the field, a slice the profile
+    cannot express, a warning signal other than SIGTERM, and a job with no image."""
+    settings = policy.kubernetes
+    if settings is None:
+        return None
+    if spec.signal != int(signal.SIGTERM):
+        raise SpecError(
+            "signal",
+            f"the kubelet warns a pod with SIGTERM only, so a job cannot ask for "
+            f"{signal_name(spec.signal)} under the Kubernetes executor; leave the signal "
+            "unset (TERM)",
+        )
+    if policy.image_for(spec.queue, spec.image) is None:
+        raise SpecError(
+            "image",
+            f"the job names no image, and neither queue {spec.queue!r} nor the policy's "
+            "kubernetes section has a default; give one (ebb qsub --image IMAGE, "
+            "JobSpec(image=...))",
+        )
+    return grant_for(spec, settings)
+
+
+#: The published policy last parsed, by its text: a server parses it once, not per request.
+_parsed: dict[str, Policy] = {}
+
+
+def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
+    by an alias (:func:`queue_notes`), what attempts running as pods do not do
+    (:func:`pod_notes`)."""
+    return [*queue_notes(spec, policy), *pod_notes(spec, policy)]
+
+
+def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """A note when the spec names its queue by an alias (a Slurm partition, a PBS queue
+    of another site's): the job is recorded under the queue's own name."""
+    try:
+        named = policy.queue_named(spec.queue)
+    except ConfigError:
+        return []
+    if named == spec.queue:
+        return []
+    what = "partition" if spec.compat == "slurm" else "queue"
+    return [f"{what} {spec.queue!r} is queue {named!r} here"]
+
+
+def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """What a spec asks that attempts running as pods do not do (the policy has a
+    ``kubernetes:`` section): said at submission, never dropped silently."""
+    if policy.kubernetes is None:
+        return []
+    notes = []
+    for name, option in (("stdout", "-o/--output"), ("stderr", "-e/--error")):
+        if getattr(spec, name):
+            notes.append(
+                f"{option}: where attempts run as pods, their output is the pod's log, kept "
+                "as the attempt's log (`ebb logs ID`), not this file"
+            )
+    if spec.signal_shell_only:
+        notes.append(
+            "--signal=B:: where attempts run as pods, the warning is the kubelet's SIGTERM "
+            "to the container's first process, the script's shell or not"
+        )
+    return notes
+
+
+def policy_in_effect(store: Store, path: Path | None) -> Policy:
+    """The policy jobs are checked against: the one the running (or last) scheduler
+    published to the store (:func:`published_policy`), so every client sees the queues,
+    defaults and deadlines the scheduler applies; the file at ``path``
+    (``EBBTIDE_POLICY``) only while none is published."""
+    return published_policy(store) or load_policy(path)
+
+
+def published_policy(store: Store) -> Policy | None:
+    """The policy the scheduler published, parsed once per text; None when none is, or
+    when this ebbtide cannot read it (a newer scheduler's: a warning says so)."""
+    published = store.published_policy()
+    if published is None:
+        return None
+    text, source, _ = published
+    if not text:
+        return Policy()  # the scheduler runs with the built-in defaults
+    policy = _parsed.get(text)
+    if policy is None:  # (threads of a server may both parse it: no harm)
+        try:
+            policy = parse_policy(text, f"{source} (as the scheduler published it)")
+        except ConfigError as exc:
+            log.warning("the scheduler's published policy cannot be read here: %s", exc)
+            return None
+        _parsed.clear()
+        _parsed[text] = policy
+    return policy
+
+
+def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
+    """Refuse, saying what the fleet offers, a job no node that has reported could ever
+    hold: more GPUs than any node has, or more memory per GPU than any card.  With no
+    node reported yet there is nothing to compare with, so nothing is refused."""
+    fleet = []
+    for node in nodes:
+        memories = sorted(
+            (int(d.get("memory_mib") or 0) for d in json.loads(node.devices_json or "[]")),
+            reverse=True,
+        )
+        if memories:
+            fleet.append((node.name, memories))
+    need = max(spec.gpus, 1)
+    if not fleet or any(
+        sum(1 for m in memories if m >= spec.memory_mib) >= need for _, memories in fleet
+    ):
+        return
+    largest = sorted(fleet, key=lambda n: (len(n[1]), n[1][0]), reverse=True)[:3]
+    offers = ", ".join(f"{name}: {len(mems)} × {format_mib(mems[0])}" for name, mems in largest)
+    more = f" (and {len(fleet) - 3} more)" if len(fleet) > 3 else ""
+    asked = f"{need} GPU{'s' if need > 1 else ''} with {format_mib(spec.memory_mib)} each"
+    raise SpecError(
+        "gpu" if need > max(len(m) for _, m in fleet) else "gpumem",
+        f"no node could ever hold it: it asks for {asked} on one node, and the largest "
+        f"nodes are {offers}{more}; give --allow-future (allow_future=True) if such a "
+        "node will join",
+    )
+
+
+#: What a submission to a store no node agent ever reported to is told.
+NO_AGENT_NOTE = (
+    "no node agent has ever reported to this store: the job waits until one does (ebb up, "
+    "ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)"
+)
+
+
+def with_whole_gpu_memory(spec: JobSpec, nodes: Sequence[Any]) -> tuple[JobSpec, str | None]:
+    """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
+    amount of their memory is given all of each card's memory, as a PBS or Slurm user
+    expects of a GPU: the smallest card's among the nodes that have reported (so it may
+    run on any of them), with a note saying so.  With none reported, or an amount asked
+    for, ``spec`` as it is."""
+    if not spec.gpus or "memory_mib" in spec.model_fields_set:
+        return spec, None
+    cards = [
+        int(d.get("memory_mib") or 0)
+        for node in nodes
+        for d in json.loads(node.devices_json or "[]")
+        if d.get("memory_mib")
+    ]
+    if not cards:
+        return spec, None
+    memory = min(cards)
+    plural = "s" if spec.gpus > 1 else ""
+    note = (
+        f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
+        f"memory on each, a whole card here (the smallest); -l gpumem=SIZE asks for less"
+    )
+    return spec.model_copy(update={"memory_mib": memory}), note
