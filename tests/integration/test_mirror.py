@@ -18,7 +18,12 @@ from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import ACTIVE_STATES, EventType, JobState
 from ebbtide.queue.store import Store
 from ebbtide.queue.store.changes import GAP_EXPIRY_S, EventCursor, advance
-from ebbtide.scheduling.mirror import REBUILD_PERIOD_S, Mirror, OrderedJobs
+from ebbtide.scheduling.mirror import (
+    FALLBACK_RECHECK_S,
+    REBUILD_PERIOD_S,
+    Mirror,
+    OrderedJobs,
+)
 from ebbtide.scheduling.snapshot import QueuedJob
 
 S = JobState
@@ -210,6 +215,43 @@ def test_too_many_changes_read_everything_again(any_store: Store) -> None:
     assert store.changes_since(cursor, max_events=2) is None
     changes = store.changes_since(cursor, max_events=3)
     assert changes is not None and len(changes.queued) == 3
+
+
+def test_a_store_that_cannot_say_what_changed_is_read_again_soon_after() -> None:
+    """A transaction of many events (an array of 100,000 tasks) in flight past the new
+    cursor's start margin makes the store give up (None) and the copy read everything;
+    what it commits below that margin is seen at a second full read shortly after, not
+    at the 5-minute one."""
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+
+    class GivesUpOnce:
+        give_up = False
+
+        def changes_since(self, cursor: Any) -> Any:
+            if self.give_up:
+                self.give_up = False
+                return None
+            return store.changes_since(cursor)
+
+        def queued_jobs(self) -> list[QueuedJob]:
+            return store.queued_jobs()
+
+        def active_attempts(self) -> Any:
+            return store.active_attempts()
+
+    feed = GivesUpOnce()
+    mirror = Mirror()
+    mirror.sync(feed, clock.time())
+    feed.give_up = True
+    mirror.sync(feed, clock.time())
+    assert mirror.rebuilds == 2
+    mirror.sync(feed, clock.time() + FALLBACK_RECHECK_S / 2)
+    assert (mirror.rebuilds, mirror.updates) == (2, 1)
+    mirror.sync(feed, clock.time() + FALLBACK_RECHECK_S)
+    assert mirror.rebuilds == 3
+    mirror.sync(feed, clock.time() + FALLBACK_RECHECK_S * 2)  # then every 5 minutes again
+    assert mirror.rebuilds == 3
 
 
 def test_the_cursor_keeps_and_drops_gaps() -> None:

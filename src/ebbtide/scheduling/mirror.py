@@ -37,6 +37,11 @@ log = logging.getLogger("ebbtide.scheduler")
 
 #: The copy is read again from scratch at least this often, in seconds (5 minutes).
 REBUILD_PERIOD_S = 300.0
+#: After a store could not say what changed (too many new events or gaps: a transaction
+#: of many events, say an array of 100,000 tasks, may still be in flight), the copy is
+#: read again from scratch this much later too, in seconds: what that transaction
+#: commits below the new cursor's start margin is then seen within this, not 5 minutes.
+FALLBACK_RECHECK_S = 10.0
 #: The length a run of :class:`OrderedJobs` is split at twice of, in jobs.
 RUN_LENGTH = 1_000
 
@@ -143,6 +148,8 @@ class Mirror:
         #: the leadership epoch the copy was built in, and when (Unix seconds)
         self._epoch: int | None = None
         self._built_at = 0.0
+        #: when the next full read is due (Unix seconds)
+        self._due_at = 0.0
         #: full rebuilds so far, and passes that applied changes only
         self.rebuilds = 0
         self.updates = 0
@@ -159,26 +166,24 @@ class Mirror:
         attempts by job id, as :meth:`Store.queued_jobs` and :meth:`Store.active_attempts`
         would.  A store error leaves the copy to be rebuilt at the next call."""
         try:
-            if not self._follow(store, now, epoch):
-                self._rebuild(store, now, epoch)
+            followed = self._follow(store, now, epoch)
+            if followed is not True:
+                self._rebuild(store, now, epoch, fallback=followed is None)
         except BaseException:
             self.reset()
             raise
         active = [self._active[job_id] for job_id in sorted(self._active)]
         return self._queued.as_list(), active
 
-    def _follow(self, store: ChangeFeed, now: float, epoch: int | None) -> bool:
-        """Apply what changed since the cursor; False when a full rebuild is due."""
-        if (
-            self._cursor is None
-            or epoch != self._epoch
-            or not 0 <= now - self._built_at < REBUILD_PERIOD_S
-        ):
+    def _follow(self, store: ChangeFeed, now: float, epoch: int | None) -> bool | None:
+        """Apply what changed since the cursor; False when a full rebuild is due, None
+        when the store could not say what changed."""
+        if self._cursor is None or epoch != self._epoch or not self._built_at <= now < self._due_at:
             return False
         changes = store.changes_since(self._cursor)
         if changes is None:
             log.info("the queue changed too much since the last pass: reading all of it")
-            return False
+            return None
         for job_id in changes.job_ids:
             self._queued.discard(job_id)
             self._active.pop(job_id, None)
@@ -190,7 +195,9 @@ class Mirror:
         self.updates += 1
         return True
 
-    def _rebuild(self, store: ChangeFeed, now: float, epoch: int | None) -> None:
+    def _rebuild(
+        self, store: ChangeFeed, now: float, epoch: int | None, *, fallback: bool = False
+    ) -> None:
         start = store.changes_since(None)
         assert start is not None  # a new cursor always begins
         self._queued = OrderedJobs(store.queued_jobs(), in_order=True)
@@ -198,4 +205,5 @@ class Mirror:
         self._cursor = start.cursor
         self._epoch = epoch
         self._built_at = now
+        self._due_at = now + (FALLBACK_RECHECK_S if fallback else REBUILD_PERIOD_S)
         self.rebuilds += 1
