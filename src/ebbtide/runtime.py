@@ -32,6 +32,7 @@ from ebbtide.scheduling.snapshot import QueueLimits
 from ebbtide.units import format_mib
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
+from ebbtide.workers.heartbeat import HeartbeatRules
 from ebbtide.workers.suspend import DEFAULT_HOST_COPY_MIB_S, CudaCheckpoint
 
 log = logging.getLogger("ebbtide")
@@ -90,6 +91,7 @@ class Runtime:
             self.agent.metrics.known_queues(self.agent.name, self.agent.queues)
             self.agent.deadline_s = policy.defaults.deadline_s
             self.agent.heartbeat_timeout_s = policy.defaults.heartbeat_timeout_s
+            self.agent.sync.heartbeats.rules = heartbeat_rules(policy)
             self.agent.health.recovery_s = policy.defaults.device_recovery_s
             self.agent.planning_margin = policy.defaults.planning_margins
             self.agent.pause_rules = policy.defaults.pause_rules()
@@ -210,8 +212,18 @@ def build(
             others_as_agent=others_as_agent,
             metrics=rt.metrics,
         )
+        rt.agent.sync.heartbeats.rules = heartbeat_rules(policy)
         rt.on_stop.append(source.close)
     return rt
+
+
+def heartbeat_rules(policy: Policy) -> HeartbeatRules:
+    """When the agent's heartbeats are written, under ``policy``: its heartbeat timeout's
+    write period, deadbands within half its margins."""
+    d = policy.defaults
+    return HeartbeatRules.for_policy(
+        d.heartbeat_timeout_s, d.margins.compute_pct, d.margins.memory_mib
+    )
 
 
 def _executor(kind: str, policy: Policy, node: str, profile: str | None) -> Any:

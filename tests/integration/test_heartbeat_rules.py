@@ -72,3 +72,35 @@ def test_room_reported_gone_is_never_planned_into(world) -> None:  # type: ignor
     clock.advance(writer.rules.period_s)
     assert writer.offer(beat(10_000))
     assert len(plan(scheduler.snapshot(clock.time())).dispatches) == 1
+
+
+def test_the_agents_write_rules_follow_the_policy_and_its_reloads(tmp_path: Path) -> None:
+    """A review's finding: a reload to a shorter heartbeat timeout kept the old write
+    period (3 s against a 2 s timeout: quiet nodes looked silent, and the agent fenced
+    later than the scheduler gave it up); and a policy with no margin needs every shrink
+    written at once."""
+    from ebbtide.config.policy import parse_policy
+    from ebbtide.config.settings import Settings
+    from ebbtide.runtime import build
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.static import StaticSource
+
+    path = tmp_path / "ebbtide.yaml"
+    path.write_text("defaults:\n  heartbeat_timeout_s: 8s\n  margin_memory_mib: 0\n")
+    settings = Settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'e.db'}")
+    rt = build(
+        settings,
+        scheduler=True,  # ebb up: the embedded broker
+        agent_name="n1",
+        source=StaticSource(parse_devices("1x80GiB")),
+        policy_path=path,
+    )
+    try:
+        assert rt.agent is not None
+        rules = rt.agent.sync.heartbeats.rules
+        assert (rules.period_s, rules.deadband_memory_mib) == (2.0, 0.0)
+        rt.apply_policy(parse_policy("defaults:\n  heartbeat_timeout_s: 2s\n", "ebbtide.yaml"))
+        rules = rt.agent.sync.heartbeats.rules
+        assert (rules.period_s, rules.deadband_memory_mib) == (0.5, 256.0)
+    finally:
+        rt.stop()

@@ -4,6 +4,7 @@ and the agent still fences its attempts when the store does not answer."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -75,10 +76,36 @@ def writer(clock: FakeClock, store: FakeStore | None = None) -> HeartbeatWriter:
 
 
 def test_the_write_period_fits_inside_the_timeout() -> None:
-    assert write_period_s(10.0) == HEARTBEAT_WRITE_PERIOD_S
-    assert write_period_s(2.0) == pytest.approx(0.6)
-    # the agent fences at half the timeout: a write period leaves it room to spare
-    assert write_period_s(2.0) < 2.0 / 2
+    assert write_period_s(60.0) == HEARTBEAT_WRITE_PERIOD_S
+    assert write_period_s(10.0) == pytest.approx(2.5)
+    assert write_period_s(2.0) == pytest.approx(0.5)
+    # the agent fences (and its shims kill) at half the timeout: a stopped agent's
+    # attempts are dead three quarters of a timeout after its last write at the latest
+    assert write_period_s(2.0) + 2.0 / 2 < 2.0
+
+
+def test_writes_are_never_further_apart_than_the_period(clock: FakeClock) -> None:
+    """Heartbeats are offered every half second: the write falls on the last offer
+    within the period, not on the first one past it (a review's finding: a 0.6 s period
+    wrote every 1.0 s)."""
+    store = FakeStore()
+    w = HeartbeatWriter("n1", store, HeartbeatRules(period_s=1.2), monotonic=clock.monotonic)
+    written_at = []
+    for _ in range(13):
+        if w.offer(beat(device(online_compute_pct=40.0))):
+            written_at.append(clock.monotonic())
+        clock.advance(0.5)
+    gaps = [b - a for a, b in pairwise(written_at)]
+    assert gaps == [1.0] * 6  # the first, then every second offer
+
+
+def test_the_deadbands_stay_within_half_the_policys_margins() -> None:
+    rules = HeartbeatRules.for_policy(10.0, 5.0, 2048.0)
+    assert (rules.deadband_compute_pct, rules.deadband_memory_mib) == (2.0, 256.0)
+    rules = HeartbeatRules.for_policy(10.0, 0.0, 0.0)  # no margin: every shrink at once
+    assert (rules.deadband_compute_pct, rules.deadband_memory_mib) == (0.0, 0.0)
+    small = HeartbeatRules.for_policy(10.0, 1.0, 100.0)
+    assert (small.deadband_compute_pct, small.deadband_memory_mib) == (0.5, 50.0)
 
 
 def test_the_first_heartbeat_is_written(clock: FakeClock) -> None:
@@ -242,7 +269,7 @@ def test_a_node_in_touch_with_the_store_is_not_silent_between_writes(clock: Fake
     sync = store_thread(clock, store)
     tick(sync, clock, 20.0)
     assert sync.silence_s() <= 0.5
-    assert 5 <= len(store.beats) <= 8  # one a write period, not forty
+    assert 5 <= len(store.beats) <= 9  # one a write period, not forty
 
 
 def test_a_store_that_does_not_answer_leads_to_the_fence(clock: FakeClock) -> None:

@@ -59,7 +59,8 @@ API_VERSION: Final = "ebbtide/v1"
 _QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
 
 #: Shortest heartbeat timeout, in seconds: four of the node agent's 0.5 s heartbeats (it
-#: fences its attempts at half the timeout, so two beats may be missed before it does).
+#: writes one to the store at least every quarter of the timeout, and fences its
+#: attempts at half of it).
 MIN_HEARTBEAT_TIMEOUT_S = 2.0
 #: Shortest dispatch timeout, in seconds: the agent picks a start up within a 50 ms tick
 #: or its next 0.5 s reconcile, then starts the attempt's shim and the job.

@@ -10,14 +10,22 @@ SQL writes a second, nearly all saying "nothing changed".  The store thread writ
   eviction (the cooldown) changed;
 - a device's free room *shrank* by more than a small deadband (online use plus the
   reserve kept for its growth rose by more than ``SHRINK_DEADBAND_COMPUTE_PCT`` or
-  ``SHRINK_DEADBAND_MEMORY_MIB`` since the last write): admission into room that is gone
+  ``SHRINK_DEADBAND_MEMORY_MIB`` since the last write, or half the policy's margin where
+  that is less: :meth:`HeartbeatRules.for_policy`): admission into room that is gone
   would only be taken back;
 
 and otherwise once every write period (:func:`write_period_s`: ``HEARTBEAT_WRITE_PERIOD_S``,
-less under a short heartbeat timeout), which keeps the node alive in the scheduler's
-eyes.  Room that *grew* waits for that periodic write: a little lost opportunity, never a
-risk.  The deadbands are well inside the policy's margins (5% and 2 GiB by default), so
-a shrink that is not yet written is one the margins already absorb.
+at most a quarter of the heartbeat timeout), which keeps the node alive in the
+scheduler's eyes.  Heartbeats are offered every ``offer_period_s`` (the agent's 0.5 s), so
+one is written as soon as waiting for the next offer would pass the period: writes are
+never further apart than the period.  Room that *grew* waits for that periodic write: a
+little lost opportunity, never a risk.  A shrink within the deadband is one half the
+policy's margin already absorbs.
+
+The timing this keeps: the scheduler gives a node up a heartbeat timeout ``T`` after its
+last write; an agent that stops (paused, hung) last wrote at most a period (``T/4``)
+before, and its attempts' shims kill them half a timeout after its last lease renewal:
+by ``3T/4`` after the last write, a quarter of ``T`` before the scheduler may move them.
 
 So the store's figures for a node are at most a write period old for growth and for
 what is shown only (offline use, online pods), and current for everything that makes the
@@ -36,7 +44,9 @@ from typing import Any, Protocol
 #: changes, in seconds (shorter under a short heartbeat timeout: :func:`write_period_s`).
 HEARTBEAT_WRITE_PERIOD_S = 3.0
 #: The write period is at most this fraction of the policy's heartbeat timeout.
-WRITE_PERIOD_FRACTION = 0.3
+WRITE_PERIOD_FRACTION = 0.25
+#: How often the agent offers a heartbeat (``agent.HEARTBEAT_PERIOD_S``), in seconds.
+OFFER_PERIOD_S = 0.5
 #: A device's room shrinking by less than this much compute is not written at once, in %.
 SHRINK_DEADBAND_COMPUTE_PCT = 2.0
 #: A device's room shrinking by less than this much memory is not written at once, in MiB.
@@ -69,10 +79,24 @@ class HeartbeatRules:
     deadband_memory_mib: float = SHRINK_DEADBAND_MEMORY_MIB
     #: write every heartbeat (the behaviour before these rules; benchmarks compare)
     every: bool = False
+    #: how often heartbeats are offered, in seconds: a write is due one offer early
+    offer_period_s: float = OFFER_PERIOD_S
 
     @classmethod
     def for_timeout(cls, heartbeat_timeout_s: float) -> HeartbeatRules:
         return cls(period_s=write_period_s(heartbeat_timeout_s))
+
+    @classmethod
+    def for_policy(
+        cls, heartbeat_timeout_s: float, margin_compute_pct: float, margin_memory_mib: float
+    ) -> HeartbeatRules:
+        """The rules under a policy: its timeout's period, and deadbands of at most half
+        its margins (a policy with no margin has every shrink written at once)."""
+        return cls(
+            period_s=write_period_s(heartbeat_timeout_s),
+            deadband_compute_pct=min(SHRINK_DEADBAND_COMPUTE_PCT, margin_compute_pct / 2),
+            deadband_memory_mib=min(SHRINK_DEADBAND_MEMORY_MIB, margin_memory_mib / 2),
+        )
 
 
 def why_write(
@@ -104,8 +128,8 @@ def why_write(
             return f"device {index}: compute room shrank"
         if _taken_memory(now) - _taken_memory(was) > rules.deadband_memory_mib:
             return f"device {index}: memory room shrank"
-    if age_s >= rules.period_s:
-        return "write period"
+    if age_s + rules.offer_period_s > rules.period_s:
+        return "write period"  # the next offer would come too late
     return None
 
 
