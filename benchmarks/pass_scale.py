@@ -36,7 +36,6 @@ import time
 from typing import Any
 
 import bench_stores
-import sqlalchemy as sa
 from bench_cli import stats
 
 from ebbtide.config.policy import Policy
@@ -57,58 +56,24 @@ SLICE_PCT, SLICE_MIB = 25.0, 4096
 def load(url: str, jobs: int) -> float:
     """``jobs`` queued jobs with a ``submitted`` event each, copied from one submitted
     through the store; seconds it took."""
-    started = time.perf_counter()
-    store = Store(url)
-    try:
-        spec = JobSpec(command=["python", "train.py"], compute_pct=SLICE_PCT, memory_mib=SLICE_MIB)
-        [template] = store.submit(spec, "user0", defaults_deadline_s=30)
-    finally:
-        store.close()
-    engine = sa.create_engine(url)
-    varying = {
-        "priority": "g % 3",
-        "submitted_at": "1.7e9 + g",
-        "owner": "'user' || (g % 100)",
-        "name": "'job-' || g",
-    }
-    with engine.begin() as conn:
-        columns = list(conn.execute(sa.text("SELECT * FROM jobs LIMIT 0")).keys())
-        columns.remove("id")
-        chosen = ", ".join(varying.get(c, f"t.{c}") for c in columns)
-        conn.execute(
-            sa.text("CREATE TEMP TABLE tpl AS SELECT * FROM jobs WHERE id = :t"), {"t": template}
-        )
-        conn.execute(
-            sa.text("CREATE TEMP TABLE etpl AS SELECT * FROM events WHERE job_id = :t LIMIT 1"),
-            {"t": template},
-        )
-        conn.execute(sa.text("DELETE FROM events"))
-        conn.execute(sa.text("DELETE FROM jobs"))
-        conn.execute(
-            sa.text(
-                f"INSERT INTO jobs (id, {', '.join(columns)}) "
-                f"SELECT g, {chosen} FROM generate_series(1, :jobs) g, tpl t"
-            ),
-            {"jobs": jobs},
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO events (id, job_id, attempt, type, time, data_json) "
-                "SELECT g, g, e.attempt, e.type, 1.7e9 + g, e.data_json "
-                "FROM generate_series(1, :jobs) g, etpl e"
-            ),
-            {"jobs": jobs},
-        )
-        for table in ("jobs", "events"):
-            conn.execute(
-                sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), :n)"),
-                {"n": jobs},
-            )
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM ANALYZE jobs"))
-        conn.execute(sa.text("VACUUM ANALYZE events"))
-    engine.dispose()
-    return time.perf_counter() - started
+    return bench_stores.fill_jobs(
+        url,
+        JobSpec(command=["python", "train.py"], compute_pct=SLICE_PCT, memory_mib=SLICE_MIB),
+        jobs=jobs,
+        varying={
+            "priority": "g % 3",
+            "submitted_at": "1.7e9 + g",
+            "owner": "'user' || (g % 100)",
+            "name": "'job-' || g",
+        },
+        events_insert=(
+            "INSERT INTO events (id, job_id, attempt, type, time, data_json) "
+            "SELECT g, g, e.attempt, e.type, 1.7e9 + g, e.data_json "
+            "FROM generate_series(1, :jobs) g, etpl e"
+        ),
+        params={},
+        last_id=jobs,
+    )
 
 
 class Fleet:

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import bench_stores
-import sqlalchemy as sa
 from bench_cli import ebb_argv, serve_socket, stats
 
 from ebbtide.client import TABLE_COLUMNS, Client
@@ -56,59 +55,25 @@ def load(url: str, jobs: int, active: int, events: int) -> float:
     """``jobs`` jobs (the last ``active`` queued, the rest succeeded; owners ``user0`` to
     ``user99``) and ``events`` events spread over them, copied from one job submitted
     through the store; seconds it took."""
-    started = time.perf_counter()
-    store = Store(url)
-    try:
-        spec = JobSpec(command=["python", "train.py"], env={"K": "v"})
-        [template] = store.submit(spec, "user0", defaults_deadline_s=30)
-    finally:
-        store.close()
-    engine = sa.create_engine(url)
-    varying = {
-        "state": "CASE WHEN g <= :finished THEN 'succeeded' ELSE 'queued' END",
-        "finished_at": "CASE WHEN g <= :finished THEN 1.7e9 + g ELSE NULL END",
-        "submitted_at": "1.7e9 + g",
-        "owner": "'user' || (g % 100)",
-        "name": "'job-' || g",
-    }
-    with engine.begin() as conn:
-        columns = list(conn.execute(sa.text("SELECT * FROM jobs LIMIT 0")).keys())
-        columns.remove("id")
-        chosen = ", ".join(varying.get(c, f"t.{c}") for c in columns)
-        conn.execute(
-            sa.text("CREATE TEMP TABLE tpl AS SELECT * FROM jobs WHERE id = :t"), {"t": template}
-        )
-        conn.execute(
-            sa.text("CREATE TEMP TABLE etpl AS SELECT * FROM events WHERE job_id = :t LIMIT 1"),
-            {"t": template},
-        )
-        conn.execute(sa.text("DELETE FROM events"))
-        conn.execute(sa.text("DELETE FROM jobs"))
-        conn.execute(
-            sa.text(
-                f"INSERT INTO jobs (id, {', '.join(columns)}) "
-                f"SELECT g, {chosen} FROM generate_series(1, :jobs) g, tpl t"
-            ),
-            {"finished": jobs - active, "jobs": jobs},
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO events (job_id, attempt, type, time, data_json) "
-                "SELECT 1 + (g % :jobs), e.attempt, e.type, 1.7e9 + g, e.data_json "
-                "FROM generate_series(1, :events) g, etpl e"
-            ),
-            {"jobs": jobs, "events": events},
-        )
-        for table in ("jobs", "events"):
-            conn.execute(
-                sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), :n)"),
-                {"n": max(jobs, events)},
-            )
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM ANALYZE jobs"))
-        conn.execute(sa.text("VACUUM ANALYZE events"))
-    engine.dispose()
-    return time.perf_counter() - started
+    return bench_stores.fill_jobs(
+        url,
+        JobSpec(command=["python", "train.py"], env={"K": "v"}),
+        jobs=jobs,
+        varying={
+            "state": "CASE WHEN g <= :finished THEN 'succeeded' ELSE 'queued' END",
+            "finished_at": "CASE WHEN g <= :finished THEN 1.7e9 + g ELSE NULL END",
+            "submitted_at": "1.7e9 + g",
+            "owner": "'user' || (g % 100)",
+            "name": "'job-' || g",
+        },
+        events_insert=(
+            "INSERT INTO events (job_id, attempt, type, time, data_json) "
+            "SELECT 1 + (g % :jobs), e.attempt, e.type, 1.7e9 + g, e.data_json "
+            "FROM generate_series(1, :events) g, etpl e"
+        ),
+        params={"finished": jobs - active, "events": events},
+        last_id=max(jobs, events),
+    )
 
 
 def _timed(call: Any, repeat: int) -> list[float]:
