@@ -225,6 +225,7 @@ class NodeAgent:
             heartbeat=self._get_heartbeat,
             notify=notify,
             heartbeat_rules=HeartbeatRules.for_timeout(heartbeat_timeout_s),
+            clock=clock,
         )
         self._shared = threading.Lock()
         # what a previous run journaled is delivered before the first reconcile
@@ -239,12 +240,12 @@ class NodeAgent:
         self._started_at = clock.time()
         self._next_heartbeat = 0.0
         self._next_health_check = 0.0
-        self._next_renewal = 0.0  # monotonic seconds: the leases are renewed then
+        self._next_renewal = 0.0  # real monotonic seconds: the leases are renewed then
         #: Prometheus metrics (the process's, when it serves them)
         self.metrics = metrics if metrics is not None else Metrics()
         self.metrics.watch_agent(
             name,
-            heartbeat_age=lambda: time.monotonic() - self.sync.last_heartbeat_ok,
+            heartbeat_age=lambda: self.clock.monotonic() - self.sync.last_heartbeat_ok,
             running=lambda: len(self.attempts),
         )
         self.metrics.known_queues(name, ["default", *self.queues])
@@ -296,7 +297,7 @@ class NodeAgent:
         except Exception as exc:
             log.warning("first heartbeat failed (%s); the store thread will retry", exc)
         self.sync.start()
-        self._thread = threading.Thread(target=self._run, name=f"agent-{self.name}", daemon=True)
+        self._thread = threading.Thread(target=self.run, name=f"agent-{self.name}", daemon=True)
         self._thread.start()
 
     def _prepare_run_as(self) -> None:
@@ -375,9 +376,14 @@ class NodeAgent:
         if close is not None:
             close()
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """The loop, in the calling thread, tick after tick on the agent's clock, until
+        :meth:`kill`, or until a :meth:`shutdown` has seen every attempt leave.
+        :meth:`start` runs it in a thread of its own (with the store thread); on a
+        :class:`~ebbtide.clock.FakeClock` a test runs it in its own thread, tick by tick on
+        fake time."""
         while not self._stop.is_set():
-            began = time.monotonic()
+            began = self.clock.monotonic()
             try:
                 self.tick()
             except Exception:  # the loop must survive a bad tick; the store stays the truth
@@ -389,13 +395,16 @@ class NodeAgent:
             # period after the last one began (a fixed rate), or at once when woken
             evicting = any(a.eviction for a in self.attempts.values())
             period_s = EVICTING_PERIOD_S if evicting else SAMPLE_PERIOD_S
-            self._wake.wait(max(0.0, began + period_s - time.monotonic()))
+            self.clock.wait(self._wake, max(0.0, began + period_s - self.clock.monotonic()))
             self._wake.clear()
 
     # -- one tick -----------------------------------------------------------------------
 
     def tick(self) -> None:
         now = self.clock.time()
+        # the leases follow real time whatever the agent's clock: the attempts' shims are
+        # real processes that kill after ``lease_s`` of real time without a renewal, and
+        # a fake clock may stand still (or crawl) while real time passes
         mono = time.monotonic()
         if mono >= self._next_renewal:  # a write and a shim wake-up per attempt: not per tick
             self._next_renewal = mono + min(RENEW_PERIOD_S, self.lease_s / 4)
@@ -1241,7 +1250,7 @@ class NodeAgent:
     ) -> list[str]:
         """Who the online processes of ``sample`` are (the same pids' names are reused
         for up to ``ONLINE_PODS_REFRESH_S``)."""
-        mono = time.monotonic()
+        mono = self.clock.monotonic()
         known = self._online_pods.get(sample.index)
         if (
             known is not None

@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import EbbtideError, InvalidTransition, StaleState
 from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttempt
 from ebbtide.queue.models import Job
@@ -95,16 +95,20 @@ class StoreSync:
         heartbeat: Callable[[], dict[str, Any]],
         notify: Callable[[AttemptChanged], None] | None = None,
         heartbeat_rules: HeartbeatRules | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
+        #: what this thread waits on and times its periods by (the agent's clock)
+        self.clock = clock
         self.store = store
         self.journal = journal
         self._post = post
         self._view = view
         self._heartbeat_payload = heartbeat
         self._notify_fn = notify
-        self._monotonic = monotonic
+        #: monotonic seconds (default: the clock's)
+        self._monotonic = monotonic = monotonic or clock.monotonic
         #: writes the heartbeats the scheduler must see (and one a write period)
         self.heartbeats = HeartbeatWriter(name, store, heartbeat_rules, monotonic=monotonic)
         #: monotonic seconds of the last heartbeat the store took
@@ -118,7 +122,7 @@ class StoreSync:
         self._next_reconcile = 0.0
         self._outage_logged = False
         self._undrains_seen: dict[int, float] = {}
-        self.started_at = time.time()
+        self.started_at = clock.time()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -178,21 +182,21 @@ class StoreSync:
                 self._step()
             except Exception:
                 log.exception("store thread: step failed")
-                self._stop.wait(RETRY_S)
+                self.clock.wait(self._stop, RETRY_S)
             if self._draining.is_set() and self.journal.pending() == 0:
                 self._leave()
                 return
 
     def _step(self) -> None:
+        # waits for the loop's next report (another thread's doing, not a period)
         report = self.journal.peek(timeout_s=0.05)
         if report is not None and not self._deliver(report):
-            self._stop.wait(RETRY_S)
+            self.clock.wait(self._stop, RETRY_S)
             return
         while not self._starts.empty():
             self._prepare(self._starts.get_nowait())
-        if time.monotonic() >= self._next_reconcile and not self._draining.is_set():
-            self._next_reconcile = time.monotonic() + RECONCILE_PERIOD_S
-            self._reconcile()
+        if not self._draining.is_set():
+            self._reconcile_if_due()
 
     def pump(self) -> bool:
         """One round of this thread's work, waiting for nothing: deliver what is
@@ -203,9 +207,7 @@ class StoreSync:
             return False
         while not self._starts.empty():
             self._prepare(self._starts.get_nowait())
-        if self._monotonic() >= self._next_reconcile:
-            self._next_reconcile = self._monotonic() + RECONCILE_PERIOD_S
-            self._reconcile()
+        self._reconcile_if_due()
         return True
 
     def _leave(self) -> None:
@@ -291,6 +293,14 @@ class StoreSync:
         self._post(Prepared(job, spec))
 
     # -- reconciliation -----------------------------------------------------------------
+
+    def _reconcile_if_due(self) -> None:
+        """Reconcile if ``RECONCILE_PERIOD_S`` has passed since the last time (on the
+        clock's monotonic seconds)."""
+        now = self._monotonic()
+        if now >= self._next_reconcile:
+            self._next_reconcile = now + RECONCILE_PERIOD_S
+            self._reconcile()
 
     def _reconcile(self) -> None:
         seq, local = self._view()
