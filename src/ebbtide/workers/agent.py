@@ -442,7 +442,10 @@ class NodeAgent:
             self._next_health_check = now + HEALTH_CHECK_PERIOD_S
             self._check_health(now)
         if now >= self._next_heartbeat:
-            self._next_heartbeat = now + HEARTBEAT_PERIOD_S
+            # on a fixed schedule (counted from the tick, a 50 ms tick's rounding made it
+            # every 0.55 s); from now after an early one asked for, or when far behind
+            on_time = now - self._next_heartbeat < HEARTBEAT_PERIOD_S
+            self._next_heartbeat = (self._next_heartbeat if on_time else now) + HEARTBEAT_PERIOD_S
             self._post_heartbeat()
             self._fence_if_cut_off()
             self._export_devices()
