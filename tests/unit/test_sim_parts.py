@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ebbtide.scheduling.planner import Dispatch
+from ebbtide.scheduling.planner import Dispatch, plan
+from ebbtide.scheduling.snapshot import Margins, PauseRules, Snapshot
 from ebbtide.sim.backlog import Backlog, EndlessStream
 from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import METRIC_KEYS, percentile
 from ebbtide.sim.online import DeviceLoad, OnlineLoad
+from ebbtide.sim.planning import device_view, surely_calm
 from ebbtide.sim.record import most_eventful
 from ebbtide.sim.report import render
 from ebbtide.sim.state import CHECKPOINTING, RUNNING, STARTING, SimAttempt, SimDevice, SimJobState
@@ -157,3 +159,43 @@ def test_plot_zooms_on_the_busiest_stretch() -> None:
 
     assert busiest_window([], 10.0) == 0.0
     assert busiest_window([1.0, 50.0, 52.0, 55.0, 80.0], 10.0) == 50.0
+
+
+@pytest.mark.parametrize(
+    ("online_c", "online_m", "sizes", "paused", "calm"),
+    [
+        pytest.param(10.0, 0.0, [], False, True, id="empty"),
+        pytest.param(10.0, 0.0, [30.0, 40.0], False, True, id="room-left"),
+        pytest.param(50.0, 0.0, [30.0, 40.0], False, False, id="compute-over"),
+        pytest.param(10.0, 64_000.0, [30.0, 40.0], False, False, id="memory-over"),
+        pytest.param(10.0, 0.0, [30.0], True, False, id="paused"),
+    ],
+)
+def test_surely_calm_means_an_empty_pass_decides_nothing(
+    online_c: float, online_m: float, sizes: list[float], paused: bool, calm: bool
+) -> None:
+    dev = SimDevice(0, DeviceLoad("d", (0.0,), (0.0,), (0.0,), 1.0), "n", 65_536.0)
+    dev.seen_c, dev.seen_m = online_c, online_m
+    for k, c in enumerate(sizes):
+        job = SimJobState(k + 1, spec(k, c=c), 0.0)
+        att = SimAttempt(job, 1, dev, 0.0, 0.2, 0.0, 0.0, phase=RUNNING)
+        att.paused_at = 1.0 if paused else None
+        dev.attempts[job.id] = att
+    margins = Margins(5.0, 1024.0)
+    view = device_view(dev, watch_compute=True, now=100.0)
+    assert surely_calm(view, dev, margins) is calm
+    decided = plan(
+        Snapshot(
+            now=100.0,
+            queued=[],
+            active=[a.active_view(True) for a in dev.attempts.values()],
+            devices=[view],
+            margins=margins,
+            pause=PauseRules(enabled=False),
+        )
+    )
+    assert not decided.dispatches
+    if calm:
+        assert not decided.evictions
+    elif not paused:
+        assert decided.evictions  # with pausing off, a shortfall evicts

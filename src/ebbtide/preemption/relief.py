@@ -129,11 +129,16 @@ def relief_for_device(
             out.append(
                 Relief(a.job_id, a.attempt, a.node, ActionKind.EVICT, reason, a.deadline_s, message)
             )
-    leaving = {(r.job_id, r.attempt) for r in out}
-    rest = [
-        dataclasses.replace(a, state=JobState.EVICTING) if (a.job_id, a.attempt) in leaving else a
-        for a in here
-    ]
+    if out:
+        leaving = {(r.job_id, r.attempt) for r in out}
+        rest = [
+            dataclasses.replace(a, state=JobState.EVICTING)
+            if (a.job_id, a.attempt) in leaving
+            else a
+            for a in here
+        ]
+    else:
+        rest = here
     over_c, over_m = overflow(device, rest, margins)
     if over_m > 0 or not rules.enabled:
         # memory is short (a pause would free none), or pausing is off: suspend what can

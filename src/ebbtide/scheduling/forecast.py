@@ -20,6 +20,7 @@ is O(1) amortised (a monotonic deque per window and metric, a histogram in time 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,49 +61,74 @@ class _Histogram:
     def __init__(self, history_s: float, buckets: int) -> None:
         self.bucket_s = history_s / buckets
         self.buckets = buckets
+        self.history_s = self.bucket_s * buckets
         self.ring: deque[tuple[int, dict[int, float]]] = deque()
         self.total: dict[int, float] = {}
+        #: the bins of ``total``, in ascending order (kept as bins come and go)
+        self.bins: list[int] = []
         self.weight = 0.0
         self.version = 0
 
     def add(self, t: float, duration: float, b: int) -> None:
         """Add ``duration`` seconds of rise bin ``b`` starting at time ``t``."""
-        history = self.bucket_s * self.buckets
+        history = self.history_s
         if duration > history:  # only the last ``history_s`` seconds can still count
             t, duration = t + duration - history, history
+        bucket_s = self.bucket_s
         while duration > 0:
-            k = math.floor(t / self.bucket_s)
-            piece = min(duration, (k + 1) * self.bucket_s - t)
+            k = math.floor(t / bucket_s)
+            piece = min(duration, (k + 1) * bucket_s - t)
             if piece <= 0:  # float edge: t sits on a bucket boundary
-                piece = min(duration, self.bucket_s)
+                piece = min(duration, bucket_s)
             self._add_one(k, b, piece)
             t += piece
             duration -= piece
 
     def _add_one(self, k: int, b: int, w: float) -> None:
-        if not self.ring or self.ring[-1][0] < k:
-            self.ring.append((k, {}))
-            while self.ring[0][0] <= k - self.buckets:
-                _, old = self.ring.popleft()
+        ring = self.ring
+        if not ring or ring[-1][0] < k:
+            ring.append((k, {}))
+            while ring[0][0] <= k - self.buckets:
+                _, old = ring.popleft()
+                total = self.total
                 for ob, ow in old.items():
-                    left = self.total.pop(ob, 0.0) - ow
+                    held = total.pop(ob, None)
+                    left = (0.0 if held is None else held) - ow
                     if left > _NOISE_S:
-                        self.total[ob] = left
+                        total[ob] = left
+                        if held is None:
+                            insort(self.bins, ob)
+                    elif held is not None:
+                        del self.bins[bisect_left(self.bins, ob)]
                     self.weight -= ow
-        bucket = self.ring[-1][1]
+        bucket = ring[-1][1]
         bucket[b] = bucket.get(b, 0.0) + w
-        self.total[b] = self.total.get(b, 0.0) + w
+        total = self.total
+        was = total.get(b)
+        if was is None:
+            insort(self.bins, b)
+            total[b] = 0.0 + w
+        else:
+            total[b] = was + w
         self.weight += w
         self.version += 1
 
     def quantile_bin(self, q: float) -> int:
         """The smallest bin with at least ``q`` of the weight at or below it."""
-        if not self.total:
+        total = self.total
+        if not total:
             return 0
-        tail = (1.0 - q) * sum(self.total.values())
+        bins = self.bins
+        if q == 1.0:  # no tail: the highest bin with weight (the sum is not needed)
+            top = bins[-1]
+            if total[top] > _NOISE_S:
+                return top
+            tail = 0.0
+        else:
+            tail = (1.0 - q) * sum(total.values())
         above = 0.0
-        for b in sorted(self.total, reverse=True):
-            above += self.total[b]
+        for b in reversed(bins):
+            above += total[b]
             if above > tail + _NOISE_S:
                 return b
         return 0

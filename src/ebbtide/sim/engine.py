@@ -68,7 +68,13 @@ from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import OnlineLoad
-from ebbtide.sim.planning import Candidates, device_view, placeable, window_bound
+from ebbtide.sim.planning import (
+    Candidates,
+    device_view,
+    placeable,
+    surely_calm,
+    window_bound,
+)
 from ebbtide.sim.policies import SimPolicy, in_window
 from ebbtide.sim.state import (
     CHECKPOINTING,
@@ -281,7 +287,11 @@ class Simulation:
         """Integrate the device's metrics from where they stand up to now."""
         dt = self.now - dev.accounted_to
         rec = self.recorder
-        if rec is not None and dev.k == rec.device_k and dev.present:
+        if rec is None:
+            if dt <= 0:  # nothing to integrate since the last call
+                dev.accounted_to = self.now
+                return
+        elif dev.k == rec.device_k and dev.present:
             rec.device_point(dev.accounted_to, dev.online_c, dev.offline_in_use())
         if dt > 0 and dev.present:
             c = dev.online_c
@@ -364,7 +374,7 @@ class Simulation:
         if not dev.present or not dev.attempts or self._agent_idle(dev):
             return
         aware, rules, margins = self.policy.checkpoint_aware, self.policy.pause, self.policy.margins
-        views = [a.active_view(aware) for a in dev.attempts.values()]
+        views = [a.view or a.active_view(aware) for a in dev.attempts.values()]
         device = DeviceView(
             node=dev.node,
             index=0,
@@ -391,7 +401,7 @@ class Simulation:
         if not dev.paused_n:
             return
         if acted:
-            views = [a.active_view(aware) for a in dev.attempts.values()]
+            views = [a.view or a.active_view(aware) for a in dev.attempts.values()]
         for a in thaws_for_device(device, views, margins, self.now, rules):
             self._thaw(self.active[a.job_id])
 
@@ -508,9 +518,16 @@ class Simulation:
             devs = self._planned_devices()
             queued = self.backlog.heads(heads)
             snapshot = self._snapshot(devs, placeable(queued, devs, self._headroom))
-            decisions = plan(snapshot)
+            # a pass sure to decide nothing is not made, only counted (debug makes it, and
+            # checks that it decides nothing)
+            idle = self._nothing_to_plan(snapshot, devs)
+            decisions = Plan() if idle and not self.debug else plan(snapshot)
             self.tally.plan_passes += 1
             if self.debug:
+                if idle and (decisions.dispatches or decisions.evictions):
+                    raise ConservationError(
+                        f"t={self.now:.3f}: a pass judged idle decided {decisions}"
+                    )
                 self._check_plan(decisions, queued)
             if not self.backlog.saturated(decisions.dispatches, heads):
                 break
@@ -527,6 +544,17 @@ class Simulation:
             self._mark_dirty()
         if self.windows is not None:
             self._wake_at(decisions.wake_at)
+
+    def _nothing_to_plan(self, snapshot: Snapshot, devs: list[SimDevice]) -> bool:
+        """Whether the pass on ``snapshot`` surely decides nothing: no queued job fits
+        anywhere, no window or quota evicts, and every device is calm (nothing paused,
+        nothing over)."""
+        if snapshot.queued or self.windows is not None:
+            return False
+        margins, watch = self.policy.margins, self.policy.watch_compute
+        return all(
+            surely_calm(device_view(d, watch_compute=watch, now=self.now), d, margins) for d in devs
+        )
 
     def _planned_devices(self) -> list[SimDevice]:
         """The devices a pass plans on: those it could act on (see
@@ -563,7 +591,7 @@ class Simulation:
         return Snapshot(
             now=self.now,
             queued=queued,
-            active=[a.active_view(aware) for d in devs for a in d.attempts.values()],
+            active=[a.view or a.active_view(aware) for d in devs for a in d.attempts.values()],
             devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
             margins=self.policy.margins,
             pause=self.policy.pause,
@@ -632,6 +660,7 @@ class Simulation:
         )
         spec = job.spec
         dev.attempts[job.id] = att
+        dev.changed()
         dev.count(att, 1)
         self._touch(dev)
         self.active[job.id] = att
@@ -717,6 +746,7 @@ class Simulation:
             att.holds_compute = False
         dev.held_m -= att.job.spec.memory_mib
         del dev.attempts[att.job.id]
+        dev.changed()
         dev.count(att, -1)
         self._touch(dev)
         del self.active[att.job.id]

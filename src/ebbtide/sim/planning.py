@@ -177,6 +177,25 @@ def placeable(
     return out
 
 
+def surely_calm(view: DeviceView, dev: SimDevice, margins: Margins) -> bool:
+    """Whether the planner has no relief to reckon on ``dev`` (seen as ``view``): no slice
+    there is paused, and online usage plus the slices' compute and memory, summed in the
+    planner's order, fit capacity minus the margin (as the planner judges a device calm,
+    :mod:`ebbtide.scheduling.planner`).  A pass with no queued job and only calm devices
+    decides nothing."""
+    compute = memory = 0.0
+    for a in dev.attempts.values():
+        if a.paused_at is not None:
+            return False
+        spec = a.job.spec
+        memory += spec.memory_mib
+        if spec.gpus == 0:
+            compute += spec.compute_pct
+    over_c = view.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
+    over_m = view.online_memory_mib + memory - (view.memory_mib - margins.memory_mib)
+    return (compute <= 0 or over_c <= 0) and over_m <= 0
+
+
 def paused_too_long(dev: SimDevice, now: float, max_pause_s: float) -> bool:
     """Whether a slice on ``dev`` has been paused ``max_pause_s`` or longer."""
     return any(
@@ -203,7 +222,7 @@ def window_bound(
     ):
         return True
     share = device_share(g)
-    alloc_c = sum(a.job.spec.compute_pct for a in dev.attempts.values())
+    alloc_c = dev.alloc_c()
     alloc_m = sum(a.job.spec.memory_mib for a in dev.attempts.values())
     return alloc_c > share * DEVICE_COMPUTE_PCT + FIT_SLACK or alloc_m > (
         share * dev.memory_mib + FIT_SLACK
@@ -226,6 +245,6 @@ def _could_act(
         return True
     if dev.surely_within(view.online_compute_pct, view.online_memory_mib, margins):
         return False
-    views = [a.active_view(checkpoint_aware) for a in dev.attempts.values()]
+    views = [a.view or a.active_view(checkpoint_aware) for a in dev.attempts.values()]
     over_c, over_m = overflow(view, views, margins)
     return over_c > 0 or over_m > 0

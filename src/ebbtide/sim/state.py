@@ -78,10 +78,21 @@ class SimDevice:
     #: compute of the fractional slices here that are not paused (any phase, evicting
     #: included): what :func:`~ebbtide.scheduling.capacity.overflow` adds up, in percent
     awake_c: float = 0.0
+    #: :meth:`alloc_c` as last summed; None once ``attempts`` changed (see :meth:`changed`)
+    alloc_sum: float | None = None
 
     def alloc_c(self) -> float:
-        """Compute its slices hold for admission (every slice, paused or evicting), in %."""
-        return sum(a.job.spec.compute_pct for a in self.attempts.values())
+        """Compute its slices hold for admission (every slice, paused or evicting), in %.
+
+        A fresh sum in ``attempts``' order, kept until :meth:`changed`, so that it is the
+        same float a sum taken at every call would be."""
+        if self.alloc_sum is None:
+            self.alloc_sum = sum(a.job.spec.compute_pct for a in self.attempts.values())
+        return self.alloc_sum
+
+    def changed(self) -> None:
+        """A slice was added to ``attempts`` or taken from it."""
+        self.alloc_sum = None
 
     def offline_in_use(self) -> float:
         """Offline compute in use: fractional slices held, whole-GPU slices' share, in %."""
