@@ -78,7 +78,8 @@ def test_pbs_and_slurm_array_scripts_run_as_written(tmp_path):  # type: ignore[n
     for index, job_id in enumerate((pbs_first, pbs_first + 1), start=1):
         # -o DIR/ with -j oe: PBS's NAME.oID in it, stderr joined
         text = (tmp_path / "pbs-out" / f"pbsjob.o{job_id}").read_text()
-        assert f"id={job_id} name=pbsjob index={index} torque={index}" in text
+        # PBS's subjob id, as PBS gives it: task INDEX of the array
+        assert f"id={pbs_first}[{index}] name=pbsjob index={index} torque={index}" in text
         assert f"host={host} queue=default ncpus=2 node=box" in text
         assert "to-stderr" in text
     for task, job_id in enumerate((slurm_first, slurm_first + 1)):

@@ -289,7 +289,7 @@ def test_pbs_variables() -> None:
     )  # fmt: skip
     env = scheduler_env(spec, _job(id=43, array_id=42, array_index=2), 1, node="gpu-a",
                         devices=[], nodefile=Path("/run/nf"))  # fmt: skip
-    assert env["PBS_JOBID"] == "43" and env["PBS_JOBNAME"] == "train"
+    assert env["PBS_JOBID"] == "42[2]" and env["PBS_JOBNAME"] == "train"
     assert env["PBS_O_WORKDIR"] == "/work/u" and env["PBS_O_HOST"] == "login1"
     assert env["PBS_ARRAY_INDEX"] == env["PBS_ARRAYID"] == "2"
     assert env["PBS_ARRAY_ID"] == "42[]" and env["PBS_NODEFILE"] == "/run/nf"

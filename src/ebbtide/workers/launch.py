@@ -181,8 +181,9 @@ def scheduler_env(
 ) -> dict[str, str]:
     """The variables PBS (``spec.compat`` ``pbs``) or Slurm (``slurm``) sets in a job,
     for scripts written for them: its id, name, queue, submit directory and host, array
-    index, node.  An array task's id is its own (what ``ebb qstat``/``qdel`` take); the
-    array's id is its first task's."""
+    index, node.  An array task's Slurm id is its own (as Slurm's ``SLURM_JOB_ID`` is);
+    its PBS id is PBS's subjob id, ``12[3]`` (task 3 of array 12, which ``ebb qstat`` and
+    ``qdel`` take too); the array's id is its first task's."""
     job_id, name, queue = str(job.id), spec.display_name(), str(job.queue)
     workdir, host = spec.cwd or "", spec.submit_host or ""
     env: dict[str, str]
@@ -221,8 +222,9 @@ def scheduler_env(
                 }
             )
         return env
+    pbs_id = job_id if job.array_index is None else f"{job.array_id or job.id}[{job.array_index}]"
     env = {
-        "PBS_JOBID": job_id,
+        "PBS_JOBID": pbs_id,
         "PBS_JOBNAME": name,
         "PBS_QUEUE": queue,
         "PBS_O_QUEUE": queue,
