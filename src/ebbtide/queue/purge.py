@@ -131,18 +131,19 @@ def oldest_finished_at(conn: Connection) -> float | None:
     return None if value is None else float(value)
 
 
-class Purger:
+class PurgeRules:
     """One purge's way through the candidates: :meth:`select` in a read, then
     :meth:`remove` in the batch's own transaction, until :meth:`select` finds no more
-    (see the module doc).  Not thread-safe: one purge, one thread."""
+    (see the module doc).  The rules live here once; a store gives the reads and writes
+    (:class:`Purger` for SQL, the in-memory store's own), each taking the ``conn`` its
+    caller passes.  Not thread-safe: one purge, one thread."""
 
-    def __init__(self, cutoff: float, *, batch: int, dry_run: bool, postgres: bool) -> None:
+    def __init__(self, cutoff: float, *, batch: int, dry_run: bool) -> None:
         if not 1 <= batch <= MAX_BATCH_JOBS:
             raise ValueError(f"batch must be 1 to {MAX_BATCH_JOBS} jobs, got {batch}")
         self.cutoff = cutoff
         self.batch = batch
         self.dry_run = dry_run
-        self._postgres = postgres
         #: where the last read stopped: the last candidate's (finished_at, id)
         self._cursor: tuple[float, int] | None = None
         #: ids chosen to go, in order
@@ -154,26 +155,44 @@ class Purger:
         #: old finished jobs kept since the last batch
         self._kept = 0
 
-    def select(self, conn: Connection) -> bool:
+    # -- what a store provides ------------------------------------------------------------
+
+    def _candidates(self, conn: Any) -> list[tuple[int, int | None, float, str]]:
+        """Up to ``batch`` jobs that finished before the cutoff, after ``_cursor``, in
+        ``(finished_at, id)`` order: their id, array, finished_at and state."""
+        raise NotImplementedError
+
+    def _depended_on(self, conn: Any) -> set[int]:
+        """The ids of the jobs that a job not yet finished depends on."""
+        raise NotImplementedError
+
+    def _tasks(self, conn: Any, array_id: int) -> list[tuple[int, str, float | None]]:
+        """Every task of an array: its id, state and finished_at, by id."""
+        raise NotImplementedError
+
+    def _present(self, conn: Any, chunk: list[int]) -> set[int]:
+        """Those of ``chunk`` still there, final and finished before the cutoff."""
+        raise NotImplementedError
+
+    def _counts(self, conn: Any, ids: list[int]) -> tuple[int, int]:
+        """The attempts and events of the jobs ``ids``."""
+        raise NotImplementedError
+
+    def _delete(self, conn: Any, ids: list[int]) -> tuple[int, int, int]:
+        """Remove the jobs ``ids`` with their attempts and events; how many of each."""
+        raise NotImplementedError
+
+    # -- the rules ------------------------------------------------------------------------
+
+    def select(self, conn: Any) -> bool:
         """Choose the next jobs to go, reading on from where the last read stopped;
         False when no candidate is left."""
         while not self._pending:
-            j = JOBS.c
-            # the state is checked here, not in SQL: SQLite would take the state index
-            # and sort every finished job (only final jobs have a finished_at anyway)
-            stmt = (
-                sa.select(j.id, j.array_id, j.finished_at, j.state)
-                .where(j.finished_at < self.cutoff)
-                .order_by(j.finished_at, j.id)
-                .limit(self.batch)
-            )
-            if self._cursor is not None:
-                stmt = stmt.where(sa.tuple_(j.finished_at, j.id) > sa.tuple_(*self._cursor))
-            rows = conn.execute(stmt).all()
+            rows = self._candidates(conn)
             if not rows:
                 return False
             self._cursor = (float(rows[-1][2]), int(rows[-1][0]))
-            protected = depended_on(conn)
+            protected = self._depended_on(conn)
             for job_id, array_id, _, state in rows:
                 if state not in _FINAL:
                     continue
@@ -193,13 +212,10 @@ class Purger:
         kept, self._kept = self._kept, 0
         return PurgeResult(cutoff=self.cutoff, dry_run=self.dry_run, kept=kept)
 
-    def _judge_array(self, conn: Connection, array_id: int, protected: set[int]) -> None:
+    def _judge_array(self, conn: Any, array_id: int, protected: set[int]) -> None:
         """An array goes whole, once every task finished before the cutoff and no job
         not yet finished depends on any of them; else its old tasks are kept."""
-        j = JOBS.c
-        tasks = conn.execute(
-            sa.select(j.id, j.state, j.finished_at).where(j.array_id == array_id).order_by(j.id)
-        ).all()
+        tasks = self._tasks(conn, array_id)
         old = [
             task_id
             for task_id, state, finished_at in tasks
@@ -211,23 +227,16 @@ class Purger:
         else:
             self._kept += len(old)
 
-    def remove(self, conn: Connection) -> PurgeResult:
+    def remove(self, conn: Any) -> PurgeResult:
         """Remove (a dry run: count) the next batch of the chosen jobs, with their
         attempts and events, in ``conn``'s transaction; those that gained a dependent
         since they were chosen are kept, with the rest of their array."""
         chunk = self._pending[: self.batch]
         del self._pending[: self.batch]
-        j = JOBS.c
-        # still there and still purgeable (another purge may have been first); on
-        # PostgreSQL locked first, then who depends on them is read: a submission that
-        # read one of them FOR SHARE has committed its job by now, and is seen below
-        there = sa.select(j.id).where(
-            j.id.in_(chunk), j.state.in_(_FINAL), j.finished_at < self.cutoff
-        )
-        if self._postgres and not self.dry_run:
-            there = there.with_for_update()
-        present = set(conn.execute(there).scalars()) if chunk else set()
-        protected = depended_on(conn)
+        # still there and still purgeable (another purge may have been first); who
+        # depends on them is read after (see Purger._present)
+        present = self._present(conn, chunk) if chunk else set()
+        protected = self._depended_on(conn)
         arrays = {self._array_of[i] for i in chunk if i in protected and i in self._array_of}
         keep = {i for i in chunk if i in protected or self._array_of.get(i) in arrays}
         if arrays:
@@ -241,16 +250,60 @@ class Purger:
         if not ids:
             return result
         if self.dry_run:
-            return replace(
-                result,
-                jobs=len(ids),
-                attempts=self._count(conn, ATTEMPTS, ids),
-                events=self._count(conn, EVENTS, ids),
-            )
-        jobs = conn.execute(JOBS.delete().where(j.id.in_(ids))).rowcount
+            attempts, events = self._counts(conn, ids)
+            return replace(result, jobs=len(ids), attempts=attempts, events=events)
+        jobs, attempts, events = self._delete(conn, ids)
+        return replace(result, jobs=jobs, attempts=attempts, events=events)
+
+
+class Purger(PurgeRules):
+    """:class:`PurgeRules` over the SQL store (``conn``: a connection)."""
+
+    def __init__(self, cutoff: float, *, batch: int, dry_run: bool, postgres: bool) -> None:
+        super().__init__(cutoff, batch=batch, dry_run=dry_run)
+        self._postgres = postgres
+
+    def _candidates(self, conn: Connection) -> list[tuple[int, int | None, float, str]]:
+        j = JOBS.c
+        # the state is checked by the caller, not in SQL: SQLite would take the state
+        # index and sort every finished job (only final jobs have a finished_at anyway)
+        stmt = (
+            sa.select(j.id, j.array_id, j.finished_at, j.state)
+            .where(j.finished_at < self.cutoff)
+            .order_by(j.finished_at, j.id)
+            .limit(self.batch)
+        )
+        if self._cursor is not None:
+            stmt = stmt.where(sa.tuple_(j.finished_at, j.id) > sa.tuple_(*self._cursor))
+        return [tuple(row) for row in conn.execute(stmt).all()]
+
+    def _depended_on(self, conn: Connection) -> set[int]:
+        return depended_on(conn)
+
+    def _tasks(self, conn: Connection, array_id: int) -> list[tuple[int, str, float | None]]:
+        j = JOBS.c
+        stmt = sa.select(j.id, j.state, j.finished_at).where(j.array_id == array_id)
+        return [tuple(row) for row in conn.execute(stmt.order_by(j.id)).all()]
+
+    def _present(self, conn: Connection, chunk: list[int]) -> set[int]:
+        j = JOBS.c
+        # on PostgreSQL locked first, then who depends on them is read: a submission that
+        # read one of them FOR SHARE has committed its job by now, and is seen then
+        there = sa.select(j.id).where(
+            j.id.in_(chunk), j.state.in_(_FINAL), j.finished_at < self.cutoff
+        )
+        if self._postgres and not self.dry_run:
+            there = there.with_for_update()
+        return set(conn.execute(there).scalars())
+
+    def _counts(self, conn: Connection, ids: list[int]) -> tuple[int, int]:
+        return self._count(conn, ATTEMPTS, ids), self._count(conn, EVENTS, ids)
+
+    def _delete(self, conn: Connection, ids: list[int]) -> tuple[int, int, int]:
+        jobs = conn.execute(JOBS.delete().where(JOBS.c.id.in_(ids))).rowcount
         attempts = conn.execute(ATTEMPTS.delete().where(ATTEMPTS.c.job_id.in_(ids))).rowcount
         events = conn.execute(EVENTS.delete().where(EVENTS.c.job_id.in_(ids))).rowcount
-        return replace(result, jobs=jobs, attempts=attempts, events=events)
+        return jobs, attempts, events
 
     @staticmethod
     def _count(conn: Connection, table: sa.Table, ids: list[int]) -> int:

@@ -13,9 +13,9 @@ from dataclasses import replace
 from ebbtide.queue.memory.base import MemoryBase, Tables
 from ebbtide.queue.purge import (
     DEFAULT_BATCH_JOBS,
-    MAX_BATCH_JOBS,
     PURGE_PAUSE_S,
     PurgeResult,
+    PurgeRules,
 )
 from ebbtide.queue.states import FINAL_STATES
 
@@ -32,105 +32,62 @@ def _depended_on(data: Tables) -> set[int]:
     }
 
 
-class _Purger:
-    """One purge's way through the candidates, as :class:`ebbtide.queue.purge.Purger`'s."""
+class _Purger(PurgeRules):
+    """:class:`~ebbtide.queue.purge.PurgeRules` over the in-memory tables (its ``conn``
+    is ignored: every read and write is of ``data``, under the caller's lock)."""
 
     def __init__(self, data: Tables, cutoff: float, *, batch: int, dry_run: bool) -> None:
-        if not 1 <= batch <= MAX_BATCH_JOBS:
-            raise ValueError(f"batch must be 1 to {MAX_BATCH_JOBS} jobs, got {batch}")
-        self.data, self.cutoff, self.batch, self.dry_run = data, cutoff, batch, dry_run
-        self._cursor: tuple[float, int] | None = None
-        self._pending: list[int] = []
-        self._array_of: dict[int, int] = {}
-        self._judged: set[int] = set()
-        self._kept = 0
+        super().__init__(cutoff, batch=batch, dry_run=dry_run)
+        self.data = data
 
-    def select(self) -> bool:
-        """Choose the next jobs to go; False when no candidate is left."""
-        jobs = self.data.jobs
-        while not self._pending:
-            rows = sorted(
-                (r["finished_at"], r["id"])
-                for r in jobs.values()
-                if r["finished_at"] is not None
-                and r["finished_at"] < self.cutoff
-                and (self._cursor is None or (r["finished_at"], r["id"]) > self._cursor)
-            )[: self.batch]
-            if not rows:
-                return False
-            self._cursor = rows[-1]
-            protected = _depended_on(self.data)
-            for _, job_id in rows:
-                row = jobs[job_id]
-                array_id = row["array_id"]
-                if row["state"] not in _FINAL:
-                    continue
-                if array_id is None:
-                    if job_id in protected:
-                        self._kept += 1
-                    else:
-                        self._pending.append(job_id)
-                elif array_id not in self._judged:
-                    self._judged.add(array_id)
-                    self._judge_array(array_id, protected)
-        return True
-
-    def leftover(self) -> PurgeResult:
-        kept, self._kept = self._kept, 0
-        return PurgeResult(cutoff=self.cutoff, dry_run=self.dry_run, kept=kept)
-
-    def _judge_array(self, array_id: int, protected: set[int]) -> None:
-        tasks = [r for r in self.data.jobs.values() if r["array_id"] == array_id]
-        old = [
-            r["id"]
-            for r in tasks
-            if r["state"] in _FINAL
-            and r["finished_at"] is not None
+    def _candidates(self, conn: object) -> list[tuple[int, int | None, float, str]]:
+        rows = sorted(
+            (r["finished_at"], r["id"])
+            for r in self.data.jobs.values()
+            if r["finished_at"] is not None
             and r["finished_at"] < self.cutoff
-        ]
-        if len(old) == len(tasks) and protected.isdisjoint(old):
-            self._pending.extend(old)
-            self._array_of.update(dict.fromkeys(old, array_id))
-        else:
-            self._kept += len(old)
+            and (self._cursor is None or (r["finished_at"], r["id"]) > self._cursor)
+        )[: self.batch]
+        jobs = self.data.jobs
+        return [(i, jobs[i]["array_id"], at, jobs[i]["state"]) for at, i in rows]
 
-    def remove(self) -> PurgeResult:
-        """Remove (a dry run: count) the next batch of the chosen jobs."""
-        data = self.data
-        chunk = self._pending[: self.batch]
-        del self._pending[: self.batch]
-        present = {
+    def _depended_on(self, conn: object) -> set[int]:
+        return _depended_on(self.data)
+
+    def _tasks(self, conn: object, array_id: int) -> list[tuple[int, str, float | None]]:
+        return sorted(
+            (r["id"], r["state"], r["finished_at"])
+            for r in self.data.jobs.values()
+            if r["array_id"] == array_id
+        )
+
+    def _present(self, conn: object, chunk: list[int]) -> set[int]:
+        jobs = self.data.jobs
+        return {
             i
             for i in chunk
-            if i in data.jobs
-            and data.jobs[i]["state"] in _FINAL
-            and data.jobs[i]["finished_at"] < self.cutoff
+            if i in jobs and jobs[i]["state"] in _FINAL and jobs[i]["finished_at"] < self.cutoff
         }
-        protected = _depended_on(data)
-        arrays = {self._array_of[i] for i in chunk if i in protected and i in self._array_of}
-        keep = {i for i in chunk if i in protected or self._array_of.get(i) in arrays}
-        if arrays:
-            keep.update(i for i in self._pending if self._array_of.get(i) in arrays)
-            self._pending = [i for i in self._pending if i not in keep]
-        ids = [i for i in chunk if i in present and i not in keep]
-        kept, self._kept = self._kept + len(keep), 0
-        for i in chunk:
-            self._array_of.pop(i, None)
-        result = PurgeResult(cutoff=self.cutoff, dry_run=self.dry_run, batches=1, kept=kept)
-        if not ids:
-            return result
-        attempts = sum(len(data.attempts.get(i, ())) for i in ids)
-        events = sum(len(data.events_of.get(i, ())) for i in ids)
-        if not self.dry_run:
-            gone = set(ids)
-            for i in ids:
-                row = data.jobs.pop(i)
-                data.by_state[row["state"]].discard(i)
-                data.attempts.pop(i, None)
-                data.events_of.pop(i, None)
-            data.events[:] = [e for e in data.events if e["job_id"] not in gone]
-            data.event_ids[:] = [e["id"] for e in data.events]
-        return replace(result, jobs=len(ids), attempts=attempts, events=events)
+
+    def _counts(self, conn: object, ids: list[int]) -> tuple[int, int]:
+        data = self.data
+        return (
+            sum(len(data.attempts.get(i, ())) for i in ids),
+            sum(len(data.events_of.get(i, ())) for i in ids),
+        )
+
+    def _delete(self, conn: object, ids: list[int]) -> tuple[int, int, int]:
+        data = self.data
+        attempts, events = self._counts(conn, ids)
+        gone = set(ids)
+        for i in ids:
+            row = data.jobs.pop(i)
+            data.by_state[row["state"]].discard(i)
+            data.attempts.pop(i, None)
+            data.events_of.pop(i, None)
+        data.events[:] = [e for e in data.events if e["job_id"] not in gone]
+        data.event_ids[:] = [e["id"] for e in data.events]
+        return len(ids), attempts, events
 
 
 class MemoryPurgeMixin(MemoryBase):
@@ -152,7 +109,7 @@ class MemoryPurgeMixin(MemoryBase):
         first = True
         while True:
             with self._data.lock:
-                more = purger.select()
+                more = purger.select(self._data)
             if not more:
                 rest = purger.leftover()
                 if rest.kept:
@@ -161,8 +118,8 @@ class MemoryPurgeMixin(MemoryBase):
             if not first and pause is not None and not pause():
                 return
             first = False
-            with self._tx():
-                result = purger.remove()
+            with self._tx() as conn:
+                result = purger.remove(conn)
             yield result
 
     def purge(
