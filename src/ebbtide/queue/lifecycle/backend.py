@@ -8,7 +8,7 @@ store's primitives before these declarations."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +17,7 @@ from ebbtide.clock import Clock
 if TYPE_CHECKING:
     from ebbtide.queue import outcomes
     from ebbtide.queue.models import Job
+    from ebbtide.queue.purge import PurgeResult
     from ebbtide.queue.spec import JobSpec
     from ebbtide.queue.states import AttemptOutcome, EventType, JobState
 
@@ -137,6 +138,22 @@ class Backend(Protocol):
 
     def _losses_since_release(self, conn: Any, job_id: int) -> list[outcomes.Loss]:
         """The job's lost attempts since its last ``qrls`` (all, if never), oldest first."""
+        ...
+
+    def purge_batches(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = ...,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause: Callable[[], bool] | None = None,
+    ) -> Iterator[PurgeResult]:
+        """Retention's batches, each in its own transaction (:mod:`ebbtide.queue.purge`)."""
+        ...
+
+    def _oldest_finished_at(self) -> float | None:
+        """When the oldest finished job still in the store finished; None if none."""
         ...
 
 

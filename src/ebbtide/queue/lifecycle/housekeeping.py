@@ -1,18 +1,22 @@
 """What a scheduler does to the queue besides dispatching and evicting: waiting jobs
-whose dependencies are met (or never will be), and holds for jobs evicted too often."""
+whose dependencies are met (or never will be), holds for jobs evicted too often, and
+retention's whole purge (its batches are each store's: ``purge_batches``)."""
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import replace
 
 from ebbtide.errors import InvalidTransition, StaleState
 from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.lifecycle.backend import Shared
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PURGE_PAUSE_S, PurgeResult
 from ebbtide.queue.states import EventType, JobState
 
 
 class HousekeepingLogic(Shared):
-    """:meth:`promote_waiting` and :meth:`hold_overpreempted`."""
+    """:meth:`promote_waiting`, :meth:`hold_overpreempted` and :meth:`purge`."""
 
     def promote_waiting(self) -> list[int]:
         """Move waiting jobs whose dependencies are met to queued; cancel the hopeless."""
@@ -70,3 +74,36 @@ class HousekeepingLogic(Shared):
             except StaleState:
                 continue
         return held
+
+    def purge(
+        self,
+        older_than_s: float,
+        *,
+        batch: int = DEFAULT_BATCH_JOBS,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause_s: float = PURGE_PAUSE_S,
+    ) -> PurgeResult:
+        """Remove the jobs that finished (succeeded, failed, cancelled) more than
+        ``older_than_s`` seconds before ``now`` (default: the clock's), with their
+        attempts and events, ``batch`` jobs per transaction and ``pause_s`` seconds
+        apart; ``dry_run``: count them, remove nothing.  Never a job in another state,
+        one that a job not yet finished depends on, or part of an array not all
+        finished that long ago (:mod:`ebbtide.queue.purge`)."""
+        started = time.perf_counter()
+        at = self.clock.time() if now is None else now
+        total = PurgeResult(cutoff=at - older_than_s, dry_run=dry_run)
+
+        def pause() -> bool:
+            time.sleep(pause_s)
+            return True
+
+        for step in self.purge_batches(
+            older_than_s, batch=batch, dry_run=dry_run, now=at, pause=pause
+        ):
+            total += step
+        return replace(
+            total,
+            oldest_kept_finished_at=self._oldest_finished_at(),
+            elapsed_s=time.perf_counter() - started,
+        )

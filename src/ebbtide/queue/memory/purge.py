@@ -6,14 +6,11 @@ in-memory tables, candidates read in ``(finished_at, id)`` order as there."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from ebbtide.queue.memory.base import MemoryBase, Tables
 from ebbtide.queue.purge import (
     DEFAULT_BATCH_JOBS,
-    PURGE_PAUSE_S,
     PurgeResult,
     PurgeRules,
 )
@@ -122,33 +119,7 @@ class MemoryPurgeMixin(MemoryBase):
                 result = purger.remove(conn)
             yield result
 
-    def purge(
-        self,
-        older_than_s: float,
-        *,
-        batch: int = DEFAULT_BATCH_JOBS,
-        dry_run: bool = False,
-        now: float | None = None,
-        pause_s: float = PURGE_PAUSE_S,
-    ) -> PurgeResult:
-        """Remove the jobs that finished more than ``older_than_s`` seconds before ``now``
-        (default: the clock's), with their attempts and events, ``batch`` jobs at a time
-        and ``pause_s`` seconds apart; ``dry_run``: count them, remove nothing."""
-        started = time.perf_counter()
-        at = self.clock.time() if now is None else now
-        total = PurgeResult(cutoff=at - older_than_s, dry_run=dry_run)
-
-        def pause() -> bool:
-            time.sleep(pause_s)
-            return True
-
-        for step in self.purge_batches(
-            older_than_s, batch=batch, dry_run=dry_run, now=at, pause=pause
-        ):
-            total += step
+    def _oldest_finished_at(self) -> float | None:
         with self._data.lock:
             finished = [r["finished_at"] for r in self._data.jobs.values()]
-            oldest = min((f for f in finished if f is not None), default=None)
-        return replace(
-            total, oldest_kept_finished_at=oldest, elapsed_s=time.perf_counter() - started
-        )
+            return min((f for f in finished if f is not None), default=None)

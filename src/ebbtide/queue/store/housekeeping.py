@@ -4,16 +4,13 @@ purge of jobs finished long ago (:mod:`ebbtide.queue.purge` does each batch)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import replace
 
 import sqlalchemy as sa
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
 from ebbtide.queue.purge import (
     DEFAULT_BATCH_JOBS,
-    PURGE_PAUSE_S,
     Purger,
     PurgeResult,
     oldest_finished_at,
@@ -104,35 +101,6 @@ class HousekeepingMixin(QueryMixin, HousekeepingLogic):
                 result = purger.remove(conn)
             yield result
 
-    def purge(
-        self,
-        older_than_s: float,
-        *,
-        batch: int = DEFAULT_BATCH_JOBS,
-        dry_run: bool = False,
-        now: float | None = None,
-        pause_s: float = PURGE_PAUSE_S,
-    ) -> PurgeResult:
-        """Remove the jobs that finished (succeeded, failed, cancelled) more than
-        ``older_than_s`` seconds before ``now`` (default: the clock's), with their
-        attempts and events, ``batch`` jobs per transaction and ``pause_s`` seconds
-        apart; ``dry_run``: count them, remove nothing.  Never a job in another state,
-        one that a job not yet finished depends on, or part of an array not all
-        finished that long ago (:mod:`ebbtide.queue.purge`)."""
-        started = time.perf_counter()
-        at = self.clock.time() if now is None else now
-        total = PurgeResult(cutoff=at - older_than_s, dry_run=dry_run)
-
-        def pause() -> bool:
-            time.sleep(pause_s)
-            return True
-
-        for step in self.purge_batches(
-            older_than_s, batch=batch, dry_run=dry_run, now=at, pause=pause
-        ):
-            total += step
+    def _oldest_finished_at(self) -> float | None:
         with self._read() as conn:
-            oldest = oldest_finished_at(conn)
-        return replace(
-            total, oldest_kept_finished_at=oldest, elapsed_s=time.perf_counter() - started
-        )
+            return oldest_finished_at(conn)
