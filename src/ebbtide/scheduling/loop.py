@@ -218,7 +218,12 @@ class Scheduler:
                 waiting[job.id] = job
                 if len(waiting) == len(chosen):
                     break
-        active = {(a.job_id, a.attempt): a for a in self.store.active_attempts()}
+        # read now, not the snapshot's: an attempt may have started since it was taken
+        active = (
+            {(a.job_id, a.attempt): a for a in self.store.active_attempts()}
+            if decisions.evictions
+            else {}
+        )
         for ev in decisions.evictions:
             a = active.get((ev.job_id, ev.attempt))
             if a is None:
