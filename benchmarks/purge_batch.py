@@ -43,9 +43,10 @@ import bench_stores
 import sqlalchemy as sa
 
 from ebbtide.clock import FakeClock
-from ebbtide.queue.purge import ATTEMPTS, EVENTS, JOBS, PURGE_PAUSE_S, Purger
+from ebbtide.queue.purge import PURGE_PAUSE_S
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
+from ebbtide.queue.store.purge import ATTEMPTS, EVENTS, JOBS, Purger
 
 #: Target: one batch's removing transaction, in seconds.
 TARGET_BATCH_S = 1.0

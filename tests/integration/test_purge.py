@@ -14,10 +14,11 @@ import sqlalchemy as sa
 
 from ebbtide.clock import FakeClock
 from ebbtide.errors import JobNotFound, SpecError
-from ebbtide.queue.purge import ATTEMPTS, EVENTS, JOBS, PurgeResult
+from ebbtide.queue.purge import PurgeResult
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import Store
+from ebbtide.queue.store.purge import ATTEMPTS, EVENTS, JOBS
 
 S = JobState
 DAY_S = 86400.0
@@ -461,7 +462,7 @@ def test_a_purge_and_a_submission_depending_on_its_candidate_race_safely(store: 
 
 
 def test_candidates_are_read_as_a_range_of_the_finished_at_index(store: Store) -> None:
-    from ebbtide.queue.purge import Purger
+    from ebbtide.queue.store.purge import Purger
 
     for _ in range(3):
         succeeded(store)

@@ -32,22 +32,13 @@ meanwhile with a dependency on one of its tasks keeps the tasks not yet gone.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from ebbtide.errors import SpecError
-from ebbtide.queue.models import Attempt, Event, JobTable
-from ebbtide.queue.states import FINAL_STATES, JobState
+from ebbtide.queue.states import FINAL_STATES
 from ebbtide.units import MAX_DURATION_S, shown
-
-JOBS: sa.Table = JobTable.__table__  # type: ignore[attr-defined]
-ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
-EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 
 #: Jobs one batch removes unless told otherwise; each batch is one transaction.
 DEFAULT_BATCH_JOBS = 1000
@@ -62,7 +53,6 @@ MIN_PURGE_AGE_S = 3600.0
 PURGE_PAUSE_S = 0.1
 
 _FINAL = tuple(s.value for s in FINAL_STATES)
-_NOT_FINAL = tuple(s.value for s in JobState if s not in FINAL_STATES)
 
 
 @dataclass(frozen=True)
@@ -116,27 +106,12 @@ def check_age(value: Any, name: str = "older_than_s") -> float:
     return float(value)
 
 
-def depended_on(conn: Connection) -> set[int]:
-    """The ids of the jobs that a job not yet finished depends on."""
-    stmt = sa.select(JOBS.c.depends_json).where(
-        JOBS.c.state.in_(_NOT_FINAL), JOBS.c.depends_json != "[]"
-    )
-    return {int(d["job_id"]) for text in conn.execute(stmt).scalars() for d in json.loads(text)}
-
-
-def oldest_finished_at(conn: Connection) -> float | None:
-    """When the oldest finished job in the store finished (only final jobs have a
-    ``finished_at``); None when there is none."""
-    value = conn.execute(sa.select(sa.func.min(JOBS.c.finished_at))).scalar()
-    return None if value is None else float(value)
-
-
 class PurgeRules:
     """One purge's way through the candidates: :meth:`select` in a read, then
     :meth:`remove` in the batch's own transaction, until :meth:`select` finds no more
     (see the module doc).  The rules live here once; a store gives the reads and writes
-    (:class:`Purger` for SQL, the in-memory store's own), each taking the ``conn`` its
-    caller passes.  Not thread-safe: one purge, one thread."""
+    (:class:`~ebbtide.queue.store.purge.Purger` for SQL, the in-memory store's own), each
+    taking the ``conn`` its caller passes.  Not thread-safe: one purge, one thread."""
 
     def __init__(self, cutoff: float, *, batch: int, dry_run: bool) -> None:
         if not 1 <= batch <= MAX_BATCH_JOBS:
@@ -254,58 +229,3 @@ class PurgeRules:
             return replace(result, jobs=len(ids), attempts=attempts, events=events)
         jobs, attempts, events = self._delete(conn, ids)
         return replace(result, jobs=jobs, attempts=attempts, events=events)
-
-
-class Purger(PurgeRules):
-    """:class:`PurgeRules` over the SQL store (``conn``: a connection)."""
-
-    def __init__(self, cutoff: float, *, batch: int, dry_run: bool, postgres: bool) -> None:
-        super().__init__(cutoff, batch=batch, dry_run=dry_run)
-        self._postgres = postgres
-
-    def _candidates(self, conn: Connection) -> list[tuple[int, int | None, float, str]]:
-        j = JOBS.c
-        # the state is checked by the caller, not in SQL: SQLite would take the state
-        # index and sort every finished job (only final jobs have a finished_at anyway)
-        stmt = (
-            sa.select(j.id, j.array_id, j.finished_at, j.state)
-            .where(j.finished_at < self.cutoff)
-            .order_by(j.finished_at, j.id)
-            .limit(self.batch)
-        )
-        if self._cursor is not None:
-            stmt = stmt.where(sa.tuple_(j.finished_at, j.id) > sa.tuple_(*self._cursor))
-        return [tuple(row) for row in conn.execute(stmt).all()]
-
-    def _depended_on(self, conn: Connection) -> set[int]:
-        return depended_on(conn)
-
-    def _tasks(self, conn: Connection, array_id: int) -> list[tuple[int, str, float | None]]:
-        j = JOBS.c
-        stmt = sa.select(j.id, j.state, j.finished_at).where(j.array_id == array_id)
-        return [tuple(row) for row in conn.execute(stmt.order_by(j.id)).all()]
-
-    def _present(self, conn: Connection, chunk: list[int]) -> set[int]:
-        j = JOBS.c
-        # on PostgreSQL locked first, then who depends on them is read: a submission that
-        # read one of them FOR SHARE has committed its job by now, and is seen then
-        there = sa.select(j.id).where(
-            j.id.in_(chunk), j.state.in_(_FINAL), j.finished_at < self.cutoff
-        )
-        if self._postgres and not self.dry_run:
-            there = there.with_for_update()
-        return set(conn.execute(there).scalars())
-
-    def _counts(self, conn: Connection, ids: list[int]) -> tuple[int, int]:
-        return self._count(conn, ATTEMPTS, ids), self._count(conn, EVENTS, ids)
-
-    def _delete(self, conn: Connection, ids: list[int]) -> tuple[int, int, int]:
-        jobs = conn.execute(JOBS.delete().where(JOBS.c.id.in_(ids))).rowcount
-        attempts = conn.execute(ATTEMPTS.delete().where(ATTEMPTS.c.job_id.in_(ids))).rowcount
-        events = conn.execute(EVENTS.delete().where(EVENTS.c.job_id.in_(ids))).rowcount
-        return jobs, attempts, events
-
-    @staticmethod
-    def _count(conn: Connection, table: sa.Table, ids: list[int]) -> int:
-        stmt = sa.select(sa.func.count()).select_from(table).where(table.c.job_id.in_(ids))
-        return int(conn.execute(stmt).scalar_one())

@@ -9,14 +9,10 @@ from collections.abc import Callable, Collection, Iterator
 import sqlalchemy as sa
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
-from ebbtide.queue.purge import (
-    DEFAULT_BATCH_JOBS,
-    Purger,
-    PurgeResult,
-    oldest_finished_at,
-)
+from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PurgeResult
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store.base import JOBS
+from ebbtide.queue.store.purge import Purger, oldest_finished_at
 from ebbtide.queue.store.queries import QueryMixin
 
 
