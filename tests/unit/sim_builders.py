@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from ebbtide.sim.online import DeviceLoad, OnlineLoad
 from ebbtide.sim.timing import Latencies
+
+GIB = 1024.0
 
 
 class Fixed(Latencies):
@@ -19,3 +22,24 @@ class Fixed(Latencies):
 
     def reap_latency(self) -> float:
         return 0.01
+
+
+def online(
+    *steps: list[tuple[float, float, float]],
+    span: float,
+    memory_mib: float = 80 * GIB,
+    origin: float = 0.0,
+) -> OnlineLoad:
+    """Devices (one a list of steps) whose online (compute %, memory MiB) steps at the
+    given times."""
+    devices = tuple(
+        DeviceLoad(
+            f"d{k}",
+            tuple(t for t, _, _ in s),
+            tuple(c for _, c, _ in s),
+            tuple(m for _, _, m in s),
+            span,
+        )
+        for k, s in enumerate(steps)
+    )
+    return OnlineLoad("test", devices, memory_mib, span, origin, 60.0)

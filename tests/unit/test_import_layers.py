@@ -291,17 +291,32 @@ def test_components_have_no_cycles() -> None:
 BACKENDS = ("apscheduler", "sqlalchemy", "sqlmodel", "redis", "dramatiq")
 
 
-def test_pure_core_loads_no_backend() -> None:
+def backends_loaded(*modules: str) -> list[str]:
+    """The backends (of :data:`BACKENDS`) that importing ``modules`` loads, in a fresh
+    interpreter."""
     code = (
         "import json, sys\n"
-        "import ebbtide.preemption.victims, ebbtide.preemption.relief\n"
-        "import ebbtide.scheduling.planner\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(BACKENDS)!r})))"
+        + "".join(f"import {m}\n" for m in modules)
+        + f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {set(BACKENDS)!r})))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert json.loads(out.stdout) == []
+    return list(json.loads(out.stdout))
+
+
+def test_pure_core_loads_no_backend() -> None:
+    loaded = backends_loaded(
+        "ebbtide.preemption.victims", "ebbtide.preemption.relief", "ebbtide.scheduling.planner"
+    )
+    assert loaded == []
+
+
+def test_the_simulator_loads_no_store_or_broker() -> None:
+    """``ebb sim`` runs the product's pure core and its policy files without SQL, Redis or
+    dramatiq (APScheduler reads the windows' cron schedules, as the live scheduler does)."""
+    loaded = backends_loaded("ebbtide.sim.cli", "ebbtide.sim.engine", "ebbtide.config.policy")
+    assert loaded == ["apscheduler"]
 
 
 def test_the_package_exports_the_public_api_only() -> None:

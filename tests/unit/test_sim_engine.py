@@ -21,32 +21,12 @@ from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import DeviceLoad, OnlineLoad
 from ebbtide.sim.policies import ForecastSettings, SimPolicy, baselines, ebbtide_policy
 from ebbtide.sim.record import Recorder
-from tests.unit.sim_builders import Fixed
+from tests.unit.sim_builders import Fixed, online
 
 GIB = 1024.0
 #: margins 0, no forecast, checkpoint-aware victims: the arithmetic stays visible
 PLAIN = SimPolicy("plain", margins=Margins(0.0, 0.0))
 EXCLUSIVE, STATIC_NIGHT, GREEDY = baselines()
-
-
-def online(
-    *steps: list[tuple[float, float, float]],
-    span: float,
-    memory_mib: float = 80 * GIB,
-    origin: float = 0.0,
-) -> OnlineLoad:
-    """Devices whose online (compute %, memory MiB) steps at the given times."""
-    devices = tuple(
-        DeviceLoad(
-            f"d{k}",
-            tuple(t for t, _, _ in s),
-            tuple(c for _, c, _ in s),
-            tuple(m for _, _, m in s),
-            span,
-        )
-        for k, s in enumerate(steps)
-    )
-    return OnlineLoad("test", devices, memory_mib, span, origin, 60.0)
 
 
 def job(

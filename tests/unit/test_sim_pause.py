@@ -23,27 +23,13 @@ from ebbtide.sim.online import DeviceLoad, OnlineLoad
 from ebbtide.sim.policies import NO_PAUSE, SimPolicy, baselines, ebbtide_policy
 from ebbtide.sim.runner import run_policies
 from ebbtide.sim.state import CHECKPOINTING, RESTORING, STARTING, SimAttempt, SimDevice, SimJobState
-from tests.unit.sim_builders import Fixed
+from tests.unit.sim_builders import Fixed, online
 
 GIB = 1024.0
 RULES = PauseRules(drain_s=0.05, max_pause_s=600.0, thaw_hysteresis_pct=10.0, min_pause_s=5.0)
 #: margins 0, no forecast: the arithmetic stays visible
 PAUSING = SimPolicy("pausing", margins=Margins(0.0, 0.0), pause=RULES)
 EVICTING = dataclasses.replace(PAUSING, name="evicting", pause=NO_PAUSE)
-
-
-def online(*steps: list[tuple[float, float, float]], span: float) -> OnlineLoad:
-    devices = tuple(
-        DeviceLoad(
-            f"d{k}",
-            tuple(t for t, _, _ in s),
-            tuple(c for _, c, _ in s),
-            tuple(m for _, _, m in s),
-            span,
-        )
-        for k, s in enumerate(steps)
-    )
-    return OnlineLoad("test", devices, 80 * GIB, span, 0.0, 60.0)
 
 
 def job(work: float = 1000.0, *, c: float = 50.0, mem: int = 1024) -> SimJob:

@@ -15,10 +15,11 @@ from ebbtide.config.policy import parse_policy
 from ebbtide.sim.engine import Simulation
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
-from ebbtide.sim.online import DeviceLoad, OnlineLoad
+from ebbtide.sim.online import OnlineLoad
 from ebbtide.sim.policies import SimPolicy, from_policy_file
 from ebbtide.sim.windows import SimWindows
 from tests.unit.sim_builders import Fixed
+from tests.unit.sim_builders import online as online_load
 
 GIB = 1024.0
 HOUR = 3600.0
@@ -48,14 +49,7 @@ class Logged(Simulation):
 
 
 def online(*steps: tuple[float, float, float], span: float, devices: int = 1) -> OnlineLoad:
-    dev = DeviceLoad(
-        "d",
-        tuple(t for t, _, _ in steps),
-        tuple(c for _, c, _ in steps),
-        tuple(m for _, _, m in steps),
-        span,
-    )
-    return OnlineLoad("test", (dev,) * devices, 80 * GIB, span, 0.0, 60.0)
+    return online_load(*[list(steps)] * devices, span=span)
 
 
 def long_job(key: int = 0, c: float = 25.0) -> SimJob:
@@ -164,3 +158,20 @@ def test_trace_clock_is_read_in_the_windows_timezone() -> None:
     w.refresh(w.valid_until)
     gate = w.gates[("gpu0", 0)].open["default"]
     assert gate.open_until == pytest.approx(10 * HOUR)  # closes 07:00, t = 10 h
+
+
+def test_queue_protections_reach_the_agents_fast_path() -> None:
+    """A compute spike with pausing off evicts the job, unless its queue protects it for
+    its first hour (``min_runtime_s``): the simulated agent spares it, as the live one
+    does (the spike then interferes with online work instead)."""
+    load = online((0.0, 10.0, 8 * GIB), (600.0, 90.0, 8 * GIB), (900.0, 10.0, 8 * GIB), span=HOUR)
+    job = SimJob(0, "test", 0.0, 50.0, 0, 4096, 10 * HOUR, 600.0, 1.0, 30.0)
+    text = "apiVersion: ebbtide/v1\ndefaults: {{pause: false}}\nqueues: {{default: {queue}}}\n"
+    tallies = {}
+    for name, queue in (("plain", "{}"), ("protected", "{min_runtime_s: 1h}")):
+        policy = from_policy_file(parse_policy(text.format(queue=queue)))
+        sim = Logged(load, [job], policy, backlogged=False, latencies=Fixed(), debug=True)
+        tallies[name] = sim.run()
+    assert tallies["plain"].evictions >= 1
+    assert tallies["protected"].evictions == 0
+    assert tallies["protected"].interference_cs > tallies["plain"].interference_cs

@@ -419,8 +419,10 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     "policy_path",
     type=click.Path(dir_okay=False),
     help="Run ebbtide under this policy file: its defaults (margins, deadline, cooldown, "
-    "forecast), windows and queue limits (jobs are in queue default; devices are gpuK/0; "
-    "the trace's clock is read in the first cron window's timezone).",
+    "backoff, forecast, pausing), windows and queue limits and protections (jobs are in "
+    "queue default; devices are gpuK/0; the trace's clock is read in the first cron "
+    "window's timezone). Without it, ebbtide keeps the built-in policy's cooldown and "
+    "backoff.",
 )
 @click.option(
     "--pause/--no-pause",

@@ -50,6 +50,7 @@ from ebbtide.scheduling.snapshot import (
     THAW_HYSTERESIS_PCT,
     Margins,
     PauseRules,
+    PlanRules,
     QueueLimits,
     backoff_s,
 )
@@ -415,6 +416,18 @@ class Policy(Strict):
     def _default_queue(cls, queues: dict[str, QueueConfig]) -> dict[str, QueueConfig]:
         # jobs that name no queue go to "default": it always exists
         return queues if "default" in queues else {"default": QueueConfig(), **queues}
+
+    def plan_rules(self) -> PlanRules:
+        """What the scheduler's passes take from this policy (margins, pause rules, queue
+        limits, backoff): the live loop's and the simulator's, alike."""
+        d = self.defaults
+        return PlanRules(
+            margins=d.margins,
+            pause=d.pause_rules(),
+            queues={name: q.limits for name, q in self.queues.items()},
+            backoff_base_s=d.backoff_base_s,
+            backoff_max_s=d.backoff_max_s,
+        )
 
     def deadline_for(self, queue: str) -> float:
         q = self.queues.get(queue)

@@ -27,6 +27,7 @@ from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceGates,
     DeviceView,
+    PlanRules,
     QueuedJob,
     QueueLimits,
     Snapshot,
@@ -196,11 +197,11 @@ class Quotas:
         return None
 
 
-def ready_at(job: QueuedJob, snapshot: Snapshot) -> float:
+def ready_at(job: QueuedJob, rules: Snapshot | PlanRules) -> float:
     """When the job's backoff after repeated evictions ends (0 when it has none)."""
     if job.requeued_at is None:
         return 0.0
-    wait = backoff_s(job.evictions, snapshot.backoff_base_s, snapshot.backoff_max_s)
+    wait = backoff_s(job.evictions, rules.backoff_base_s, rules.backoff_max_s)
     return job.requeued_at + wait if wait > 0 else 0.0
 
 

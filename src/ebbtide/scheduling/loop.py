@@ -165,18 +165,8 @@ class Scheduler:
             queued, active = self.mirror.sync(self.store, now, epoch=epoch)
         else:
             queued, active = self.store.queued_jobs(), self.store.active_attempts()
-        return Snapshot(
-            now=now,
-            queued=queued,
-            active=active,
-            devices=devices,
-            margins=defaults.margins,
-            pause=defaults.pause_rules(),
-            queues={name: q.limits for name, q in self.policy.queues.items()},
-            gates=self.runtime.gates(now, [(d.node, d.index) for d in devices]),
-            backoff_base_s=defaults.backoff_base_s,
-            backoff_max_s=defaults.backoff_max_s,
-        )
+        gates = self.runtime.gates(now, [(d.node, d.index) for d in devices])
+        return self.policy.plan_rules().snapshot(now, queued, active, devices, gates)
 
     def run_once(self) -> Plan:
         self._wake_at = None  # a pass that fails asks for nothing

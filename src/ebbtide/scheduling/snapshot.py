@@ -231,6 +231,41 @@ class Snapshot:
     backoff_max_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class PlanRules:
+    """What a scheduler's pass takes from the policy in effect: the live loop and the
+    simulator build their :class:`Snapshot` through it, so that a rule added here reaches
+    both (see :meth:`ebbtide.config.policy.Policy.plan_rules`)."""
+
+    margins: Margins = field(default_factory=Margins)
+    pause: PauseRules = field(default_factory=PauseRules)
+    queues: Mapping[str, QueueLimits] = field(default_factory=dict)
+    backoff_base_s: float = 0.0
+    backoff_max_s: float = 0.0
+
+    def snapshot(
+        self,
+        now: float,
+        queued: Sequence[QueuedJob],
+        active: Sequence[ActiveAttempt],
+        devices: Sequence[DeviceView],
+        gates: Mapping[tuple[str, int], DeviceGates] | None = None,
+    ) -> Snapshot:
+        """The planner's input: these jobs, attempts and devices under these rules."""
+        return Snapshot(
+            now=now,
+            queued=queued,
+            active=active,
+            devices=devices,
+            margins=self.margins,
+            pause=self.pause,
+            queues=self.queues,
+            gates=gates,
+            backoff_base_s=self.backoff_base_s,
+            backoff_max_s=self.backoff_max_s,
+        )
+
+
 def backoff_s(evictions: int, base_s: float, max_s: float) -> float:
     """How long a job evicted ``evictions`` times waits before it may run again."""
     if evictions < 2 or base_s <= 0:

@@ -13,6 +13,11 @@ submitted at time 0: copy 0 of every job, then copy 1, and so on (job ids in tha
 It is materialised lazily, shape by shape, as far as the planner looks (:class:`EndlessStream`),
 so the planner always finds every shape the stream has, in the order an endless queue
 would offer it.
+
+A job waiting out a backoff after repeated evictions is refused whatever room there is, so
+it would spoil the count of a shape's heads placed: jobs are grouped by shape *and* the time
+their backoff ends (:func:`~ebbtide.scheduling.admission.ready_at`, 0 for most), and the
+argument above holds group by group.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from ebbtide.scheduling.admission import ready_at
 from ebbtide.scheduling.planner import Dispatch
-from ebbtide.scheduling.snapshot import QueuedJob
+from ebbtide.scheduling.snapshot import PlanRules, QueuedJob
 from ebbtide.sim.jobs import SimJob
 
 Shape = tuple[float, int, int]
+#: a shape and when its jobs' backoff ends
+Group = tuple[float, int, int, float]
 
 
 def shape_of(job: QueuedJob | SimJob) -> Shape:
@@ -33,44 +41,51 @@ def shape_of(job: QueuedJob | SimJob) -> Shape:
 
 
 class Backlog:
-    def __init__(self) -> None:
-        #: per shape, the ids of its queued jobs, ascending (submission order)
-        self._by_shape: dict[Shape, list[int]] = {}
+    """``rules``: the backoff the planner applies (none: every job is ready)."""
+
+    def __init__(self, rules: PlanRules | None = None) -> None:
+        self._rules = rules or PlanRules()
+        #: per group, the ids of its queued jobs, ascending (submission order)
+        self._by_group: dict[Group, list[int]] = {}
         self._jobs: dict[int, QueuedJob] = {}
 
     def __len__(self) -> int:
         return len(self._jobs)
 
+    def _group(self, job: QueuedJob) -> Group:
+        return (*shape_of(job), ready_at(job, self._rules))
+
     def count(self, shape: Shape) -> int:
-        return len(self._by_shape.get(shape, ()))
+        """How many jobs of ``shape`` wait with no backoff."""
+        return len(self._by_group.get((*shape, 0.0), ()))
 
     def add(self, job: QueuedJob) -> None:
-        bisect.insort(self._by_shape.setdefault(shape_of(job), []), job.id)
+        bisect.insort(self._by_group.setdefault(self._group(job), []), job.id)
         self._jobs[job.id] = job
 
     def remove(self, job_id: int) -> QueuedJob:
         job = self._jobs.pop(job_id)
-        ids = self._by_shape[shape_of(job)]
+        ids = self._by_group[self._group(job)]
         del ids[bisect.bisect_left(ids, job_id)]
         return job
 
     def smallest_fraction(self) -> tuple[float, float]:
         """The least compute and the least memory of any queued fractional job (inf: none)."""
-        shapes = [s for s, ids in self._by_shape.items() if ids and not s[2]]
+        shapes = [s for s, ids in self._by_group.items() if ids and not s[2]]
         return (
             min((s[0] for s in shapes), default=float("inf")),
             min((float(s[1]) for s in shapes), default=float("inf")),
         )
 
     def heads(self, n: int) -> list[QueuedJob]:
-        """The first ``n`` queued jobs of every shape."""
-        return [self._jobs[i] for ids in self._by_shape.values() for i in ids[:n]]
+        """The first ``n`` queued jobs of every group."""
+        return [self._jobs[i] for ids in self._by_group.values() for i in ids[:n]]
 
     def saturated(self, dispatches: Iterable[Dispatch], n: int) -> bool:
-        """Whether some shape had all of its ``n`` heads placed while more wait behind them
+        """Whether some group had all of its ``n`` heads placed while more wait behind them
         (call before removing the dispatched jobs)."""
-        placed = Counter(shape_of(self._jobs[d.job_id]) for d in dispatches)
-        return any(count >= n and len(self._by_shape[shape]) > n for shape, count in placed.items())
+        placed = Counter(self._group(self._jobs[d.job_id]) for d in dispatches)
+        return any(count >= n and len(self._by_group[group]) > n for group, count in placed.items())
 
 
 class EndlessStream:

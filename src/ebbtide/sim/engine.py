@@ -8,10 +8,14 @@ workload (``jobs.py``, ``online.py``, ``backlog.py``) and the measures (``metric
 ``record.py``).)
 
 It drives the product's own pure code: :func:`ebbtide.scheduling.planner.plan` on a
-:class:`~ebbtide.scheduling.snapshot.Snapshot`, the node agent's fast path
-(:func:`ebbtide.preemption.relief.relief_for_device` and
-:func:`~ebbtide.preemption.relief.thaws_for_device`) and the
-:class:`~ebbtide.scheduling.forecast.Forecaster`.  Nothing sleeps.
+:class:`~ebbtide.scheduling.snapshot.Snapshot` built through the policy's
+:class:`~ebbtide.scheduling.snapshot.PlanRules` (as the live scheduler builds its own: the
+margins, pause rules, queue limits and backoff reach both), the node agent's fast path
+(:func:`ebbtide.preemption.relief.relief_for_device`, sparing what the queues protect, and
+:func:`~ebbtide.preemption.relief.thaws_for_device`), the
+:class:`~ebbtide.scheduling.forecast.Forecaster`, and the store's outcome policy
+(:func:`ebbtide.queue.outcomes.decide`: what an eviction counts for, hence a job's
+backoff).  Nothing sleeps.
 
 Events, as in the live system:
 
@@ -53,16 +57,26 @@ from __future__ import annotations
 
 import heapq
 import math
+import signal
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
 from ebbtide.preemption.victims import EvictReason
+from ebbtide.queue.outcomes import decide
+from ebbtide.queue.spec import REQUEUE_EXIT_CODE
+from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
 from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
-from ebbtide.scheduling.snapshot import DeviceView, QueuedJob, Snapshot
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    DeviceView,
+    QueuedJob,
+    Snapshot,
+    protected,
+)
 from ebbtide.sim.backlog import Backlog, EndlessStream
 from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
@@ -182,7 +196,12 @@ class Simulation:
         self._wakes: set[float] = set()
         self.jobs: dict[int, SimJobState] = {}
         self.active: dict[int, SimAttempt] = {}
-        self.backlog = Backlog()
+        #: what a pass takes from the policy, as the live scheduler's (see PlanRules)
+        self.rules = policy.plan_rules(self.windows.limits if self.windows is not None else None)
+        queue = policy.rules.queues.get("default") if policy.rules is not None else None
+        #: a job evicted this often is held, not requeued (None: never)
+        self.max_preemptions = queue.max_preemptions if queue is not None else None
+        self.backlog = Backlog(self.rules)
         self._endless = EndlessStream(stream) if backlogged and policy.colocate else None
         self._heap: list[tuple[float, int, int, Any, Any]] = []
         self._seq = 0
@@ -386,7 +405,8 @@ class Simulation:
         if not dev.paused_n and overflow(device, views, margins) == (0.0, 0.0):
             return  # within capacity and nothing paused: the relief would do nothing
         acted = False
-        for r in relief_for_device(device, views, margins, self.now, rules):
+        guard = self._guard()
+        for r in relief_for_device(device, views, margins, self.now, rules, guard):
             att = self.active[r.job_id]
             if att.phase == EVICTING:
                 continue
@@ -404,6 +424,14 @@ class Simulation:
             views = [a.view or a.active_view(aware) for a in dev.attempts.values()]
         for a in thaws_for_device(device, views, margins, self.now, rules):
             self._thaw(self.active[a.job_id])
+
+    def _guard(self) -> Callable[[ActiveAttempt], bool] | None:
+        """Which attempts the agent spares while only compute is short: its queue's
+        protections (``preemptible: false``, ``min_runtime_s``), as the live agent's."""
+        limits, now = self.rules.queues, self.now
+        if not limits:
+            return None
+        return lambda a: protected(a, limits.get(a.queue), now)
 
     def _agent_idle(self, dev: SimDevice) -> bool:
         """Whether the agent's sample surely does nothing on ``dev`` now: within capacity
@@ -542,8 +570,7 @@ class Simulation:
             self._dispatch(d)
         if len(decisions.dispatches) >= snapshot.max_dispatches:
             self._mark_dirty()
-        if self.windows is not None:
-            self._wake_at(decisions.wake_at)
+        self._wake_at(decisions.wake_at)
 
     def _nothing_to_plan(self, snapshot: Snapshot, devs: list[SimDevice]) -> bool:
         """Whether the pass on ``snapshot`` surely decides nothing: no queued job fits
@@ -587,16 +614,12 @@ class Simulation:
 
     def _snapshot(self, devs: list[SimDevice], queued: list[QueuedJob]) -> Snapshot:
         aware, watch = self.policy.checkpoint_aware, self.policy.watch_compute
-        w = self.windows
-        return Snapshot(
-            now=self.now,
-            queued=queued,
-            active=[a.view or a.active_view(aware) for d in devs for a in d.attempts.values()],
-            devices=[device_view(d, watch_compute=watch, now=self.now) for d in devs],
-            margins=self.policy.margins,
-            pause=self.policy.pause,
-            queues=w.limits if w is not None else {},
-            gates=w.gates if w is not None else None,
+        return self.rules.snapshot(
+            self.now,
+            queued,
+            [a.view or a.active_view(aware) for d in devs for a in d.attempts.values()],
+            [device_view(d, watch_compute=watch, now=self.now) for d in devs],
+            self.windows.gates if self.windows is not None else None,
         )
 
     def _check_plan(self, decisions: Plan, queued: list[QueuedJob]) -> None:
@@ -769,6 +792,7 @@ class Simulation:
         spec = att.job.spec
         now = self.now
         att.pressure = reason in PRESSURE_REASONS
+        att.reason = reason
         if att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
             self.tally.evictions_paused += 1
             self._unfreeze(att)
@@ -784,6 +808,7 @@ class Simulation:
         if lost > 0:
             t.lost_cs += lost * spec.compute_pct
         att.saved_s = out.saved_s
+        att.killed = out.killed
         t.evictions += 1
         t.evictions_killed += out.killed
         t.eviction_latency_s.append(out.free_at - spike_at)
@@ -875,7 +900,26 @@ class Simulation:
         self._leave(att)
         job = att.job
         job.progress_s = att.saved_s
-        self.backlog.add(job.queued(self.windows is not None))
+        # what the eviction counts for, by the store's own rule (a GPU fault counts none)
+        verdict = decide(
+            source=JobState.EVICTING,
+            exit_code=None if att.killed else REQUEUE_EXIT_CODE,
+            eviction={"reason_code": att.reason and att.reason.value, "killed": att.killed},
+            cancel_requested=False,
+            evictions=job.evictions,
+            failures=0,
+            max_attempts=job.attempts + 1,
+            attempt=att.number,
+            warning_signal=signal.SIGTERM,
+        )
+        job.evictions = verdict.evictions
+        job.requeued_at = self.now
+        if self.max_preemptions is not None and job.evictions >= self.max_preemptions:
+            # the live scheduler holds it at its next pass (Store.hold_overpreempted)
+            self.tally.jobs_held += 1
+            del self.jobs[job.id]
+        else:
+            self.backlog.add(job.queued(self.windows is not None))
         self._mark_dirty()
 
     def _on_record(self, _: Any, __: Any) -> None:

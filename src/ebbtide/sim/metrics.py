@@ -26,6 +26,8 @@ while a device is present in the fleet.
   overhead, ``--restart-overhead``) ÷ offline slice-time.
 - ``jobs_completed``; ``jct_p50_s``, ``jct_p99_s``: completion − submission (``null`` when
   nothing completed); ``sim_wall_s``: wall-clock seconds the simulation of the policy took.
+- ``jobs_held``: jobs held, not requeued, once evicted as often as queue ``default``'s
+  ``max_preemptions`` allows (``--policy``), as the live scheduler holds them.
 - Where the spare went, as shares of it that add up to 1 with ``harvest_efficiency``:
   ``spare_lost_frac`` (progress evictions threw away), ``spare_paused_frac`` (left idle
   beside the running slices, up to the compute of the paused ones: a paused slice keeps
@@ -101,6 +103,7 @@ class Tally:
     thaws: int = 0
     deadline_misses: int = 0
     jobs_completed: int = 0
+    jobs_held: int = 0
     dispatches: int = 0
     plan_passes: int = 0
     jct_s: list[float] = field(default_factory=list)
@@ -133,6 +136,7 @@ class Tally:
             "evictions_killed": self.evictions_killed,
             "evictions_while_paused": self.evictions_paused,
             "thaws": self.thaws,
+            "jobs_held": self.jobs_held,
             "eviction_latency_p50_s": _round(percentile(self.eviction_latency_s, 0.50), 4),
             "eviction_latency_p99_s": _round(percentile(self.eviction_latency_s, 0.99), 4),
             "useful_gpu_hours": round(useful / 100.0 / 3600.0, 3),

@@ -18,23 +18,23 @@
 
 The baselines never pause: every shortfall evicts, as before the graduated response.
 
-With ``ebb sim --policy FILE`` the ``ebbtide`` policy runs under a policy file
-(:func:`from_policy_file`): its margins, eviction deadline, eviction cooldown, forecast and
-pause rules come from the file's ``defaults`` (pausing only where queue ``default`` allows
-it), and the planner gets the file's windows and queue limits
-(see :mod:`ebbtide.sim.windows`).
+Without a policy file the ``ebbtide`` policy keeps the built-in policy's eviction cooldown
+and backoff after repeated evictions.  With ``ebb sim --policy FILE`` it runs under a policy
+file (:func:`from_policy_file`): its margins, eviction deadline, eviction cooldown, backoff,
+forecast and pause rules come from the file's ``defaults`` (pausing only where queue
+``default`` allows it), and the planner gets the file's windows and queue limits
+(see :mod:`ebbtide.sim.windows`).  Either way the planner's snapshot is built through
+:class:`~ebbtide.scheduling.snapshot.PlanRules`, as the live scheduler's is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
+from ebbtide.config.policy import Policy
 from ebbtide.scheduling.forecast import DEFAULT_HISTORY_S
-from ebbtide.scheduling.snapshot import Margins, PauseRules
-
-if TYPE_CHECKING:
-    from ebbtide.config.policy import Policy
+from ebbtide.scheduling.snapshot import Margins, PauseRules, PlanRules, QueueLimits
 
 #: Pause rules of a policy that never pauses (every shortfall evicts).
 NO_PAUSE = PauseRules(enabled=False)
@@ -85,11 +85,25 @@ class SimPolicy:
     cooldown_s: float = 0.0
     #: graduated response: when a compute spike pauses rather than evicts (off: never)
     pause: PauseRules = NO_PAUSE
+    #: a job evicted k >= 2 times waits backoff_base_s x 2^(k-2), at most backoff_max_s
+    backoff_base_s: float = 0.0
+    backoff_max_s: float = 0.0
 
     @property
     def forecast_deadline_s(self) -> float:
         """The deadline the forecast reserve is asked for, in seconds."""
         return self.forecast.window_s if self.forecast else 0.0
+
+    def plan_rules(self, queues: Mapping[str, QueueLimits] | None = None) -> PlanRules:
+        """What the planner's passes take from this policy (``queues``: its queue limits),
+        as :meth:`ebbtide.config.policy.Policy.plan_rules` gives the live scheduler's."""
+        return PlanRules(
+            margins=self.margins,
+            pause=self.pause,
+            queues=queues or {},
+            backoff_base_s=self.backoff_base_s,
+            backoff_max_s=self.backoff_max_s,
+        )
 
 
 #: Margins of the ``ebbtide`` policy: compute in percent, memory in MiB.
@@ -101,12 +115,19 @@ def ebbtide_policy(
     forecast: ForecastSettings | None = None,
     pause: PauseRules | None = None,
 ) -> SimPolicy:
-    """The product; ``pause``: its pause rules (None: the defaults, pausing on)."""
+    """The product; ``pause``: its pause rules (None: the defaults, pausing on).  Its
+    eviction cooldown and its backoff after repeated evictions are the built-in policy's
+    (``ebb policy show``), as the live scheduler applies them with no policy file."""
+    builtin = Policy()
+    rules = builtin.plan_rules()
     return SimPolicy(
         "ebbtide",
         margins=margins,
         forecast=forecast or ForecastSettings(),
         pause=PauseRules() if pause is None else pause,
+        cooldown_s=builtin.defaults.eviction_cooldown_s,
+        backoff_base_s=rules.backoff_base_s,
+        backoff_max_s=rules.backoff_max_s,
     )
 
 
@@ -130,9 +151,10 @@ def from_policy_file(policy: Policy) -> SimPolicy:
     so each gets that queue's deadline (or ``defaults.deadline_s``)."""
     d = policy.defaults
     deadline = policy.deadline_for("default")
+    rules = policy.plan_rules()
     return SimPolicy(
         "ebbtide",
-        margins=d.margins,
+        margins=rules.margins,
         forecast=ForecastSettings(
             window_s=deadline,
             compute_quantile=d.forecast_compute_quantile,
@@ -145,6 +167,8 @@ def from_policy_file(policy: Policy) -> SimPolicy:
         deadline_s=deadline,
         cooldown_s=d.eviction_cooldown_s,
         pause=pause_rules_of(policy),
+        backoff_base_s=rules.backoff_base_s,
+        backoff_max_s=rules.backoff_max_s,
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ebbtide.preemption.victims import EvictReason
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
 from ebbtide.scheduling.forecast import Forecaster
@@ -150,6 +151,10 @@ class SimJobState:
     #: progress saved by the last checkpoint, in seconds at the full slice
     progress_s: float = 0.0
     attempts: int = 0
+    #: evictions counted against it (the live outcome policy's count: backoff)
+    evictions: int = 0
+    #: when it was last requeued (its backoff counts from then)
+    requeued_at: float | None = None
 
     def queued(self, declare_checkpoint: bool = False) -> QueuedJob:
         """The job as the planner sees it; ``declare_checkpoint``: it declares when it
@@ -169,6 +174,8 @@ class SimJobState:
             attempts=self.attempts,
             deadline_s=s.deadline_s,
             first_checkpoint_s=min(s.ckpt_interval_s, s.work_s) if declare_checkpoint else None,
+            requeued_at=self.requeued_at,
+            evictions=self.evictions,
         )
 
 
@@ -203,6 +210,10 @@ class SimAttempt:
     pausable: bool = False
     #: evicted for online pressure: its device cools down once its slice is free
     pressure: bool = False
+    #: why it is being evicted (None: its device left, or a fixed window closed)
+    reason: EvictReason | None = None
+    #: killed at its eviction's deadline
+    killed: bool = False
 
     def active_view(self, checkpoint_aware: bool) -> ActiveAttempt:
         """The attempt as the planner and the victim policy see it (cached)."""
