@@ -21,10 +21,11 @@ from ebbtide.queue.store.changes import GAP_EXPIRY_S, EventCursor, advance
 from ebbtide.scheduling.mirror import (
     FALLBACK_RECHECK_S,
     REBUILD_PERIOD_S,
+    Groups,
     Mirror,
     OrderedJobs,
 )
-from ebbtide.scheduling.snapshot import QueuedJob
+from ebbtide.scheduling.snapshot import QueuedJob, plan_group
 
 S = JobState
 DEADLINE_S = 30.0
@@ -125,7 +126,7 @@ def step(store: Store, clock: FakeClock, rng: random.Random) -> None:
 
 def check(mirror: Mirror, store: Store, now: float) -> None:
     queued, active = mirror.sync(store, now)
-    assert queued == store.queued_jobs()
+    assert list(queued) == store.queued_jobs()
     assert active == store.active_attempts()
 
 
@@ -282,6 +283,30 @@ def test_ordered_jobs_keep_scheduling_order() -> None:
     assert len(jobs) == len(plain)
 
 
+def test_groups_keep_scheduling_order_in_each_group_and_merged() -> None:
+    rng = random.Random(8)
+    groups = Groups()
+    plain: dict[int, QueuedJob] = {}
+    for _ in range(5000):
+        job_id = rng.randrange(3000)
+        if rng.random() < 0.4:
+            groups.discard(job_id)
+            plain.pop(job_id, None)
+        else:
+            c, m = rng.choice(((10.0, 1), (10.0, 2), (25.0, 1)))
+            job = QueuedJob(job_id, rng.randrange(-3, 4), "q", "o", c, 0, m, None, None, 0)
+            groups.add(job)  # may move the job to another group
+            plain[job_id] = job
+        if rng.random() < 0.01 or len(plain) < 3:
+            view = groups.view()
+            assert list(view) == sorted(plain.values(), key=lambda j: (-j.priority, j.id))
+            assert len(view) == len(plain)
+            for group in view.groups:
+                jobs = list(group)
+                assert jobs and len({plan_group(j) for j in jobs}) == 1
+                assert jobs == sorted(jobs, key=lambda j: (-j.priority, j.id))
+
+
 @pytest.mark.postgres
 def test_an_event_committed_after_a_later_one_is_seen(postgres_url: str) -> None:
     """Event ids are taken at insert: the hold below takes its id, then waits to commit
@@ -315,7 +340,7 @@ def test_an_event_committed_after_a_later_one_is_seen(postgres_url: str) -> None
         go_on.set()
         writer.join(10)
         check(mirror, store, 0.0)
-        assert mirror.sync(store, 0.0)[0] == []
+        assert list(mirror.sync(store, 0.0)[0]) == []
         assert mirror.rebuilds == 1
         assert not mirror._cursor.gaps
     finally:

@@ -36,11 +36,14 @@ from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceGates,
     DeviceView,
+    GroupedJobs,
     Margins,
     PauseRules,
     QueuedJob,
     QueueGate,
     Snapshot,
+    plan_group,
+    queue_order,
 )
 
 from .builders import NOW, att, dev, job
@@ -489,6 +492,92 @@ def test_shapes_known_to_fit_nowhere_are_passed_over_once_the_reasons_are_full(
         assert decided == (plan(s), plan(in_order(s), queued_in_order=True)), f"case {case}"
     assert skips["jobs"] > 100  # jobs were passed over
     assert any(p.wake_at is not None for p, _ in bulk)  # and backoffs waited
+
+
+def grouped(s: Snapshot) -> Snapshot:
+    """``s`` with its queue as the scheduler's copy hands it over: by planning group, each
+    group in scheduling order (``s`` has one job per id, as a store does)."""
+    by_group: dict[Any, list[QueuedJob]] = {}
+    for j in sorted(s.queued, key=queue_order):
+        by_group.setdefault(plan_group(j), []).append(j)
+    return dataclasses.replace(s, queued=GroupedJobs(list(by_group.values()), len(s.queued)))
+
+
+def renumbered(rng: random.Random, s: Snapshot) -> Snapshot:
+    """``s`` with one job per id, in a shuffled order (so that the jobs of one group
+    interleave with the others')."""
+    jobs = list(s.queued)
+    rng.shuffle(jobs)
+    return dataclasses.replace(
+        s, queued=[dataclasses.replace(j, id=n) for n, j in enumerate(jobs, 1)]
+    )
+
+
+def windowed(rng: random.Random, s: Snapshot) -> Snapshot:
+    """``s`` under windows: its jobs in two queues with declared timings, queue ``train``
+    closed on some devices and open with a share on the others."""
+    queued = [
+        dataclasses.replace(
+            j,
+            queue=rng.choice(("default", "train")),
+            deadline_s=rng.choice((30.0, 60.0)),
+            first_checkpoint_s=rng.choice((None, 10.0, 300.0)),
+        )
+        for j in s.queued
+    ]
+    soon = QueueGate(open_until=NOW + rng.choice((100.0, 1000.0)), share=rng.choice((0.5, 1.0)))
+    gates = {
+        d.key: DeviceGates(
+            open={"default": QueueGate(open_until=math.inf, share=1.0)}
+            | ({"train": soon} if rng.random() < 0.5 else {}),
+            closed={} if rng.random() < 0.5 else {"train": "window 'night' is closed"},
+        )
+        for d in s.devices
+    }
+    return dataclasses.replace(s, queued=queued, gates=gates)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler's copy hands the queue over by planning group; merged as the pass
+    reads, with a group left unread once it fits nowhere and the reasons are full (three
+    here), it decides what the queue in order decides: dispatches, reasons, wake-up,
+    with windows (groups finer than shapes) and without."""
+    monkeypatch.setattr(planner, "MAX_REASONS", 3)
+    rng = random.Random(9000 + seed)
+    left_behind = 0
+    for case in range(100):
+        s = renumbered(rng, backlogged(rng, random_snapshot(rng)))
+        if rng.random() < 0.4:
+            s = windowed(rng, s)
+        decided = plan(grouped(s))
+        assert decided == plan(in_order(s), queued_in_order=True), f"case {case}"
+        left_behind += len(s.queued) - len(decided.dispatches) - len(decided.blocked)
+    assert left_behind > 100  # jobs were left unread
+    s = renumbered(rng, large_snapshot(rng))
+    assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
+
+
+def test_a_group_that_fits_nowhere_is_left_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thousand jobs of a shape that fits nowhere behind two that fit: the pass reads
+    the first of them and the jobs it needed for its reasons, not the rest."""
+    monkeypatch.setattr(planner, "MAX_REASONS", 3)
+    read: list[int] = []
+
+    class Counted(list[QueuedJob]):
+        def __iter__(self) -> Any:
+            for j in super().__iter__():
+                read.append(j.id)
+                yield j
+
+    small = Counted([job(1, c=10), job(2, c=10)])
+    huge = Counted(job(i, c=10, m=10**6) for i in range(3, 1003))
+    s = Snapshot(now=NOW, queued=GroupedJobs([small, huge], 1002), active=[], devices=[dev()])
+    decided = plan(s)
+    assert [d.job_id for d in decided.dispatches] == [1, 2]
+    assert len(decided.blocked) == 3 and len(read) < 10
 
 
 # -- the fit index, query after query ------------------------------------------------------

@@ -160,6 +160,7 @@ class Scheduler:
                         planning_only=not d.eviction_trigger,
                     )
                 )
+        queued: Sequence[QueuedJob]
         if self.mirror is not None:
             epoch = self.leader.epoch if self.leader is not None else None
             queued, active = self.mirror.sync(self.store, now, epoch=epoch)

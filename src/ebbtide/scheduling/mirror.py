@@ -17,21 +17,29 @@ it must:
 - every :data:`REBUILD_PERIOD_S` as a safety net (a write that outlived the gaps'
   expiry, a row changed by hand in the database).
 
-The queued jobs are kept in a list of sorted runs of at most ``2 × RUN_LENGTH`` jobs
-(:class:`OrderedJobs`): an insertion or removal by ``(-priority, id)`` moves at most one
-run's elements, and the planner's list is the runs joined (at C speed) once per pass with a
-change.
+The queued jobs are kept by planning group (:data:`~ebbtide.scheduling.snapshot.plan_group`:
+jobs that fit, or not, together), each group in a list of sorted
+runs of at most ``2 × RUN_LENGTH`` jobs (:class:`OrderedJobs`): an insertion or removal by
+``(-priority, id)`` moves at most one run's elements.  The planner gets the groups as they
+are (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`), merges them as it reads and leaves
+a group unread once none of its jobs fits, so nothing in a pass reads the whole queue.
 """
 
 from __future__ import annotations
 
 import logging
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any, Protocol
 
-from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    GroupedJobs,
+    QueuedJob,
+    plan_group,
+    queue_order,
+)
 
 log = logging.getLogger("ebbtide.scheduler")
 
@@ -46,9 +54,7 @@ FALLBACK_RECHECK_S = 10.0
 RUN_LENGTH = 1_000
 
 
-def order(job: QueuedJob) -> tuple[int, int]:
-    """A queued job's place in scheduling order: priority (high first), then id."""
-    return (-job.priority, job.id)
+order = queue_order
 
 
 class OrderedJobs:
@@ -69,6 +75,10 @@ class OrderedJobs:
 
     def __contains__(self, job_id: int) -> bool:
         return job_id in self._by_id
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        """The jobs in scheduling order, read lazily (do not change the jobs meanwhile)."""
+        return chain.from_iterable(self._runs)
 
     def add(self, job: QueuedJob) -> None:
         """Add ``job`` (one of its id is taken out first)."""
@@ -138,12 +148,48 @@ class ChangeFeed(Protocol):
     def active_attempts(self) -> list[ActiveAttempt]: ...
 
 
+class Groups:
+    """Queued jobs by planning group, each group an :class:`OrderedJobs`."""
+
+    def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
+        """``jobs`` in scheduling order (as the store lists them)."""
+        by_group: dict[Hashable, list[QueuedJob]] = {}
+        for job in jobs:
+            by_group.setdefault(plan_group(job), []).append(job)
+        self._groups = {g: OrderedJobs(js, in_order=True) for g, js in by_group.items()}
+        self._group_of = {j.id: g for g, js in by_group.items() for j in js}
+
+    def __len__(self) -> int:
+        return len(self._group_of)
+
+    def add(self, job: QueuedJob) -> None:
+        """Add ``job`` (one of its id is taken out first)."""
+        self.discard(job.id)
+        group = plan_group(job)
+        self._groups.setdefault(group, OrderedJobs()).add(job)
+        self._group_of[job.id] = group
+
+    def discard(self, job_id: int) -> None:
+        """Take the job ``job_id`` out, if it is in."""
+        group = self._group_of.pop(job_id, None)
+        if group is None:
+            return
+        jobs = self._groups[group]
+        jobs.discard(job_id)
+        if not jobs:
+            del self._groups[group]
+
+    def view(self) -> GroupedJobs:
+        """The planner's view (read only, until the next change)."""
+        return GroupedJobs(list(self._groups.values()), len(self))
+
+
 class Mirror:
     """The queued jobs and active attempts as of the last :meth:`sync`."""
 
     def __init__(self) -> None:
         self._cursor: Any = None
-        self._queued = OrderedJobs()
+        self._queued = Groups()
         self._active: dict[int, ActiveAttempt] = {}
         #: the leadership epoch the copy was built in, and when (Unix seconds)
         self._epoch: int | None = None
@@ -160,11 +206,12 @@ class Mirror:
 
     def sync(
         self, store: ChangeFeed, now: float, *, epoch: int | None = None
-    ) -> tuple[list[QueuedJob], list[ActiveAttempt]]:
+    ) -> tuple[GroupedJobs, list[ActiveAttempt]]:
         """Bring the copy up to date with ``store`` at ``now`` (Unix seconds) in
-        leadership ``epoch``; return the queued jobs in scheduling order and the active
-        attempts by job id, as :meth:`Store.queued_jobs` and :meth:`Store.active_attempts`
-        would.  A store error leaves the copy to be rebuilt at the next call."""
+        leadership ``epoch``; return the queued jobs in scheduling order (by planning
+        group) and the active attempts by job id, as :meth:`Store.queued_jobs` and
+        :meth:`Store.active_attempts` would.  A store error leaves the copy to be rebuilt
+        at the next call."""
         try:
             followed = self._follow(store, now, epoch)
             if followed is not True:
@@ -173,7 +220,7 @@ class Mirror:
             self.reset()
             raise
         active = [self._active[job_id] for job_id in sorted(self._active)]
-        return self._queued.as_list(), active
+        return self._queued.view(), active
 
     def _follow(self, store: ChangeFeed, now: float, epoch: int | None) -> bool | None:
         """Apply what changed since the cursor; False when a full rebuild is due, None
@@ -200,7 +247,7 @@ class Mirror:
     ) -> None:
         start = store.changes_since(None)
         assert start is not None  # a new cursor always begins
-        self._queued = OrderedJobs(store.queued_jobs(), in_order=True)
+        self._queued = Groups(store.queued_jobs())
         self._active = {a.job_id: a for a in store.active_attempts()}
         self._cursor = start.cursor
         self._epoch = epoch

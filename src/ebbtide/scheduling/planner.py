@@ -31,12 +31,16 @@ cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
   already (the store lists it so), and sorted a priority at a time otherwise;
 - a device whose slices all fit (most of a fleet) skips the relief reckoning, and why a
   job finds no device is worked out once per queue and timing, not once per job;
-- once the reasons are full, the jobs of shapes known to fit nowhere are passed over at C
-  speed (a full fleet reads its whole queue every pass).
+- once the reasons are full, the jobs of shapes known to fit nowhere are passed over: given
+  the queue by planning group (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, as the
+  scheduler's copy of the queue keeps it), such a group is left unread, so a pass reads
+  the jobs it places and refuses, whatever the length of the queue; given a list, they
+  are passed over at C speed.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from collections import Counter
@@ -66,11 +70,14 @@ from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT as MIN_WHOLE_GPU_H
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceView,
+    GroupedJobs,
     Margins,
     QueuedJob,
     QueueGate,
     Snapshot,
+    plan_group,
     protected,
+    queue_order,
 )
 
 #: What a device with no slice holds: no slice, no compute (percent), no memory (MiB).
@@ -79,9 +86,7 @@ _PRIORITY = attrgetter("priority")
 _ID = attrgetter("id")
 #: A job's shape: jobs of one shape fit where the others do (and, under windows, in time)
 _SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
-_SHAPE_AND_TIMING = attrgetter(
-    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
-)
+_SHAPE_AND_TIMING = plan_group
 _COMPUTE = attrgetter("compute_pct")
 _MEMORY = attrgetter("memory_mib")
 
@@ -222,7 +227,69 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     unplaced = Unplaced(snapshot, snapshot.devices)
     dispatches = out.dispatches
     shape_of = _SHAPE if lanes is None else _SHAPE_AND_TIMING
-    runs = [snapshot.queued] if queued_in_order else _nominated(snapshot.queued)
+
+    def admit(job: QueuedJob, shape: tuple[object, ...]) -> None:
+        """Place ``job``, of a shape not known to fit nowhere, or say why not."""
+        if (
+            job.array_id is not None
+            and job.array_limit is not None
+            and running_per_array[job.array_id] >= job.array_limit
+        ):
+            refuse(job, f"array limit: {job.array_limit} of its array already running")
+            return
+        if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
+            ready = clock_text(until)
+            refuse(job, f"backoff: evicted {job.evictions} times; not before {ready}")
+            wakes.append(until)
+            return
+        if quotas is not None and (why := quotas.refusal(job)) is not None:
+            refuse(job, why)
+            return
+        if job.gpus >= 1:
+            allowed = lanes.allows(job) if lanes is not None else None
+            placed = _place_whole(job, by_node, index, wholes, allowed)
+        elif lanes is not None and not lanes.plain(job):
+            placed = _place_gated(job, lanes, index)
+        else:
+            placed = _place_fraction(job, free, index)
+        if placed is None:
+            misfits[shape] = unplaced.reason(job)
+            refuse(job, misfits[shape])
+            return
+        node, devices = placed
+        dispatches.append(
+            Dispatch(job.id, job.attempts, node, devices, job.compute_pct, job.memory_mib)
+        )
+        if job.array_id is not None:
+            running_per_array[job.array_id] += 1
+        if quotas is not None:
+            quotas.take(job)
+
+    queued = snapshot.queued
+    if isinstance(queued, GroupedJobs):
+        # the groups merged in scheduling order; a group known to fit nowhere, once the
+        # reasons are full, is left behind unread (a pass reads what it places and refuses)
+        groups = [iter(g) for g in queued.groups]
+        heads = [(queue_order(j), k, j) for k, g in enumerate(groups) if (j := next(g, None))]
+        heapq.heapify(heads)
+        while heads and len(dispatches) < snapshot.max_dispatches:
+            _, k, job = heads[0]
+            shape = shape_of(job)
+            if shape not in misfits:
+                admit(job, shape)
+            else:
+                refuse(job, misfits[shape])
+                if len(out.blocked) >= MAX_REASONS:
+                    heapq.heappop(heads)
+                    continue
+            following = next(groups[k], None)
+            if following is None:
+                heapq.heappop(heads)
+            else:
+                heapq.heapreplace(heads, (queue_order(following), k, following))
+        out.wake_at = _next(wakes, now)
+        return out
+    runs = [queued] if queued_in_order else _nominated(queued)
     for run in runs:
         # the jobs of ``run`` by position; ``ahead`` reads on from ``read`` (see below)
         ahead, read, i = iter(run), 0, 0
@@ -230,49 +297,16 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
             job = run[i]
             i += 1
             shape = shape_of(job)
-            if shape in misfits:
-                refuse(job, misfits[shape])
-                if len(out.blocked) >= MAX_REASONS:
-                    # nothing more to say, and this shape fits nowhere: no job of a shape
-                    # known to fit nowhere changes anything now, so go on to the next of
-                    # another shape (read at C speed: a full fleet has a long queue)
-                    i = _next_unknown(ahead, i - read, i, shape_of, misfits, len(run))
-                    read = i + 1
+            if shape not in misfits:
+                admit(job, shape)
                 continue
-            if (
-                job.array_id is not None
-                and job.array_limit is not None
-                and running_per_array[job.array_id] >= job.array_limit
-            ):
-                refuse(job, f"array limit: {job.array_limit} of its array already running")
-                continue
-            if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
-                ready = clock_text(until)
-                refuse(job, f"backoff: evicted {job.evictions} times; not before {ready}")
-                wakes.append(until)
-                continue
-            if quotas is not None and (why := quotas.refusal(job)) is not None:
-                refuse(job, why)
-                continue
-            if job.gpus >= 1:
-                allowed = lanes.allows(job) if lanes is not None else None
-                placed = _place_whole(job, by_node, index, wholes, allowed)
-            elif lanes is not None and not lanes.plain(job):
-                placed = _place_gated(job, lanes, index)
-            else:
-                placed = _place_fraction(job, free, index)
-            if placed is None:
-                misfits[shape] = unplaced.reason(job)
-                refuse(job, misfits[shape])
-                continue
-            node, devices = placed
-            dispatches.append(
-                Dispatch(job.id, job.attempts, node, devices, job.compute_pct, job.memory_mib)
-            )
-            if job.array_id is not None:
-                running_per_array[job.array_id] += 1
-            if quotas is not None:
-                quotas.take(job)
+            refuse(job, misfits[shape])
+            if len(out.blocked) >= MAX_REASONS:
+                # nothing more to say, and this shape fits nowhere: no job of a shape
+                # known to fit nowhere changes anything now, so go on to the next of
+                # another shape (read at C speed: a full fleet has a long queue)
+                i = _next_unknown(ahead, i - read, i, shape_of, misfits, len(run))
+                read = i + 1
         if len(dispatches) >= snapshot.max_dispatches:
             break  # before the next priority's jobs are sorted
     out.wake_at = _next(wakes, now)

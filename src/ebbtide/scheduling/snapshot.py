@@ -6,8 +6,11 @@ simulator all build these and call the same pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import overload
 
 from ebbtide.queue.states import JobState
 
@@ -35,6 +38,54 @@ class QueuedJob:
     evictions: int = 0
     #: Unix seconds it was submitted
     submitted_at: float | None = None
+
+
+def queue_order(job: QueuedJob) -> tuple[int, int]:
+    """A queued job's place in scheduling order: priority (high first), then id."""
+    return (-job.priority, job.id)
+
+
+#: What makes queued jobs fit, or not, together: the shape of their slice (they fit where
+#: the others do) and, under windows, their queue and timing (they fit in time where the
+#: others do).  Once the planner knows that one fits nowhere, it knows it of every job of
+#: the group.  See :class:`GroupedJobs`.
+plan_group = attrgetter(
+    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
+)
+
+
+class GroupedJobs(Sequence[QueuedJob]):
+    """Queued jobs in scheduling order (:func:`queue_order`), held as groups of one
+    :data:`plan_group` each, each group in that order (no id twice).
+
+    Iterating merges the groups; the planner merges them as it reads and leaves a group
+    behind once it knows that none of its jobs fits, so that a pass reads the jobs it
+    places and refuses, not the whole queue (the scheduler's copy of the queue keeps
+    these groups: :mod:`ebbtide.scheduling.mirror`).  Indexing makes the whole list once
+    (for tests)."""
+
+    def __init__(self, groups: Sequence[Iterable[QueuedJob]], size: int) -> None:
+        #: each group, iterable again and again, in scheduling order
+        self.groups = groups
+        self._size = size
+        self._list: list[QueuedJob] | None = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[QueuedJob]:
+        return heapq.merge(*self.groups, key=queue_order)
+
+    @overload
+    def __getitem__(self, i: int) -> QueuedJob: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[QueuedJob]: ...
+
+    def __getitem__(self, i: int | slice) -> QueuedJob | Sequence[QueuedJob]:
+        if self._list is None:
+            self._list = list(self)
+        return self._list[i]
 
 
 @dataclass(frozen=True)
