@@ -46,6 +46,12 @@ class EvictReason(StrEnum):
     NODE_PRESSURE = "node_pressure"  # the kubelet evicted it: the node ran short of memory
 
 
+#: Evictions after which a device cools down (``eviction_cooldown_s``): online pressure.  A
+#: cancel, a window's close, a move, a fault or a shutdown says nothing about the online
+#: side's next spike.  The node agent and the simulator both apply it.
+COOLDOWN_REASONS = frozenset({EvictReason.ONLINE_MEMORY, EvictReason.ONLINE_COMPUTE})
+
+
 @dataclass(frozen=True)
 class Eviction:
     """A decision to take an attempt's slice back."""

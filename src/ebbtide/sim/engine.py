@@ -63,7 +63,7 @@ from dataclasses import replace
 from typing import Any
 
 from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
-from ebbtide.preemption.victims import EvictReason
+from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.outcomes import decide
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE
 from ebbtide.queue.states import JobState
@@ -128,9 +128,6 @@ from ebbtide.sim.windows import SimWindows, drain_due
     _DRAIN,
 ) = range(15)
 
-#: Evictions after which a device cools down (the node agent's own rule: a cancel, a
-#: window's close, a move or the device leaving says nothing about the next online spike).
-PRESSURE_REASONS = frozenset({EvictReason.ONLINE_COMPUTE, EvictReason.ONLINE_MEMORY})
 #: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
 PLAN_HEADS = 8
 #: Float slack of the conservation checks, in percent or MiB.
@@ -791,7 +788,7 @@ class Simulation:
         eviction for online pressure cools the device down once the slice is free)."""
         spec = att.job.spec
         now = self.now
-        att.pressure = reason in PRESSURE_REASONS
+        att.pressure = reason in COOLDOWN_REASONS
         att.reason = reason
         if att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
             self.tally.evictions_paused += 1

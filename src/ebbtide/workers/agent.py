@@ -61,7 +61,7 @@ from ebbtide.preemption.relief import (
     restores_for_device,
     thaws_for_device,
 )
-from ebbtide.preemption.victims import EvictReason
+from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
@@ -111,7 +111,6 @@ from ebbtide.workers.usage import USAGE_SAMPLE_PERIOD_S, UsageSummary
 log = logging.getLogger("ebbtide.agent")
 
 #: Evictions for online pressure: only these start a device's eviction cooldown.
-PRESSURE_REASONS = frozenset({EvictReason.ONLINE_MEMORY.value, EvictReason.ONLINE_COMPUTE.value})
 
 #: The platform's evictions (an executor's exit cause → the eviction's reason code).
 PLATFORM_EVICTIONS = {
@@ -1126,9 +1125,7 @@ class NodeAgent:
         eviction = None
         if local.eviction:
             local.eviction.freed_at = freed_at
-            if local.eviction.reason in PRESSURE_REASONS:
-                # online pressure: the device cools down (a cancel, a window's close, a
-                # fault or a shutdown says nothing about the online side's next spike)
+            if local.eviction.reason in COOLDOWN_REASONS:  # online pressure
                 for d in local.devices:
                     self.last_eviction_at[d] = freed_at
             # the cooldown and the device's health must be on record before the requeue
