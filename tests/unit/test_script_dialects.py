@@ -186,6 +186,17 @@ def test_pbs_mem_units_are_powers_of_1024_as_in_pbs(mem: str, mib: int) -> None:
     assert spec.host_memory_mib == mib
 
 
+@pytest.mark.parametrize(
+    ("gpumem", "mib"), [("32gb", 32768), ("512mb", 512), ("32GB", 32768), ("30GiB", 30720)]
+)
+@pytest.mark.parametrize("directive", ["#PBS", "#EBB"])
+def test_gpumem_in_an_l_list_reads_sizes_as_mem_does(directive: str, gpumem: str, mib: int) -> None:
+    """``-l gpumem=32gb`` beside ``mem=32gb`` is 32 GiB, as PBS reads ``mem`` (it was 32
+    decimal GB, 30,518 MiB: a slice 1.5 GiB smaller than the job asked for)."""
+    spec, _ = spec_of(f"{directive} -l gpu=25%,gpumem={gpumem},mem={gpumem}\ntrue\n")
+    assert spec.memory_mib == mib == spec.host_memory_mib
+
+
 def test_pbs_in_the_wild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "logs").mkdir()

@@ -106,8 +106,9 @@ def qsub(
     needs more than one node is refused. Prints only the job id (an array prints ID[]).
 
     Units, the same in flags, scripts, the SDK and policy files: sizes (gpumem, mem) need
-    a unit, like 4GiB, 512MiB or 16GB (a bare number is refused, never guessed); durations
-    are 30s, 5m, 2h, HH:MM:SS, DD:HH:MM:SS or a bare number of seconds.
+    a unit, like 4GiB, 512MiB or 16GB (a bare number is refused, never guessed); in a -l
+    list, PBS's kb, mb, gb and tb are powers of 1024 (gpumem=32gb is 32GiB), as PBS reads
+    mem; durations are 30s, 5m, 2h, HH:MM:SS, DD:HH:MM:SS or a bare number of seconds.
 
     The job sees EBBTIDE_* variables and PBS's: PBS_JOBID, PBS_JOBNAME, PBS_O_WORKDIR,
     PBS_O_HOST, PBS_QUEUE, PBS_ARRAY_INDEX and PBS_ARRAYID (array tasks), PBS_NODEFILE.

@@ -130,6 +130,8 @@ def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
         if mib <= 0:
             raise _error(where, flag, f"must be more than zero, got {value!r}")
         return {"host_memory_mib": mib}
+    if key == "gpumem":
+        value = _pbs_size(value)  # read as mem= is: -l speaks PBS
     _check_resource(key, value, where, flag)
     return {key: value}
 
