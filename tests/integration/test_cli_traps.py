@@ -172,6 +172,9 @@ def test_qalter_changes_queued_jobs_and_whole_arrays(home: Path) -> None:
         (["qalter", "2", "-l", "gpumem=4"], "needs a unit"),
         (["qalter", "2", "-p", "5000"], "-p: expected a whole number from -1024 to 1023"),
         (["qalter", "99", "-p", "1"], "99"),
+        # PBS's qalter -h sets a hold: said, not taken for help or for an unknown flag
+        (["qalter", "-h", "u", "2"], "ebb qhold ID"),
+        (["qalter", "2", "-h"], "ebb qhold ID"),
     ):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1 and says in result.output, (args, result.output)

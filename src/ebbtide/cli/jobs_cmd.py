@@ -13,7 +13,27 @@ from ebbtide.cli.job_ids import _expand_ids, _parse_ids
 from ebbtide.errors import UserError
 
 
+def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """PBS's ``qalter -h u ID`` puts a hold on the job: here that is ``ebb qhold``."""
+    if value is not None:
+        raise UserError(
+            "qalter -h: PBS's hold is a command of its own here: ebb qhold ID "
+            "(ebb qrls ID releases it); ebb qalter --help for help"
+        )
+
+
 @click.command("qalter", context_settings={"help_option_names": ["--help"]})
+@click.option(
+    "-h",
+    "pbs_hold",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    hidden=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_pbs_hold,
+)
 @click.argument("ids", nargs=-1, required=True)
 @click.option("-N", "name", help="New job name.")
 @click.option("-p", "priority", help="New priority, -1024..1023.")
