@@ -117,7 +117,7 @@ def ebbtide_policy(
 ) -> SimPolicy:
     """The product; ``pause``: its pause rules (None: the defaults, pausing on).  Its
     eviction cooldown and its backoff after repeated evictions are the built-in policy's
-    (``ebb policy show``), as the live scheduler applies them with no policy file."""
+    (``Policy()``'s defaults), as the live scheduler applies them with no policy file."""
     builtin = Policy()
     rules = builtin.plan_rules()
     return SimPolicy(
