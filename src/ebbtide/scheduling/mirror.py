@@ -54,20 +54,17 @@ FALLBACK_RECHECK_S = 10.0
 RUN_LENGTH = 1_000
 
 
-order = queue_order
-
-
 class OrderedJobs:
     """Queued jobs in scheduling order, with cheap insertions and removals by id."""
 
     def __init__(self, jobs: Iterable[QueuedJob] = (), *, in_order: bool = False) -> None:
         """``in_order``: ``jobs`` are in scheduling order already (as the store lists
         them), not sorted again."""
-        ordered = list(jobs) if in_order else sorted(jobs, key=order)
+        ordered = list(jobs) if in_order else sorted(jobs, key=queue_order)
         self._by_id = {j.id: j for j in ordered}
         self._runs = [ordered[i : i + RUN_LENGTH] for i in range(0, len(ordered), RUN_LENGTH)]
         #: the place of each run's last job
-        self._lasts = [order(run[-1]) for run in self._runs]
+        self._lasts = [queue_order(run[-1]) for run in self._runs]
         self._joined: list[QueuedJob] | None = ordered
 
     def __len__(self) -> int:
@@ -85,18 +82,18 @@ class OrderedJobs:
         self.discard(job.id)
         self._by_id[job.id] = job
         self._joined = None
-        key = order(job)
+        key = queue_order(job)
         if not self._runs:
             self._runs.append([job])
             self._lasts.append(key)
             return
         i = min(bisect_left(self._lasts, key), len(self._runs) - 1)
         run = self._runs[i]
-        insort(run, job, key=order)
-        self._lasts[i] = order(run[-1])
+        insort(run, job, key=queue_order)
+        self._lasts[i] = queue_order(run[-1])
         if len(run) > 2 * RUN_LENGTH:
             self._runs[i : i + 1] = [run[:RUN_LENGTH], run[RUN_LENGTH:]]
-            self._lasts[i : i + 1] = [order(run[RUN_LENGTH - 1]), order(run[-1])]
+            self._lasts[i : i + 1] = [queue_order(run[RUN_LENGTH - 1]), queue_order(run[-1])]
 
     def discard(self, job_id: int) -> None:
         """Take the job ``job_id`` out, if it is in."""
@@ -104,12 +101,12 @@ class OrderedJobs:
         if job is None:
             return
         self._joined = None
-        key = order(job)
+        key = queue_order(job)
         i = bisect_left(self._lasts, key)
         run = self._runs[i]
-        del run[bisect_left(run, key, key=order)]
+        del run[bisect_left(run, key, key=queue_order)]
         if run:
-            self._lasts[i] = order(run[-1])
+            self._lasts[i] = queue_order(run[-1])
         else:
             del self._runs[i]
             del self._lasts[i]
