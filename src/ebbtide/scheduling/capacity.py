@@ -52,6 +52,16 @@ def headroom(
     return compute, memory
 
 
+def within(device: DeviceView, compute: float, memory: float, margins: Margins) -> bool:
+    """Whether online usage plus offline slices using ``compute`` percent (fractional
+    slices, running) and ``memory`` MiB fit ``device``'s capacity minus the margin: whether
+    :func:`overflow` of those slices is (0, 0).  For checks that sum the slices their own
+    way (the planner's and the simulator's calm devices)."""
+    over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
+    over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
+    return (compute <= 0 or over_c <= 0) and over_m <= 0
+
+
 def overflow(
     device: DeviceView, active: Iterable[ActiveAttempt], margins: Margins
 ) -> tuple[float, float]:
@@ -69,6 +79,7 @@ def overflow(
             memory += a.memory_mib
             if a.gpus == 0 and not a.paused:  # a paused slice uses no compute
                 compute += a.compute_pct
+    # as within() reckons it, written out: this runs at every sample of every device
     over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
     over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
     # compute overflow only matters while some fractional slice can give it back

@@ -64,7 +64,7 @@ from ebbtide.scheduling.admission import (
     ready_at,
     share_evictions,
 )
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, within
 from ebbtide.scheduling.fit import EPS, FitIndex, Free, WholeFit, whole_pick
 from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT as MIN_WHOLE_GPU_HEADROOM_PCT
 from ebbtide.scheduling.snapshot import (
@@ -342,9 +342,7 @@ def _calm(device: DeviceView, here: list[ActiveAttempt], margins: Margins) -> bo
         memory += a.memory_mib
         if a.gpus == 0:
             compute += a.compute_pct
-    over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
-    over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
-    return (compute <= 0 or over_c <= 0) and over_m <= 0
+    return within(device, compute, memory, margins)
 
 
 def _next(times: list[float], now: float) -> float | None:

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ebbtide.scheduling.admission import device_share
-from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow, within
 from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT
 from ebbtide.scheduling.snapshot import DeviceGates, DeviceView, Margins, QueuedJob
 from ebbtide.sim.state import SimDevice
@@ -191,9 +191,7 @@ def surely_calm(view: DeviceView, dev: SimDevice, margins: Margins) -> bool:
         memory += spec.memory_mib
         if spec.gpus == 0:
             compute += spec.compute_pct
-    over_c = view.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
-    over_m = view.online_memory_mib + memory - (view.memory_mib - margins.memory_mib)
-    return (compute <= 0 or over_c <= 0) and over_m <= 0
+    return within(view, compute, memory, margins)
 
 
 def paused_too_long(dev: SimDevice, now: float, max_pause_s: float) -> bool:
