@@ -11,7 +11,7 @@ import pytest
 
 from ebbtide.preemption.relief import relief_for_device, restores_for_device, thaws_for_device
 from ebbtide.queue.states import JobState
-from ebbtide.scheduling.snapshot import ActiveAttempt, Margins, PauseRules
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, PauseRules
 from ebbtide.workers.agent import calm
 
 from .builders import DEVICE_MIB, NOW, att, dev
@@ -45,16 +45,21 @@ def random_attempts(rng: random.Random) -> list[ActiveAttempt]:
     return out
 
 
+def random_device(rng: random.Random) -> DeviceView:
+    """Device 0 or 1 of node ``n``, with online usage from idle to full."""
+    return dev(
+        i=rng.choice([0, 1]),
+        oc=rng.choice([0, 20, 40, 60, 80, 95, 100]),
+        om=rng.choice([0, 10_000, 40_000, 70_000, DEVICE_MIB - 4096, DEVICE_MIB]),
+    )
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_calm_device_needs_no_action(seed: int) -> None:
     rng = random.Random(seed)
     said_calm = acted = 0
     for _ in range(300):
-        device = dev(
-            i=rng.choice([0, 1]),
-            oc=rng.choice([0, 20, 40, 60, 80, 95, 100]),
-            om=rng.choice([0, 10_000, 40_000, 70_000, DEVICE_MIB - 4096, DEVICE_MIB]),
-        )
+        device = random_device(rng)
         active = random_attempts(rng)
         rules = rng.choice(
             [PauseRules(), PauseRules(enabled=False), PauseRules(suspend=True, min_pause_s=5)]

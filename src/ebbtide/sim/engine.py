@@ -10,9 +10,9 @@ workload (``jobs.py``, ``online.py``, ``backlog.py``) and the measures (``metric
 It drives the product's own pure code: :func:`ebbtide.scheduling.planner.plan` on a
 :class:`~ebbtide.scheduling.snapshot.Snapshot` built through the policy's
 :class:`~ebbtide.scheduling.snapshot.PlanRules` (as the live scheduler builds its own: the
-margins, pause rules, queue limits and backoff reach both), the node agent's fast path
-(:func:`ebbtide.preemption.relief.relief_for_device`, sparing what the queues protect, and
-:func:`~ebbtide.preemption.relief.thaws_for_device`), the
+margins, pause rules, queue limits and backoff reach both), the node agent's decision step
+(:func:`ebbtide.preemption.relief.respond`, sparing what the queues protect, as the live
+agent's fast path calls it), the
 :class:`~ebbtide.scheduling.forecast.Forecaster`, and the store's outcome policy
 (:func:`ebbtide.queue.outcomes.decide`: what an eviction counts for, hence a job's
 backoff).  Nothing sleeps.
@@ -62,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ebbtide.preemption.relief import ActionKind, relief_for_device, thaws_for_device
+from ebbtide.preemption.relief import ActionKind, respond
 from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.outcomes import decide
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE
@@ -385,8 +385,8 @@ class Simulation:
                 self._evict(att, spike_at=self.now)
 
     def _on_sample(self, dev: SimDevice, _: Any) -> None:
-        """The agent's fast path: its sample shows online usage; if over, pause or evict at
-        once (:func:`relief_for_device`); then thaw what fits again."""
+        """The agent's fast path: its sample shows online usage; it pauses or evicts at
+        once if that is over, then thaws what fits again: what :func:`respond` says."""
         if not dev.present or not dev.attempts or self._agent_idle(dev):
             return
         aware, rules, margins = self.policy.checkpoint_aware, self.policy.pause, self.policy.margins
@@ -401,26 +401,22 @@ class Simulation:
         )
         if not dev.paused_n and overflow(device, views, margins) == (0.0, 0.0):
             return  # within capacity and nothing paused: the relief would do nothing
-        acted = False
-        guard = self._guard()
-        for r in relief_for_device(device, views, margins, self.now, rules, guard):
+        response = respond(device, views, margins, self.now, rules, self._guard())
+        for r in response.reliefs:
             att = self.active[r.job_id]
             if att.phase == EVICTING:
                 continue
-            acted = True
             if r.kind is ActionKind.PAUSE:
                 if att.paused_at is None:
                     self._pause(att)
-            else:
+            else:  # (no simulated node can suspend to host)
                 moved = r.reason is EvictReason.PAUSED_TOO_LONG
                 spike_at = self.now if moved else dev.last_step_at
                 self._evict(att, spike_at=spike_at, reason=r.reason)
-        if not dev.paused_n:
-            return
-        if acted:
-            views = [a.view or a.active_view(aware) for a in dev.attempts.values()]
-        for a in thaws_for_device(device, views, margins, self.now, rules):
-            self._thaw(self.active[a.job_id])
+        for a in response.thaws:
+            att = self.active[a.job_id]
+            if att.paused_at is not None and att.phase != EVICTING:
+                self._thaw(att)
 
     def _guard(self) -> Callable[[ActiveAttempt], bool] | None:
         """Which attempts the agent spares while only compute is short: its queue's
@@ -433,9 +429,8 @@ class Simulation:
     def _agent_idle(self, dev: SimDevice) -> bool:
         """Whether the agent's sample surely does nothing on ``dev`` now: within capacity
         minus the margin, no slice paused ``max_pause_s``, and none of those paused
-        ``min_pause_s`` fits with ``thaw_hysteresis_pct`` to spare (so
-        :func:`relief_for_device` and :func:`thaws_for_device` would return nothing; on
-        "not sure" the sample asks them)."""
+        ``min_pause_s`` fits with ``thaw_hysteresis_pct`` to spare (so :func:`respond`
+        would return nothing; on "not sure" the sample asks it)."""
         margins = self.policy.margins
         if not dev.surely_within(dev.online_c, dev.online_m, margins):
             return False

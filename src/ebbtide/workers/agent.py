@@ -55,11 +55,11 @@ from ebbtide.messaging.messages import DeviceReport, EvictAttempt, StartAttempt
 from ebbtide.metrics import Metrics
 from ebbtide.preemption.enforcer import KILL_LEAD_S, EvictionClock
 from ebbtide.preemption.relief import (
+    NOTHING,
     ActionKind,
     Relief,
-    relief_for_device,
-    restores_for_device,
-    thaws_for_device,
+    Response,
+    respond,
 )
 from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
@@ -605,41 +605,49 @@ class NodeAgent:
                 continue  # seconds-old device figures never trigger an eviction
             if calm(device, active, self.margins):
                 continue  # nothing to pause, evict, thaw or restore here
-            reliefs = relief_for_device(
-                device, active, self.margins, now, rules, guarded, self._can_suspend
-            )
-            for r in reliefs:
-                local = self.attempts.get(r.job_id)
-                if not local or local.attempt != r.attempt or local.eviction:
-                    continue
-                failed = None
-                if r.kind is ActionKind.SUSPEND:
-                    failed = self._suspend(local, r, now)
-                if r.kind is ActionKind.PAUSE:
-                    self._pause(local, r, now)
-                elif r.kind is ActionKind.EVICT or failed is not None:
-                    message = r.message
-                    if failed is not None:
-                        message += f"; but suspending it to host failed ({failed}), so evicted"
-                    self._evict(
-                        local,
-                        r.reason.value,
-                        message,
-                        spike_at=device.sampled_at or now,
-                    )
-                active = [a.view(self.name) for a in self.attempts.values()]
-                self._next_heartbeat = 0.0  # let the scheduler see the spike at once
-            # (stale figures are the worst case: they never end a pause)
-            for a in thaws_for_device(device, active, self.margins, now, rules):
-                local = self.attempts.get(a.job_id)
-                if local and local.attempt == a.attempt and not local.eviction:
-                    self._thaw(local, now)
-                    active = [a.view(self.name) for a in self.attempts.values()]
-            for a in restores_for_device(device, active, self.margins, now, rules):
-                local = self.attempts.get(a.job_id)
-                if local and local.attempt == a.attempt and not local.eviction:
-                    self._restore(local, now)
-                    active = [a.view(self.name) for a in self.attempts.values()]
+            response = respond(device, active, self.margins, now, rules, guarded, self._can_suspend)
+            if response is NOTHING:
+                continue
+            if self._carry_out(response, device, now):
+                # (stale figures are the worst case: they never end a pause)
+                for a in response.thaws:
+                    local = self._current(a.job_id, a.attempt)
+                    if local is not None:
+                        self._thaw(local, now)
+                for a in response.restores:
+                    local = self._current(a.job_id, a.attempt)
+                    if local is not None:
+                        self._restore(local, now)
+            active = [a.view(self.name) for a in self.attempts.values()]
+
+    def _current(self, job_id: int, attempt: int) -> LocalAttempt | None:
+        """Attempt ``attempt`` of job ``job_id``, unless it has ended or is being evicted."""
+        local = self.attempts.get(job_id)
+        if local is None or local.attempt != attempt or local.eviction:
+            return None
+        return local
+
+    def _carry_out(self, response: Response, device: DeviceView, now: float) -> bool:
+        """Pause, suspend or evict as ``response`` says; False when a suspension failed
+        (it evicted instead, so the thaws that counted on it are left to the next tick)."""
+        ok = True
+        for r in response.reliefs:
+            local = self._current(r.job_id, r.attempt)
+            if local is None:
+                continue
+            failed = None
+            if r.kind is ActionKind.SUSPEND:
+                failed = self._suspend(local, r, now)
+            if r.kind is ActionKind.PAUSE:
+                self._pause(local, r, now)
+            elif r.kind is ActionKind.EVICT or failed is not None:
+                message = r.message
+                if failed is not None:
+                    message += f"; but suspending it to host failed ({failed}), so evicted"
+                    ok = False
+                self._evict(local, r.reason.value, message, spike_at=device.sampled_at or now)
+            self._next_heartbeat = 0.0  # let the scheduler see the spike at once
+        return ok
 
     # -- pausing ------------------------------------------------------------------------
 
@@ -1286,8 +1294,8 @@ def calm(device: DeviceView, active: list[ActiveAttempt], margins: Margins) -> b
     """Whether ``device`` certainly needs no action of the fast path: none of its
     attempts is paused or suspended (nothing to thaw, restore or time out) and its slices
     fit beside the online usage with the margin (nothing to pause or evict).  Then
-    :func:`relief_for_device`, :func:`thaws_for_device` and :func:`restores_for_device`
-    all return nothing; this only says so sooner."""
+    :func:`~ebbtide.preemption.relief.respond` returns nothing; this only says so
+    sooner."""
     here = on_device(device, active)
     if any(a.paused_at is not None or a.suspended_at is not None for a in here):
         return False
