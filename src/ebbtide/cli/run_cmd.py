@@ -432,6 +432,14 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     "in place rather than evicting them (--no-pause: every shortfall evicts).",
 )
 @click.option(
+    "--suspend-to-host/--no-suspend-to-host",
+    default=None,
+    help="ebbtide's suspend to host: a memory shortage moves a pausable job's GPU memory to "
+    "host memory rather than evicting it, where the copy fits its deadline and the host's "
+    "budget (default: the policy file's suspend_to_host, else off, as in the built-in "
+    "policy).",
+)
+@click.option(
     "--restart-overhead",
     default="30s",
     show_default=True,

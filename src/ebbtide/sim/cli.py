@@ -168,6 +168,7 @@ def run_sim(
     plot_path: str | None,
     debug: bool,
     pause: bool = True,
+    suspend_to_host: bool | None = None,
     restart_overhead: str = "30s",
     tile: str = "1",
 ) -> None:
@@ -216,6 +217,8 @@ def run_sim(
             ForecastSettings(compute_quantile=cq, memory_quantile=mq, history_s=history_s),
         )
     )
+    if suspend_to_host is not None:
+        product = replace(product, pause=replace(product.pause, suspend=suspend_to_host))
     if not pause:
         product = replace(product, pause=NO_PAUSE)
     policies: list[SimPolicy] = [product]
@@ -248,6 +251,7 @@ def run_sim(
         "policies": figures,
     }
     result["workload"]["pause"] = product.pause.enabled
+    result["workload"]["suspend_to_host"] = product.pause.enabled and product.pause.suspend
     if policy_path is not None:
         result["workload"]["policy"] = policy_path
     if plot_path is not None:

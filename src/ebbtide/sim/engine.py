@@ -33,6 +33,17 @@ Events, as in the live system:
   thaws it in place if it fits within the margin there again), and
   whenever a slice there frees compute; a thaw costs no restart.  A paused attempt that is
   evicted is thawed first, as the agent does, so that it can take its warning;
+- a **suspension to host** (policy ``suspend_to_host: auto``): a memory shortage the
+  relief would meet by evicting a pausable attempt suspends it instead where the live
+  node could: the copy takes at most the job's deadline and half the attempts' lease
+  (the agent's own estimate, :func:`~ebbtide.workers.suspend.suspend_time_s`), and the
+  jobs suspended on the device stay within ``suspend_host_memory_pct`` of its share of
+  host memory (:data:`~ebbtide.sim.timing.HOST_MIB_PER_DEVICE`).  It is paused at once;
+  its memory leaves the GPU when the copy is done.  Restored when its memory and compute
+  fit again (its memory is back at once, it runs once the copy back is done), or evicted
+  after ``max_suspend_s``: its CUDA calls block, so it cannot take the warning and is
+  killed at the deadline, keeping its last checkpoint.  While a copy runs the agent
+  samples nothing on that device (the live agent's loop waits for it);
 - the **scheduler plans** at the next ``PLAN_PERIOD_S`` tick after anything that could let
   a job in: a job arrived or was requeued, a slice came free, online usage or the forecast
   reserve fell, a window opened.  (A pass after a rise cannot place anything the last pass
@@ -104,11 +115,13 @@ from ebbtide.sim.state import (
 from ebbtide.sim.timing import (
     DISPATCH_LATENCY_S,
     HEARTBEAT_PERIOD_S,
+    HOST_MIB_PER_DEVICE,
     PLAN_PERIOD_S,
     RESTART_OVERHEAD_S,
     Latencies,
 )
 from ebbtide.sim.windows import SimWindows, drain_due
+from ebbtide.workers.suspend import host_refusal, suspend_time_s
 
 (
     _STEP,
@@ -126,7 +139,9 @@ from ebbtide.sim.windows import SimWindows, drain_due
     _LULL,
     _WAKE,
     _DRAIN,
-) = range(15)
+    _SUSPENDED,
+    _RESTORED,
+) = range(17)
 
 #: Queued jobs of each shape handed to the planner at first (see :mod:`ebbtide.sim.backlog`).
 PLAN_HEADS = 8
@@ -198,6 +213,16 @@ class Simulation:
         queue = policy.rules.queues.get("default") if policy.rules is not None else None
         #: a job evicted this often is held, not requeued (None: never)
         self.max_preemptions = queue.max_preemptions if queue is not None else None
+        pause = policy.pause
+        #: a slice paused this long may have to move: a pass looks at its device from then
+        #: (a suspended slice is paused too, so the shorter of the two limits)
+        self._pause_limit_s = (
+            math.inf
+            if not pause.enabled
+            else min(pause.max_pause_s, pause.max_suspend_s)
+            if pause.suspend
+            else pause.max_pause_s
+        )
         self.backlog = Backlog(self.rules)
         self._endless = EndlessStream(stream) if backlogged and policy.colocate else None
         self._heap: list[tuple[float, int, int, Any, Any]] = []
@@ -221,6 +246,8 @@ class Simulation:
             _LULL: self._on_lull,
             _WAKE: self._on_wake,
             _DRAIN: self._on_drain,
+            _SUSPENDED: self._on_suspended,
+            _RESTORED: self._on_restored,
         }
 
     def _forecaster(self) -> Forecaster | None:
@@ -338,12 +365,17 @@ class Simulation:
     def _check(self, dev: SimDevice) -> None:
         compute = sum(a.job.spec.compute_pct for a in dev.attempts.values())
         memory = sum(a.job.spec.memory_mib for a in dev.attempts.values())
+        on_gpu = sum(a.job.spec.memory_mib for a in dev.attempts.values() if a.on_gpu)
         if compute > DEVICE_COMPUTE_PCT + _EPS or memory > dev.memory_mib + _EPS:
             raise ConservationError(
                 f"t={self.now:.3f} {dev.node}: slices hold {compute:g}% and {memory:g} MiB "
                 f"of {DEVICE_COMPUTE_PCT:g}% and {dev.memory_mib:g} MiB"
             )
-        if not (-_EPS <= dev.held_c <= compute + _EPS and abs(dev.held_m - memory) < _EPS):
+        if not (
+            -_EPS <= dev.held_c <= compute + _EPS
+            and abs(dev.held_m - memory) < _EPS
+            and abs(dev.gpu_m - on_gpu) < _EPS
+        ):
             raise ConservationError(f"t={self.now:.3f} {dev.node}: held figures drifted")
 
     # -- the online side --------------------------------------------------------------------
@@ -360,7 +392,7 @@ class Simulation:
         dev.next_step = i + 1
         if dev.next_step < len(load.times_s):
             self._push(load.times_s[dev.next_step], _STEP, dev)
-        if m > old_m and m <= dev.memory_mib < m + dev.held_m - _EPS:
+        if m > old_m and m <= dev.memory_mib < m + dev.gpu_m - _EPS:
             self.tally.oom_events += 1
         if c != old_c:
             for att in dev.attempts.values():
@@ -401,7 +433,10 @@ class Simulation:
         )
         if not dev.paused_n and overflow(device, views, margins) == (0.0, 0.0):
             return  # within capacity and nothing paused: the relief would do nothing
-        response = respond(device, views, margins, self.now, rules, self._guard())
+        if any(a.toggle_until > self.now for a in dev.attempts.values()):
+            return  # the agent waits for a copy to or from host (sampled again after it)
+        can_suspend = self._can_suspend if rules.enabled and rules.suspend else None
+        response = respond(device, views, margins, self.now, rules, self._guard(), can_suspend)
         for r in response.reliefs:
             att = self.active[r.job_id]
             if att.phase == EVICTING:
@@ -409,14 +444,18 @@ class Simulation:
             if r.kind is ActionKind.PAUSE:
                 if att.paused_at is None:
                     self._pause(att)
-            else:  # (no simulated node can suspend to host)
-                moved = r.reason is EvictReason.PAUSED_TOO_LONG
+            elif r.kind is not ActionKind.SUSPEND or not self._suspend(att):
+                moved = r.reason in (EvictReason.PAUSED_TOO_LONG, EvictReason.SUSPENDED_TOO_LONG)
                 spike_at = self.now if moved else dev.last_step_at
                 self._evict(att, spike_at=spike_at, reason=r.reason)
         for a in response.thaws:
             att = self.active[a.job_id]
             if att.paused_at is not None and att.phase != EVICTING:
                 self._thaw(att)
+        for a in response.restores:
+            att = self.active[a.job_id]
+            if att.suspended_at is not None and att.phase != EVICTING:
+                self._restore(att)
 
     def _guard(self) -> Callable[[ActiveAttempt], bool] | None:
         """Which attempts the agent spares while only compute is short: its queue's
@@ -441,6 +480,8 @@ class Simulation:
         for a in dev.attempts.values():
             if a.paused_at is None:
                 continue
+            if a.suspended_at is not None:
+                return False  # restored or moved by the relief's own reckoning
             paused_s = now - a.paused_at
             if paused_s >= rules.max_pause_s:
                 return False
@@ -587,7 +628,7 @@ class Simulation:
             watch_compute=policy.watch_compute,
             checkpoint_aware=policy.checkpoint_aware,
             now=self.now,
-            max_pause_s=policy.pause.max_pause_s if policy.pause.enabled else math.inf,
+            max_pause_s=self._pause_limit_s,
         )
         if w is None:
             return devs
@@ -683,6 +724,7 @@ class Simulation:
             dev.held_c += spec.compute_pct
             att.holds_compute = True
         dev.held_m += spec.memory_mib
+        dev.gpu_m += spec.memory_mib
         self.tally.dispatches += 1
         if self.debug:
             self._check(dev)
@@ -760,6 +802,8 @@ class Simulation:
             dev.held_c -= att.job.spec.compute_pct
             att.holds_compute = False
         dev.held_m -= att.job.spec.memory_mib
+        if att.on_gpu:
+            dev.gpu_m -= att.job.spec.memory_mib
         del dev.attempts[att.job.id]
         dev.changed()
         dev.count(att, -1)
@@ -785,7 +829,10 @@ class Simulation:
         now = self.now
         att.pressure = reason in COOLDOWN_REASONS
         att.reason = reason
-        if att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
+        att.restoring_state = False
+        if att.suspended_at is not None:  # its CUDA calls block: killed at the deadline
+            self.tally.evictions_suspended += 1
+        elif att.paused_at is not None:  # a frozen job cannot take its warning: thaw it
             self.tally.evictions_paused += 1
             self._unfreeze(att)
         self.tally.progress_cs += att.advance(now)
@@ -826,6 +873,12 @@ class Simulation:
         """Freeze ``att`` in place: it keeps its memory; its compute is free once its work
         in flight drained (``drain_s``); the agent looks again when the pause may end and
         when it must."""
+        self._freeze(att)
+        self.tally.pauses += 1
+        rules = self.policy.pause
+        self._sample_after(att.dev, rules.min_pause_s, rules.max_pause_s)
+
+    def _freeze(self, att: SimAttempt) -> None:
         now, rules = self.now, self.policy.pause
         self.tally.progress_cs += att.advance(now)
         dev = att.dev
@@ -836,13 +889,15 @@ class Simulation:
         att.version += 1  # its phase makes no headway until thawed
         att.view = None
         self._touch(dev)
-        self.tally.pauses += 1
         if rules.drain_s > 0:
             self._push(now + rules.drain_s, _DRAIN, att, now)
         else:
             self._on_drain(att, now)
-        for after_s in (rules.min_pause_s, rules.max_pause_s):
-            t = now + after_s + self.lat.sample_delay()
+
+    def _sample_after(self, dev: SimDevice, *delays_s: float) -> None:
+        """The agent samples ``dev`` again each of ``delays_s`` from now."""
+        for after_s in delays_s:
+            t = self.now + after_s + self.lat.sample_delay()
             if t < self.load.span_s:
                 self._push(t, _SAMPLE, dev)
 
@@ -869,12 +924,92 @@ class Simulation:
 
     def _thaw(self, att: SimAttempt) -> None:
         """The agent thaws ``att``: its phase goes on from where it was paused."""
-        self._unfreeze(att)
         self.tally.thaws += 1
+        self._resume(att)
+
+    def _resume(self, att: SimAttempt) -> None:
+        self._unfreeze(att)
         if att.phase == RUNNING:
             self._run(att)
         else:
             self._push(att.phase_end(), _ATTEMPT, att, att.version)
+
+    # -- suspending to host -----------------------------------------------------------------
+
+    def _can_suspend(self, a: ActiveAttempt) -> bool:
+        """Whether the node could suspend ``a`` to host, as the live agent judges it: the
+        copy fits the job's deadline and half the attempts' lease, and the host has room."""
+        limit_s = min(a.deadline_s, self.policy.lease_s / 2)
+        if suspend_time_s(a.memory_mib) > limit_s:
+            return False
+        return self._host_refusal(self.active[a.job_id]) is None
+
+    def _host_refusal(self, att: SimAttempt) -> str | None:
+        """Why the host cannot hold ``att``'s memory beside what is suspended on its device
+        already (None: it can); the same rule as the live agent's, on this device's share of
+        host memory, which nothing else uses."""
+        dev = att.dev
+        held = sum(
+            a.job.spec.memory_mib for a in dev.attempts.values() if a.suspended_at is not None
+        )
+        total = HOST_MIB_PER_DEVICE
+        pct = self.policy.pause.host_memory_pct
+        return host_refusal(att.job.spec.memory_mib, held, pct, total, total - held)
+
+    def _suspend(self, att: SimAttempt) -> bool:
+        """Suspend ``att`` to host: paused at once (if it is not already), its memory off
+        the GPU once the copy is done; the agent looks again when it may be restored and
+        when it must be moved.  False, and nothing done, when the host has no room for it
+        now (suspensions earlier in the same sample took it): the caller evicts it."""
+        if self._host_refusal(att) is not None:
+            return False
+        if att.paused_at is None:
+            self._freeze(att)
+        now, rules = self.now, self.policy.pause
+        att.suspended_at = now
+        att.view = None
+        self._touch(att.dev)
+        att.toggle_until = now + suspend_time_s(att.job.spec.memory_mib)
+        self._push(att.toggle_until, _SUSPENDED, att, now)
+        self.tally.suspensions += 1
+        self._sample_after(att.dev, rules.min_pause_s, rules.max_suspend_s)
+        return True
+
+    def _on_suspended(self, att: SimAttempt, since: float) -> None:
+        """The copy to host is done: the slice's memory is off the GPU."""
+        dev = att.dev
+        if att.suspended_at == since and att.on_gpu:
+            att.on_gpu = False
+            dev.gpu_m -= att.job.spec.memory_mib
+            if self.debug:
+                self._check(dev)
+        self._resample(dev)  # the agent samples again once the copy is done
+
+    def _restore(self, att: SimAttempt) -> None:
+        """Bring ``att``'s memory back to its GPU: held there at once; it runs again once
+        the copy is done (it stays paused until then)."""
+        dev = att.dev
+        att.suspended_at = None
+        if not att.on_gpu:
+            att.on_gpu = True
+            dev.gpu_m += att.job.spec.memory_mib
+        att.restoring_state = True
+        att.view = None
+        self._touch(dev)
+        att.toggle_until = self.now + suspend_time_s(att.job.spec.memory_mib)
+        self._push(att.toggle_until, _RESTORED, att)
+        self.tally.restores += 1
+        if self.debug:
+            self._check(dev)
+
+    def _on_restored(self, att: SimAttempt, _: Any) -> None:
+        """The copy back is done: ``att`` runs on from where it was paused."""
+        if not att.restoring_state:
+            return  # evicted meanwhile
+        att.restoring_state = False
+        if att.paused_at is not None:
+            self._resume(att)
+        self._resample(att.dev)
 
     def _resample(self, dev: SimDevice) -> None:
         """Compute came free on ``dev``: the agent's next sample may thaw a paused slice."""

@@ -37,13 +37,18 @@ def outcome(
       the checkpoint (or the rest of one under way) fits before deadline − kill lead, it
       checkpoints and then exits, else it exits without one;
     - stubborn: keeps its slice until killed at deadline − kill lead, and keeps only what
-      its last finished checkpoint saved.
+      its last finished checkpoint saved;
+    - suspended to host: it cannot take the warning (its CUDA calls block), so it is
+      killed at deadline − kill lead and keeps what its last checkpoint saved.
 
     ``deadline_s``: the eviction's deadline when it is not the job's own (a drain before a
     window closes may give less).
     """
     spec = att.job.spec
     budget = (spec.deadline_s if deadline_s is None else deadline_s) - KILL_LEAD_S
+    if att.suspended_at is not None:  # its CUDA calls block until a restore: no warning
+        free = now + budget + lat.reap_latency()
+        return Outcome(free, free, att.saved_s, killed=True)
     if was in (STARTING, RESTORING):
         free = now + lat.exit_latency()
         return Outcome(free, free, att.saved_s, killed=False)

@@ -22,6 +22,9 @@ while a device is present in the fleet.
 - ``pauses``: attempts frozen in place for a compute spike (graduated response);
   ``paused_frac``: paused slice-time ÷ offline slice-time, where slice-time is a slice's
   compute (percent) × the time it is held, from dispatch until it is free.
+- ``suspensions``, ``restores``, ``evictions_while_suspended``: attempts suspended to host
+  for a memory shortage (policy ``suspend_to_host: auto``), brought back, and evicted while
+  on the host (past ``max_suspend_s``); a suspended slice's time counts as paused.
 - ``restart_overhead_frac``: slice-time resumed attempts spent restoring (the restart
   overhead, ``--restart-overhead``) ÷ offline slice-time.
 - ``jobs_completed``; ``jct_p50_s``, ``jct_p99_s``: completion − submission (``null`` when
@@ -101,6 +104,11 @@ class Tally:
     evictions_paused: int = 0
     pauses: int = 0
     thaws: int = 0
+    #: attempts suspended to host for a memory shortage, restored, and evicted while
+    #: suspended (past max_suspend_s, mostly)
+    suspensions: int = 0
+    restores: int = 0
+    evictions_suspended: int = 0
     deadline_misses: int = 0
     jobs_completed: int = 0
     jobs_held: int = 0
@@ -136,6 +144,9 @@ class Tally:
             "evictions_killed": self.evictions_killed,
             "evictions_while_paused": self.evictions_paused,
             "thaws": self.thaws,
+            "suspensions": self.suspensions,
+            "restores": self.restores,
+            "evictions_while_suspended": self.evictions_suspended,
             "jobs_held": self.jobs_held,
             "eviction_latency_p50_s": _round(percentile(self.eviction_latency_s, 0.50), 4),
             "eviction_latency_p99_s": _round(percentile(self.eviction_latency_s, 0.99), 4),

@@ -7,6 +7,9 @@
   (:func:`~ebbtide.preemption.relief.relief_for_device`): a compute spike while memory
   fits pauses the checkpoint-aware victim policy's picks, anything else evicts them, and
   paused attempts are thawed when they fit again (``--no-pause``: every shortfall evicts).
+  With ``suspend_to_host: auto`` in its policy file (or ``--suspend-to-host``), a memory
+  shortage suspends a pausable attempt to host memory where its node could (see
+  :mod:`ebbtide.sim.engine`) rather than evicting it.
 - ``exclusive``: no colocation; offline work never runs on these GPUs.
 - ``static-night``: a fixed window, 22:00-07:00 in the trace's local clock, and no headroom
   awareness: the planner sees online compute as zero (it still cannot place a slice in
@@ -88,6 +91,10 @@ class SimPolicy:
     #: a job evicted k >= 2 times waits backoff_base_s x 2^(k-2), at most backoff_max_s
     backoff_base_s: float = 0.0
     backoff_max_s: float = 0.0
+    #: the attempts' lease on their node, in seconds (half the heartbeat timeout): a
+    #: suspension's copy to host runs on the agent's loop, so it must take at most half
+    #: of it (and at most the job's deadline), as the live agent requires
+    lease_s: float = 5.0
 
     @property
     def forecast_deadline_s(self) -> float:
@@ -128,6 +135,7 @@ def ebbtide_policy(
         cooldown_s=builtin.defaults.eviction_cooldown_s,
         backoff_base_s=rules.backoff_base_s,
         backoff_max_s=rules.backoff_max_s,
+        lease_s=builtin.defaults.heartbeat_timeout_s / 2,
     )
 
 
@@ -169,6 +177,7 @@ def from_policy_file(policy: Policy) -> SimPolicy:
         pause=pause_rules_of(policy),
         backoff_base_s=rules.backoff_base_s,
         backoff_max_s=rules.backoff_max_s,
+        lease_s=d.heartbeat_timeout_s / 2,
     )
 
 

@@ -11,7 +11,11 @@ or → ``EVICTING`` (warned; out of the way after the eviction's steps, see
 In any phase but ``EVICTING`` an attempt may be *paused* (``paused_at`` set): frozen where
 it is, it keeps its slice's memory, uses no compute once its work in flight drained, and
 its phase makes no headway; thawed, the phase goes on where it stopped (its timers move by
-the time it was paused, see :meth:`SimAttempt.thaw`).
+the time it was paused, see :meth:`SimAttempt.thaw`).  A paused attempt may also be
+*suspended to host* (``suspended_at`` set): once its CUDA state is copied to host memory,
+its slice's memory leaves the GPU too (``on_gpu`` False), though the planner still keeps
+room for its return; restored, its memory is back at once and it runs again once the copy
+back is done.
 
 Progress is counted in seconds of running at the full slice: a fractional slice makes one
 second of progress per second; a whole-GPU slice yields compute to the online tenant, so it
@@ -53,8 +57,11 @@ class SimDevice:
     online_m: float = 0.0
     #: compute still held by fractional slices (until each is out of the way), in percent
     held_c: float = 0.0
-    #: memory held by all slices, in MiB
+    #: memory held by all slices, in MiB (those suspended to host too: the planner keeps
+    #: room for their return)
     held_m: float = 0.0
+    #: memory the slices use on the GPU itself, in MiB (not those suspended to host)
+    gpu_m: float = 0.0
     attempts: dict[int, SimAttempt] = field(default_factory=dict)
     #: metrics are accounted up to this time
     accounted_to: float = 0.0
@@ -132,7 +139,7 @@ class SimDevice:
         capacity minus the margin: whether :func:`~ebbtide.scheduling.capacity.overflow`
         surely returns (0, 0).  Memory is exact (whole MiB add up without rounding);
         compute errs on "not sure" by :data:`SUM_SLACK` (its sums here are running ones)."""
-        if online_m + self.held_m - (self.memory_mib - margins.memory_mib) > 0:
+        if online_m + self.gpu_m - (self.memory_mib - margins.memory_mib) > 0:
             return False
         return online_c + self.awake_c - (DEVICE_COMPUTE_PCT - margins.compute_pct) <= -SUM_SLACK
 
@@ -208,6 +215,14 @@ class SimAttempt:
     paused_at: float | None = None
     #: the victim policy may pause it rather than evict it for compute
     pausable: bool = False
+    #: when it was suspended to host (its CUDA state moved off the GPU); None: not
+    suspended_at: float | None = None
+    #: its slice's memory is on the GPU (False once a suspension's copy to host is done)
+    on_gpu: bool = True
+    #: being restored from host: its memory is back, it runs once the copy is done
+    restoring_state: bool = False
+    #: a copy of its memory to or from host runs until then (the agent waits for it)
+    toggle_until: float = 0.0
     #: evicted for online pressure: its device cools down once its slice is free
     pressure: bool = False
     #: why it is being evicted (None: its device left, or a fixed window closed)
@@ -243,6 +258,7 @@ class SimAttempt:
                 gpus=s.gpus,
                 paused_at=self.paused_at,
                 pausable=self.pausable,
+                suspended_at=self.suspended_at,
             )
         return self.view
 

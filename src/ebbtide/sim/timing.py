@@ -9,7 +9,10 @@ The eviction latencies are calibrated on ``benchmarks/evict_latency.py`` (real p
 on the node agent's fast path, see ``benchmarks/README.md``): a cooperative job is out of
 the way after a log-normal time with median 0.07 s and 99th percentile 0.17 s (plus its
 checkpoint, when it takes one); a job that ignores the warning is killed at deadline −
-0.15 s and reaped within a few milliseconds.  No step ever takes zero time.
+0.15 s and reaped within a few milliseconds.  No step ever takes zero time.  Moving a
+job's GPU memory to host and back takes the node agent's own estimate
+(:func:`ebbtide.workers.suspend.suspend_time_s`: an assumed 10,000 MiB/s and 0.5 s a
+toggle, until a GPU measures them).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ DISPATCH_LATENCY_S = 0.2
 #: seconds (``--restart-overhead``; real jobs take 30-120 s).  The first attempt has none:
 #: an openb pod's duration already includes its start-up.  A thaw after a pause costs none.
 RESTART_OVERHEAD_S = 30.0
+#: A GPU's share of its host's memory, in MiB: 2 TiB for 8 GPUs (a DGX H100).  The jobs
+#: suspended to host on a device hold at most the policy's ``suspend_host_memory_pct`` of
+#: it; nothing else is taken to use host memory.
+HOST_MIB_PER_DEVICE = 256 * 1024.0
 #: Cooperative exit after the warning (stop computing, exit, be reaped): log-normal median
 #: and 99th percentile, in seconds (``evict_latency.py``: p50 0.072 s, p99 0.167 s).
 EXIT_P50_S = 0.07
