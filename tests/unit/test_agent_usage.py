@@ -18,6 +18,8 @@ from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.ownership import Tree
 from ebbtide.workers.status import StatusReader
 
+from .builders import att
+
 GIB = 1024
 T0 = 1_700_000_000.0
 JOB = 7
@@ -28,20 +30,9 @@ def agent(tmp_path: Path) -> Iterator[NodeAgent]:
     store = Store(f"sqlite:///{tmp_path / 'e.db'}")
     node = NodeAgent("n1", store, StaticSource(parse_devices("2x80GiB")), home=tmp_path)
     node.attempts[JOB] = LocalAttempt(
-        job_id=JOB,
-        attempt=1,
-        priority=0,
-        queue="default",
-        devices=(0, 1),
-        compute_pct=50.0,
-        memory_mib=16 * GIB,
-        gpus=0,
-        deadline_s=30.0,
-        signal=15,
+        slice=att(JOB, node="n1", devices=(0, 1), c=50.0, m=16 * GIB, dispatched=T0, started=T0),
         handle=Handle(pid=0, pgid=0),
         tree=Tree(JOB, 0, 0.0),
-        dispatched_at=T0,
-        started_at=T0,
         status=StatusReader(tmp_path / "status"),
     )
     yield node

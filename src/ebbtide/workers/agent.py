@@ -65,6 +65,7 @@ from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
+from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.capacity import on_device, overflow
 from ebbtide.scheduling.forecast import Forecaster
@@ -453,13 +454,13 @@ class NodeAgent:
         """Each device's figures for the metrics: offline use as the source measured it,
         else as granted (a paused slice holds no compute, a suspended one no memory)."""
         for s in self.latest:
-            here = [a for a in self.attempts.values() if s.index in a.devices]
+            here = [a for a in self.attempts.values() if s.index in a.slice.devices]
             compute = s.offline_compute_pct
             if compute is None:
-                compute = sum(a.compute_pct for a in here if a.paused_at is None)
+                compute = sum(a.slice.compute_pct for a in here if a.paused_at is None)
             memory = s.offline_memory_mib
             if memory is None:
-                memory = sum(a.memory_mib for a in here if a.suspended_at is None)
+                memory = sum(a.slice.memory_mib for a in here if a.suspended_at is None)
             info = next((d for d in self.devices if d.index == s.index), None)
             self.metrics.device_sample(
                 self.name,
@@ -485,10 +486,10 @@ class NodeAgent:
         it has none: a device that cannot sample per process would read as idle)."""
         by_index = {s.index: s for s in self.latest}
         for local in self.attempts.values():
-            if now < local.usage_due_at or local.paused_at is not None or not local.devices:
+            if now < local.usage_due_at or local.paused_at is not None or not local.slice.devices:
                 continue
             local.usage_due_at = now + USAGE_SAMPLE_PERIOD_S  # measured or not: next second
-            samples = [by_index.get(d) for d in local.devices]
+            samples = [by_index.get(d) for d in local.slice.devices]
             compute: list[float | None] = []
             memory: list[float | None] = []
             seen = False  # a process of the job on one of its devices at least
@@ -509,7 +510,7 @@ class NodeAgent:
                 if not seen:  # none of its processes seen (yet): no sample, never a 0
                     continue
                 if local.usage is None:
-                    sizes = [d.memory_mib for d in self.devices if d.index in local.devices]
+                    sizes = [d.memory_mib for d in self.devices if d.index in local.slice.devices]
                     local.usage = UsageSummary(max(sizes, default=0))
                 local.usage.add(_most(compute), _most(memory))
 
@@ -559,7 +560,15 @@ class NodeAgent:
 
     def _update_ownership(self) -> None:
         running = tuple(
-            (a.job_id, a.attempt, a.tree, a.devices, a.gpus, a.compute_pct, a.memory_mib)
+            (
+                a.job_id,
+                a.attempt,
+                a.tree,
+                a.slice.devices,
+                a.slice.gpus,
+                a.slice.compute_pct,
+                a.slice.memory_mib,
+            )
             for a in self.attempts.values()
         )
         if running == self._owned:  # the same attempts: the same trees and slices
@@ -568,9 +577,12 @@ class NodeAgent:
         self._owned = running
         granted: dict[int, tuple[float, float]] = {}
         for a in self.attempts.values():
-            for d in a.devices:
+            for d in a.slice.devices:
                 c, m = granted.get(d, (0.0, 0.0))
-                granted[d] = (c + (100.0 if a.gpus else a.compute_pct), m + a.memory_mib)
+                granted[d] = (
+                    c + (100.0 if a.slice.gpus else a.slice.compute_pct),
+                    m + a.slice.memory_mib,
+                )
         self.ownership.update([a.tree for a in self.attempts.values()], granted)
 
     def device_views(self) -> list[DeviceView]:
@@ -594,7 +606,7 @@ class NodeAgent:
     def _fast_path(self, now: float) -> None:
         if not self.attempts:
             return
-        active = [a.view(self.name) for a in self.attempts.values()]
+        active = [a.view() for a in self.attempts.values()]
 
         def guarded(a: ActiveAttempt) -> bool:
             return protected(a, self.queues.get(a.queue), now)
@@ -618,7 +630,7 @@ class NodeAgent:
                     local = self._current(a.job_id, a.attempt)
                     if local is not None:
                         self._restore(local, now)
-            active = [a.view(self.name) for a in self.attempts.values()]
+            active = [a.view() for a in self.attempts.values()]
 
     def _current(self, job_id: int, attempt: int) -> LocalAttempt | None:
         """Attempt ``attempt`` of job ``job_id``, unless it has ended or is being evicted."""
@@ -658,7 +670,7 @@ class NodeAgent:
             return
         self.executor.pause(local.handle)
         local.paused_at = now
-        limits = self.queues.get(local.queue)
+        limits = self.queues.get(local.slice.queue)
         drain_s = self.pause_rules.drain_s
         if limits is not None and limits.pause_drain_s is not None:
             drain_s = limits.pause_drain_s
@@ -686,7 +698,7 @@ class NodeAgent:
             reason_code=relief.reason.value,
             **extra,
         )
-        self.metrics.pauses.labels(self.name, local.queue, extra.get("kind", "pause")).inc()
+        self.metrics.pauses.labels(self.name, local.slice.queue, extra.get("kind", "pause")).inc()
 
     def _record_thaw(self, local: LocalAttempt, now: float, verb: str, **extra: Any) -> None:
         """Clear ``local``'s pause; log, show and journal how long it was."""
@@ -733,7 +745,7 @@ class NodeAgent:
         available with a reserve); None when it can.  Asked again just before a move: the
         attempts suspended in the same pass count then."""
         held = sum(
-            s.memory_mib * max(1, len(s.devices))
+            s.slice.memory_mib * max(1, len(s.slice.devices))
             for s in self.attempts.values()
             if s.suspended_at is not None
         )
@@ -749,7 +761,7 @@ class NodeAgent:
         cc = self.cuda_checkpoint
         assert cc is not None
         cc.timeout_s = min(cc.timeout_s, self.lease_s / 2)  # a hung utility: not the lease
-        refused = self._host_refusal(local.memory_mib * max(1, len(local.devices)))
+        refused = self._host_refusal(local.slice.memory_mib * max(1, len(local.slice.devices)))
         if refused is not None:  # attempts suspended earlier in this pass took the room
             return refused
         was_paused = local.paused_at is not None
@@ -822,7 +834,7 @@ class NodeAgent:
 
     def _evict_for_fault(self, fault: DeviceFault, now: float) -> None:
         for local in list(self.attempts.values()):
-            if fault.index not in local.devices:
+            if fault.index not in local.slice.devices:
                 continue
             message = fault_message(self.name, fault)
             if local.eviction is None:
@@ -933,25 +945,31 @@ class NodeAgent:
             return
         now = self.clock.time()
         self.attempts[job_id] = LocalAttempt(
-            job_id=job_id,
-            attempt=attempt,
-            priority=job.priority,
-            queue=job.queue,
-            devices=devices,
-            compute_pct=job.compute_pct,
-            memory_mib=job.memory_mib,
-            gpus=job.gpus,
-            deadline_s=job.deadline_s,
-            signal=job.signal,
+            slice=ActiveAttempt(
+                job_id=job_id,
+                attempt=attempt,
+                state=JobState.RUNNING,
+                priority=job.priority,
+                queue=job.queue,
+                node=self.name,
+                devices=devices,
+                compute_pct=job.compute_pct,
+                memory_mib=job.memory_mib,
+                deadline_s=job.deadline_s,
+                signal=job.signal,
+                dispatched_at=now,
+                started_at=now,
+                last_checkpoint_at=None,
+                gpus=job.gpus,
+                owner=str(job.owner),
+                pausable=bool(getattr(job, "pausable", False))
+                and self.executor.can_pause
+                and self.pause_rules.enabled,
+            ),
             handle=handle,
             tree=self.executor.tree(job_id, handle),
-            dispatched_at=now,
-            started_at=now,
             status=StatusReader(Path(launch.env["EBBTIDE_STATUS_FILE"])),
             walltime_s=spec.walltime_s,
-            pausable=bool(getattr(job, "pausable", False))
-            and self.executor.can_pause
-            and self.pause_rules.enabled,
         )
         self._publish_view()  # the attempt is here before its start is reported
         # a pod's output is its log, kept as the attempt's: -o/--output are not followed
@@ -989,7 +1007,7 @@ class NodeAgent:
             reason=reason,
             message=message,
             spike_at=spike_at,
-            deadline_s=local.deadline_s if deadline_s is None else deadline_s,
+            deadline_s=local.slice.deadline_s if deadline_s is None else deadline_s,
         )
         # the attempt's supervisor kills it at the deadline even if this agent cannot; told
         # before the warning, it lets a child outlive a wrapper the warning ends
@@ -998,7 +1016,7 @@ class NodeAgent:
         # the warning counts from when it is sent: a job quick to checkpoint may answer
         # before a slow delivery (a delete with grace through a busy API server) returns
         local.eviction.warned_at = self.clock.time()
-        self.executor.signal(local.handle, local.signal)
+        self.executor.signal(local.handle, local.slice.signal)
         if local.paused_at is not None:  # a frozen job cannot handle its warning
             # (a suspended one stays on the host: its memory does not fit, so its CUDA
             # calls block and it is killed at the deadline; it resumes from its last
@@ -1008,7 +1026,7 @@ class NodeAgent:
             "job %s attempt %s: warned (%s): %s",
             local.job_id,
             local.attempt,
-            signal_name(local.signal),
+            signal_name(local.slice.signal),
             message,
         )
         self._publish_view()
@@ -1092,7 +1110,7 @@ class NodeAgent:
                 usage=local.usage.report() if local.usage else None,
             )
             self._publish_view()
-            self.metrics.attempt_ended(self.name, local.queue, "lost")
+            self.metrics.attempt_ended(self.name, local.slice.queue, "lost")
             return
         reason_code = None
         if ended.cause in (CAUSE_OOM, CAUSE_IMAGE):  # a failure of the job's own
@@ -1119,9 +1137,9 @@ class NodeAgent:
                 final=True,
             )
             self._publish_view()
-            self.metrics.attempt_ended(self.name, local.queue, "failed")
+            self.metrics.attempt_ended(self.name, local.slice.queue, "failed")
             return
-        fault = self.health.fault_on(local.devices)
+        fault = self.health.fault_on(local.slice.devices)
         if local.eviction is None and fault is not None and code not in (0, REQUEUE_EXIT_CODE):
             # it died of the fault before it could be warned: a move, not a failure
             local.eviction = EvictionClock(
@@ -1134,7 +1152,7 @@ class NodeAgent:
         if local.eviction:
             local.eviction.freed_at = freed_at
             if local.eviction.reason in COOLDOWN_REASONS:  # online pressure
-                for d in local.devices:
+                for d in local.slice.devices:
                     self.last_eviction_at[d] = freed_at
             # the cooldown and the device's health must be on record before the requeue
             # can be seen, or the job could be placed right back where it was
@@ -1162,7 +1180,7 @@ class NodeAgent:
         )
         self._publish_view()  # gone from the view only once its end is journaled
         self.metrics.attempt_ended(
-            self.name, local.queue, _outcome(code, eviction, local.ended_by), eviction
+            self.name, local.slice.queue, _outcome(code, eviction, local.ended_by), eviction
         )
 
     def _deliver_leftover(self, leftover: Leftover) -> None:

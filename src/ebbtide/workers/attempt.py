@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,21 +17,15 @@ from ebbtide.workers.usage import UsageSummary
 
 @dataclass
 class LocalAttempt:
-    job_id: int
-    attempt: int
-    priority: int
-    queue: str
-    devices: tuple[int, ...]
-    compute_pct: float
-    memory_mib: int
-    gpus: int
-    deadline_s: float
-    signal: int
+    """An attempt running on this node.  ``slice`` is the attempt as the scheduler
+    dispatched it and the victim policy sees it (its job's share of the devices, priority,
+    queue, deadline, signal, start); what changes while it runs is kept beside it, and
+    :meth:`view` puts the two together."""
+
+    slice: ActiveAttempt
     handle: Handle
     #: the attempt's process tree, as ownership lookups know it
     tree: Tree
-    dispatched_at: float
-    started_at: float
     #: the job's status lines (checkpoints, progress)
     status: StatusReader
     last_checkpoint_at: float | None = None
@@ -40,8 +35,6 @@ class LocalAttempt:
     ended_by: str | None = None
     #: Unix seconds it was paused (frozen in place); None while it runs
     paused_at: float | None = None
-    #: an online compute spike may pause it rather than evict it
-    pausable: bool = False
     #: Unix seconds its CUDA state was moved to host memory; None while it is on its GPU
     suspended_at: float | None = None
     #: the processes whose CUDA state was moved to host memory (restored the same way)
@@ -56,51 +49,37 @@ class LocalAttempt:
         default=None, init=False, repr=False, compare=False
     )
 
-    def view(self, node: str) -> ActiveAttempt:
-        """The attempt as the victim policy sees it (the same object until one of the
-        fields it is made of changes)."""
+    @property
+    def job_id(self) -> int:
+        return self.slice.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self.slice.attempt
+
+    @property
+    def started_at(self) -> float:
+        """Unix seconds the agent started it (a local attempt has always started)."""
+        assert self.slice.started_at is not None
+        return self.slice.started_at
+
+    def view(self) -> ActiveAttempt:
+        """The attempt as the victim policy sees it now (the same object until what
+        changed since its start changes again)."""
         key = (
-            node,
             self.eviction is not None,
             self.last_checkpoint_at,
             self.paused_at,
             self.suspended_at,
-            self.pausable,
-            self.priority,
-            self.queue,
-            self.devices,
-            self.compute_pct,
-            self.memory_mib,
-            self.gpus,
-            self.deadline_s,
-            self.signal,
-            self.dispatched_at,
-            self.started_at,
         )
         if self._view is not None and self._view[0] == key:
             return self._view[1]
-        view = self._make_view(node)
-        self._view = (key, view)
-        return view
-
-    def _make_view(self, node: str) -> ActiveAttempt:
-        return ActiveAttempt(
-            job_id=self.job_id,
-            attempt=self.attempt,
+        view = dataclasses.replace(
+            self.slice,
             state=JobState.EVICTING if self.eviction else JobState.RUNNING,
-            priority=self.priority,
-            queue=self.queue,
-            node=node,
-            devices=self.devices,
-            compute_pct=self.compute_pct,
-            memory_mib=self.memory_mib,
-            deadline_s=self.deadline_s,
-            signal=self.signal,
-            dispatched_at=self.dispatched_at,
-            started_at=self.started_at,
             last_checkpoint_at=self.last_checkpoint_at,
-            gpus=self.gpus,
             paused_at=self.paused_at,
-            pausable=self.pausable,
             suspended_at=self.suspended_at,
         )
+        self._view = (key, view)
+        return view
