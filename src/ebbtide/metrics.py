@@ -41,7 +41,7 @@ from ebbtide.clock import Clock
 from ebbtide.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ebbtide.queue.models import Node
+    from ebbtide.queue.models import NodeRow
     from ebbtide.scheduling.snapshot import ActiveAttempt
 
 log = logging.getLogger("ebbtide.metrics")
@@ -323,7 +323,7 @@ class FleetStore(Protocol):
 
     def active_attempts(self, node: str | None = None) -> Sequence[ActiveAttempt]: ...
 
-    def nodes(self) -> Sequence[Node]: ...
+    def nodes(self) -> Sequence[NodeRow]: ...
 
 
 class QueueNames(Protocol):

@@ -44,7 +44,7 @@ def _reads(store: Any, t0: float) -> dict[str, Any]:
         "evictions": store.recent_evictions(10),
         "measured": store.measured_attempts(queue="default"),
         "rows": store.job_rows(["id", "state", "reason"], owner="bob"),
-        "nodes": [n.model_dump() for n in store.nodes()],
+        "nodes": store.nodes(),
         "reports": [
             store.report_rows(t0 + since, t0 + until)
             for since, until in [WINDOW, (2200, 2300), (-86400, -3600), (0, 10_000)]

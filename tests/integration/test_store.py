@@ -766,6 +766,19 @@ def test_requeue_lost(store: Store) -> None:
     assert [q.id for q in store.queued_jobs()] == [j for j, _ in jobs.values()]
 
 
+def test_requeue_lost_in_the_state_seen_only(store: Store) -> None:
+    """An attempt seen dispatched, which has started since, is not lost for not starting:
+    the reaper says the state it saw, and loses the race."""
+    job_id, attempt = in_state(store, S.RUNNING)
+    with pytest.raises(StaleState):
+        store.requeue_lost(job_id, attempt, why="never started", state=S.DISPATCHED)
+    assert store.get(job_id).state == S.RUNNING
+    assert EventType.LOST not in types(store, job_id)
+    other, second = in_state(store, S.DISPATCHED)
+    store.requeue_lost(other, second, why="never started", state=S.DISPATCHED)
+    assert store.get(other).state == S.QUEUED
+
+
 def test_requeue_lost_of_a_cancelled_job_cancels(store: Store) -> None:
     job_id = submit(store)
     attempt = start(store, job_id)

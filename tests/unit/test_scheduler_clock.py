@@ -8,6 +8,7 @@ records what it is sent."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from ebbtide.config.policy import parse_policy
 from ebbtide.messaging.messages import EvictAttempt, StartAttempt
 from ebbtide.metrics import Metrics
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
+from ebbtide.queue.states import EventType, JobState
 from ebbtide.queue.store import LEADERSHIP, Store
 from ebbtide.scheduling.admission import DRAIN_LEAD_S
 from ebbtide.scheduling.leader import LeaderLock
@@ -386,3 +388,32 @@ def _leadership(store: Store) -> tuple[str, float]:
     with store.engine.connect() as conn:
         row = conn.execute(sa.select(LEADERSHIP.c.holder, LEADERSHIP.c.acquired_at)).one()
     return row.holder, row.acquired_at
+
+
+# -- reconciling from the pass's own read ------------------------------------------------
+
+
+def test_a_pass_reconciles_from_its_copy_and_spares_an_attempt_started_since(
+    store: Store, clock: FakeClock, node: Node
+) -> None:
+    """A pass reconciles from the attempts as it read them (the mirror's copy), once.  One
+    read as dispatched past the dispatch timeout that has started since is not requeued:
+    the store's requeue is fenced on the state the pass saw."""
+    sched = scheduler(store, clock, node)
+    node.beat()
+    job_id = submit(store)
+    sched.run_once()
+    assert node.starts() == [(0.0, job_id)]  # started at once by the stand-in node
+    [running] = store.active_attempts()
+    stale = dataclasses.replace(running, state=JobState.DISPATCHED, dispatched_at=T0 - 3600)
+    reads: list[float] = []
+
+    def work(now: float) -> tuple[Any, list[Any]]:
+        reads.append(now)
+        return [], [stale]
+
+    sched.work = work  # type: ignore[method-assign]
+    sched.run_once()
+    assert len(reads) == 1  # one read of the queue a pass
+    assert store.get(job_id).state == JobState.RUNNING
+    assert EventType.LOST not in [e["type"] for e in store.events(job_id)]

@@ -17,7 +17,7 @@ from ebbtide.clock import Clock
 
 if TYPE_CHECKING:
     from ebbtide.queue.memory import MemoryStore
-    from ebbtide.queue.models import Attempt, Job, Node
+    from ebbtide.queue.models import Attempt, Job, NodeRow
     from ebbtide.queue.purge import PurgeResult
     from ebbtide.queue.rightsizing import MeasuredAttempt
     from ebbtide.queue.spec import JobSpec, SliceGrant
@@ -248,6 +248,7 @@ class JobStore(Protocol):
         max_losses: int | None = None,
         loss_window_s: float = 0.0,
         usage: dict[str, Any] | None = None,
+        state: JobState | None = None,
     ) -> None: ...
 
     def hold_lost(
@@ -288,7 +289,7 @@ class JobStore(Protocol):
         self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
     ) -> None: ...
 
-    def nodes(self) -> list[Node]: ...
+    def nodes(self) -> list[NodeRow]: ...
 
     def forget_node(self, node: str) -> None: ...
 

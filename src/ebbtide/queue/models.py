@@ -4,6 +4,8 @@ All database I/O lives in the ``store`` package (and ``drains.py``, ``tokens.py`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -137,6 +139,19 @@ class Node(SQLModel, table=True):
     started_at: float
     heartbeat_at: float
     #: JSON list of device views: index, memory_mib, online_compute_pct, online_memory_mib
+    devices_json: str = "[]"
+    stopping: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """A row of ``nodes`` as the stores read it back: plain values, not checked again (the
+    store wrote them; validating a :class:`Node` per row was the largest cost of a
+    scheduler's pass at a thousand nodes)."""
+
+    name: str
+    started_at: float
+    heartbeat_at: float
     devices_json: str = "[]"
     stopping: bool = False
 

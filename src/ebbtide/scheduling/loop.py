@@ -52,6 +52,7 @@ from ebbtide.messaging.messages import (
 )
 from ebbtide.metrics import Metrics
 from ebbtide.queue.drains import WHOLE_NODE
+from ebbtide.queue.models import NodeRow
 from ebbtide.queue.outcomes import NODE_SILENT, NOT_STARTED, TAKEN_BACK
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -60,7 +61,7 @@ from ebbtide.scheduling.mirror import Mirror
 from ebbtide.scheduling.planner import Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.retention import Retention
-from ebbtide.scheduling.snapshot import DeviceView, QueuedJob, Snapshot
+from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob, Snapshot
 
 log = logging.getLogger("ebbtide.scheduler")
 
@@ -129,11 +130,18 @@ class Scheduler:
 
     # -- one pass -----------------------------------------------------------------------
 
-    def snapshot(self, now: float) -> Snapshot:
+    def snapshot(
+        self,
+        now: float,
+        nodes: Sequence[NodeRow] | None = None,
+        work: tuple[Sequence[QueuedJob], list[ActiveAttempt]] | None = None,
+    ) -> Snapshot:
+        """The planner's input now; ``nodes`` and ``work`` (the queued jobs and the active
+        attempts): as this pass read them (None: read them)."""
         defaults = self.policy.defaults
         devices = []
         drains = {(d.node, d.device): d.describe() for d in self.store.drains.drained()}
-        for node in self.store.nodes():
+        for node in self.store.nodes() if nodes is None else nodes:
             if node.stopping or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 continue
             for d in node_devices(node.name, node.devices_json):
@@ -160,14 +168,17 @@ class Scheduler:
                         planning_only=not d.eviction_trigger,
                     )
                 )
-        queued: Sequence[QueuedJob]
-        if self.mirror is not None:
-            epoch = self.leader.epoch if self.leader is not None else None
-            queued, active = self.mirror.sync(self.store, now, epoch=epoch)
-        else:
-            queued, active = self.store.queued_jobs(), self.store.active_attempts()
+        queued, active = self.work(now) if work is None else work
         gates = self.runtime.gates(now, [(d.node, d.index) for d in devices])
         return self.policy.plan_rules().snapshot(now, queued, active, devices, gates)
+
+    def work(self, now: float) -> tuple[Sequence[QueuedJob], list[ActiveAttempt]]:
+        """The queued jobs (in scheduling order) and the active attempts now: the
+        mirror's copy brought up to date, or the whole of both read."""
+        if self.mirror is not None:
+            epoch = self.leader.epoch if self.leader is not None else None
+            return self.mirror.sync(self.store, now, epoch=epoch)
+        return self.store.queued_jobs(), self.store.active_attempts()
 
     def run_once(self) -> Plan:
         self._wake_at = None  # a pass that fails asks for nothing
@@ -179,8 +190,13 @@ class Scheduler:
             if q.max_preemptions is not None:
                 for job_id in self.store.hold_overpreempted(name, q.max_preemptions):
                     log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
-        self.reconcile(now)
-        snapshot = self.snapshot(now)
+        # read once a pass: reconciling and planning both go by them
+        nodes = self.store.nodes()
+        queued, active = self.work(now)
+        gone = self.reconcile(now, nodes, active)
+        if gone:  # requeued: their slices are free; they are planned from the next pass
+            active = [a for a in active if (a.job_id, a.attempt) not in gone]
+        snapshot = self.snapshot(now, nodes, (queued, active))
         decisions = plan(snapshot, queued_in_order=True)  # the store gives it in order
         self.apply(decisions, now, snapshot.queued)
         self.store.set_reasons(decisions.blocked)
@@ -274,13 +290,21 @@ class Scheduler:
                 self.metrics.dispatched(q.queue, None if since is None else now - since)
             self.send(d.node, StartAttempt(job_id=d.job_id, attempt=number))
 
-    def reconcile(self, now: float) -> None:
-        """Requeue attempts whose node is gone, or whose start never happened."""
+    def reconcile(
+        self,
+        now: float,
+        nodes: Sequence[NodeRow] | None = None,
+        active: Sequence[ActiveAttempt] | None = None,
+    ) -> set[tuple[int, int]]:
+        """Requeue attempts whose node is gone, or whose start never happened; return
+        them as (job id, attempt).  ``nodes`` and ``active``: as this pass read them (None:
+        read them)."""
         defaults = self.policy.defaults
-        nodes = {n.name: n for n in self.store.nodes()}
-        for a in self.store.active_attempts():
-            node = nodes.get(a.node)
-            why = code = None
+        by_name = {n.name: n for n in (self.store.nodes() if nodes is None else nodes)}
+        gone: set[tuple[int, int]] = set()
+        for a in self.store.active_attempts() if active is None else active:
+            node = by_name.get(a.node)
+            why = code = seen = None
             if node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 why, code = f"node {a.node} stopped heartbeating", NODE_SILENT
             elif (
@@ -289,6 +313,7 @@ class Scheduler:
             ):
                 why = f"node {a.node} did not start it within {defaults.dispatch_timeout_s:g}s"
                 code = NOT_STARTED
+                seen = JobState.DISPATCHED  # (not if it has started since it was read)
             if why is None:
                 continue
             try:
@@ -299,7 +324,9 @@ class Scheduler:
                     reason_code=code,
                     max_losses=defaults.max_losses,
                     loss_window_s=defaults.loss_window_s,
+                    state=seen,
                 )
+                gone.add((a.job_id, a.attempt))
                 log.warning("job %s attempt %s lost: %s", a.job_id, a.attempt, why)
             except StaleState:
                 pass
@@ -310,6 +337,7 @@ class Scheduler:
         )
         for job_id in held:
             log.warning("job %s held: its attempts keep being lost", job_id)
+        return gone
 
     # -- the loop -----------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ebbtide.errors import ConfigError
-from ebbtide.queue.models import Node
+from ebbtide.queue.models import NodeRow
 from ebbtide.queue.store import Store
 
 log = logging.getLogger("ebbtide.agent")
@@ -134,7 +134,7 @@ class NodeClaim:
         started = last.get("started_at")
         return float(started) if isinstance(started, int | float) else None
 
-    def _read(self, store: Store) -> tuple[Node | None, int] | None:
+    def _read(self, store: Store) -> tuple[NodeRow | None, int] | None:
         """The name's row and how many attempts it holds; None when the store cannot
         say (logged: the agent goes on, as it does when its first heartbeat fails)."""
         try:
@@ -194,7 +194,7 @@ class NodeClaim:
                 return
         raise NodeTaken(self._taken(first, draining=True))
 
-    def _taken(self, row: Node, draining: bool = False) -> str:
+    def _taken(self, row: NodeRow, draining: bool = False) -> str:
         started = datetime.fromtimestamp(row.started_at, UTC).isoformat(timespec="seconds")
         doing = "is still evicting its attempts" if draining else "heartbeats still"
         return (

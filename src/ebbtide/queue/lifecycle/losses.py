@@ -48,6 +48,7 @@ class LossLogic(Shared):
         max_losses: int | None = None,
         loss_window_s: float = 0.0,
         usage: dict[str, Any] | None = None,
+        state: JobState | None = None,
     ) -> None:
         """Give up on an attempt whose agent is gone or whose start never happened;
         ``reason_code``: the constant for why, where there is one (``unschedulable``,
@@ -59,11 +60,15 @@ class LossLogic(Shared):
         within ``loss_window_s``); losses do not count toward ``max_attempts``, which is
         for the job's own failures.  (Losses its node agent reports are held by
         ``hold_lost``, which the scheduler calls every pass.)  ``usage``: what the
-        attempt used while it ran, where its agent measured it.
+        attempt used while it ran, where its agent measured it.  ``state``: the state the
+        caller saw it in (StaleState when it is in another now: an attempt seen
+        dispatched that has started since is not lost for not starting).
         """
         job = self.get(job_id)
         if job.attempts != attempt or job.state not in {s.value for s in ACTIVE_STATES}:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
+        if state is not None and job.state != state.value:
+            raise StaleState(f"job {job_id} attempt {attempt} is {job.state} now, not {state}")
         source = JobState(job.state)
         with self._tx() as conn:
             lost = {"reason": why, **({"reason_code": reason_code} if reason_code else {})}

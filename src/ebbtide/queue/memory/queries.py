@@ -11,7 +11,7 @@ from typing import Any
 from ebbtide.errors import JobNotFound
 from ebbtide.queue.lifecycle.jobs import JobLogic
 from ebbtide.queue.memory.base import MemoryBase, Row
-from ebbtide.queue.models import Attempt, Job, Node
+from ebbtide.queue.models import Attempt, Job, NodeRow
 from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
 from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, JobState
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
@@ -189,10 +189,10 @@ class MemoryQueryMixin(MemoryBase, JobLogic):
 
     # -- nodes and the published policy ---------------------------------------------------
 
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> list[NodeRow]:
         with self._data.lock:
             rows = [dict(self._data.nodes[name]) for name in sorted(self._data.nodes)]
-        return [Node.model_validate(r) for r in rows]
+        return [NodeRow(**r) for r in rows]
 
     def published_policy(self) -> tuple[str, str, float] | None:
         """``(text, source, published at)`` of the leader's policy; None when none was."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ebbtide.queue.models import Node
+from ebbtide.queue.models import NodeRow
 from ebbtide.queue.store.base import LEADERSHIP, NODES, StoreBase
 
 
@@ -29,10 +29,10 @@ class NodeMixin(StoreBase):
             if result.rowcount == 0:
                 conn.execute(NODES.insert().values(name=node, started_at=started_at, **values))
 
-    def nodes(self) -> list[Node]:
+    def nodes(self) -> list[NodeRow]:
         with self._read() as conn:
             rows = conn.execute(sa.select(NODES).order_by(NODES.c.name)).mappings().all()
-        return [Node.model_validate(dict(r)) for r in rows]
+        return [NodeRow(**r) for r in rows]
 
     def forget_node(self, node: str) -> None:
         with self._tx() as conn:
