@@ -43,9 +43,8 @@ def by_hand(
                 state[key] = dataclasses.replace(a, paused_at=NOW)
         elif r.kind is ActionKind.SUSPEND:
             state[key] = dataclasses.replace(a, paused_at=a.paused_at or NOW, suspended_at=NOW)
-        else:  # evicted: a paused one is thawed to take its warning, unless on the host
-            thawed = a.paused_at if a.suspended_at is not None else None
-            state[key] = dataclasses.replace(a, state=JobState.EVICTING, paused_at=thawed)
+        else:  # evicted: a paused one is thawed to take its warning (on the host too)
+            state[key] = dataclasses.replace(a, state=JobState.EVICTING, paused_at=None)
     thaws = thaws_for_device(device, list(state.values()), MARGINS, NOW, rules)
     for a in thaws:
         state[(a.job_id, a.attempt)] = dataclasses.replace(a, paused_at=None)

@@ -103,3 +103,56 @@ def test_the_policy_file_and_the_builtin_policy_say_whether_to_suspend() -> None
     )
     sim = from_policy_file(auto)
     assert sim.pause.suspend and sim.lease_s == 10.0
+
+
+# -- traps a review found: each of these broke the bookkeeping or the agent's timing ----
+
+
+def test_a_suspended_whole_gpu_job_stands_still_while_online_compute_moves() -> None:
+    """A whole-GPU slice runs on what online work leaves, so an online compute step
+    re-times it; suspended, it must not run (nor checkpoint) on that account: the day
+    ends the same as with online compute steady meanwhile."""
+    whole = dataclasses.replace(job(work=2000.0, ckpt_every=20.0), compute_pct=100.0, gpus=1)
+    steady = [(0.0, 10.0, 0.0), (100.0, 10.0, 71 * GIB), (300.0, 10.0, 0.0)]
+    moving = [*steady[:2], (150.0, 20.0, 71 * GIB), (200.0, 10.0, 71 * GIB), steady[2]]
+    quiet = run(online(steady, span=4000.0), [whole])
+    moved = run(online(moving, span=4000.0), [whole])
+    assert (moved.suspensions, moved.restores, moved.evictions) == (1, 1, 0)
+    assert moved.jct_s == quiet.jct_s
+    assert moved.progress_cs == pytest.approx(quiet.progress_cs)
+
+
+def test_a_job_freed_before_its_copy_to_host_ends_is_counted_off_the_gpu_once() -> None:
+    """Suspended at 100.02 (its copy takes 1.32 s), it is moved when its device leaves
+    at 100.05 and killed at its 1.4 s deadline, before the copy would have ended: the
+    device's memory sums stay right (``debug`` checks them at every change)."""
+    short = dataclasses.replace(job(), deadline_s=1.4)
+    assert suspend_time_s(short.memory_mib) < short.deadline_s
+    load = online(MEMORY_SPIKE, span=400.0)
+    gone = dataclasses.replace(load.devices[0], end_s=100.05)
+    t = run(dataclasses.replace(load, devices=(gone,)), [short])
+    assert (t.suspensions, t.evictions_suspended, t.deadline_misses) == (1, 1, 0)
+
+
+def test_the_agent_samples_again_once_a_copy_back_is_done() -> None:
+    """Online memory falls at 200 (restored from 200.02, the copy done at 201.34) and
+    rises again at 200.5, while the agent waits for the copy: its next sample, once the
+    copy is done, suspends the job again, and the fall at 900 restores it."""
+    spike = [*MEMORY_SPIKE, (200.5, 10.0, 71 * GIB), (900.0, 10.0, 0.0)]
+    t = run(online(spike, span=3000.0), [job()])
+    assert (t.suspensions, t.restores, t.evictions, t.oom_events) == (2, 2, 0, 0)
+
+
+def test_a_suspension_the_host_has_no_room_for_any_more_evicts() -> None:
+    """Two 8 GiB jobs on a device whose share of host memory takes one (4 % of 256 GiB):
+    spike that needs both gone (63 GiB online, a 10 GiB margin) suspends the first and
+    evicts the second."""
+    one = dataclasses.replace(
+        SUSPENDING,
+        margins=Margins(0.0, 10 * GIB),
+        pause=dataclasses.replace(RULES, host_memory_pct=4.0),
+    )
+    two = [dataclasses.replace(job(), compute_pct=40.0, key=k) for k in (0, 1)]
+    spike = [(0.0, 10.0, 0.0), (100.0, 10.0, 63 * GIB), (200.0, 10.0, 0.0)]
+    t = run(online(spike, span=2000.0), two, one)
+    assert (t.suspensions, t.evictions, t.oom_events, t.deadline_misses) == (1, 1, 0, 0)

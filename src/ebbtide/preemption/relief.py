@@ -144,9 +144,8 @@ def _after(here: list[ActiveAttempt], reliefs: list[Relief], now: float) -> list
     out = []
     for a in here:
         kind = kinds.get((a.job_id, a.attempt))
-        if kind is ActionKind.EVICT:  # thawed to take its warning, unless on the host
-            paused_at = a.paused_at if a.suspended_at is not None else None
-            a = _changed(a, state=JobState.EVICTING, paused_at=paused_at)
+        if kind is ActionKind.EVICT:  # thawed to take its warning (on the host too)
+            a = _changed(a, state=JobState.EVICTING, paused_at=None)
         elif kind is ActionKind.PAUSE and a.paused_at is None:
             a = _changed(a, paused_at=now)
         elif kind is ActionKind.SUSPEND:

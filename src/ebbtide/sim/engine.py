@@ -43,7 +43,8 @@ Events, as in the live system:
   fit again (its memory is back at once, it runs once the copy back is done), or evicted
   after ``max_suspend_s``: its CUDA calls block, so it cannot take the warning and is
   killed at the deadline, keeping its last checkpoint.  While a copy runs the agent
-  samples nothing on that device (the live agent's loop waits for it);
+  samples nothing on that device, and samples it again once the copy is done (the live
+  agent's loop waits for the copy, so its other devices wait too: not modelled);
 - the **scheduler plans** at the next ``PLAN_PERIOD_S`` tick after anything that could let
   a job in: a job arrived or was requeued, a slice came free, online usage or the forecast
   reserve fell, a window opened.  (A pass after a rise cannot place anything the last pass
@@ -396,7 +397,7 @@ class Simulation:
             self.tally.oom_events += 1
         if c != old_c:
             for att in dev.attempts.values():
-                if att.job.spec.gpus and att.phase == RUNNING:
+                if att.job.spec.gpus and att.phase == RUNNING and att.paused_at is None:
                     self.tally.progress_cs += att.advance(self.now)
                     self._run(att)
         if dev.forecaster is not None:
@@ -437,6 +438,7 @@ class Simulation:
             return  # the agent waits for a copy to or from host (sampled again after it)
         can_suspend = self._can_suspend if rules.enabled and rules.suspend else None
         response = respond(device, views, margins, self.now, rules, self._guard(), can_suspend)
+        refused = False
         for r in response.reliefs:
             att = self.active[r.job_id]
             if att.phase == EVICTING:
@@ -444,10 +446,17 @@ class Simulation:
             if r.kind is ActionKind.PAUSE:
                 if att.paused_at is None:
                     self._pause(att)
-            elif r.kind is not ActionKind.SUSPEND or not self._suspend(att):
-                moved = r.reason in (EvictReason.PAUSED_TOO_LONG, EvictReason.SUSPENDED_TOO_LONG)
-                spike_at = self.now if moved else dev.last_step_at
-                self._evict(att, spike_at=spike_at, reason=r.reason)
+                continue
+            if r.kind is ActionKind.SUSPEND:
+                if self._suspend(att):
+                    continue
+                refused = True  # evicted instead, as the agent does
+            moved = r.reason in (EvictReason.PAUSED_TOO_LONG, EvictReason.SUSPENDED_TOO_LONG)
+            spike_at = self.now if moved else dev.last_step_at
+            self._evict(att, spike_at=spike_at, reason=r.reason)
+        if refused:  # the thaws counted on the suspension: left to the next sample
+            self._push(self.now + self.lat.sample_delay(), _SAMPLE, dev)
+            return
         for a in response.thaws:
             att = self.active[a.job_id]
             if att.paused_at is not None and att.phase != EVICTING:
@@ -978,12 +987,18 @@ class Simulation:
     def _on_suspended(self, att: SimAttempt, since: float) -> None:
         """The copy to host is done: the slice's memory is off the GPU."""
         dev = att.dev
-        if att.suspended_at == since and att.on_gpu:
+        if att.suspended_at == since and att.on_gpu and dev.attempts.get(att.job.id) is att:
             att.on_gpu = False
             dev.gpu_m -= att.job.spec.memory_mib
             if self.debug:
                 self._check(dev)
-        self._resample(dev)  # the agent samples again once the copy is done
+        self._sample_after_copy(dev)
+
+    def _sample_after_copy(self, dev: SimDevice) -> None:
+        """A copy to or from host is done: the agent samples ``dev`` again (it sampled
+        nothing there meanwhile)."""
+        if dev.present and dev.attempts:
+            self._push(self.now + self.lat.sample_delay(), _SAMPLE, dev)
 
     def _restore(self, att: SimAttempt) -> None:
         """Bring ``att``'s memory back to its GPU: held there at once; it runs again once
@@ -1009,7 +1024,7 @@ class Simulation:
         att.restoring_state = False
         if att.paused_at is not None:
             self._resume(att)
-        self._resample(att.dev)
+        self._sample_after_copy(att.dev)
 
     def _resample(self, dev: SimDevice) -> None:
         """Compute came free on ``dev``: the agent's next sample may thaw a paused slice."""

@@ -256,7 +256,9 @@ class SimAttempt:
                 started_at=self.run_from,
                 last_checkpoint_at=self.last_ckpt_at if checkpoint_aware else None,
                 gpus=s.gpus,
-                paused_at=self.paused_at,
+                # the agent thaws what it evicts, a job suspended to host too (whose
+                # CUDA calls block until it is killed): evicting, it shows as not paused
+                paused_at=None if self.phase == EVICTING else self.paused_at,
                 pausable=self.pausable,
                 suspended_at=self.suspended_at,
             )
