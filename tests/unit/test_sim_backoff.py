@@ -111,17 +111,49 @@ def queued(job_id: int, *, evictions: int = 0, requeued_at: float | None = None)
 
 
 def test_backlog_groups_jobs_in_backoff_apart_from_their_shape() -> None:
-    """A job in backoff is handed to the planner besides the first ``n`` ready jobs of
-    its shape (so that refusing it cannot hide a ready job behind it), and the ready
-    group's count is what the endless stream tops up."""
+    """A job in backoff is kept apart from the ready jobs of its shape (so that refusing it
+    cannot hide a ready job behind it) and handed to the planner once its backoff ends,
+    besides the first ``n`` ready jobs of its shape; the ready group's count is what the
+    endless stream tops up."""
     backlog = Backlog(PlanRules(backoff_base_s=100.0, backoff_max_s=1000.0))
     backlog.add(queued(1, evictions=3, requeued_at=50.0))  # ready at 250 s
     for i in (2, 3, 4):
         backlog.add(queued(i))
-    assert [j.id for j in backlog.heads(1)] == [1, 2]
+    backlog.ripen(100.0)
+    assert [j.id for j in backlog.heads(1)] == [2]  # the planner would only refuse it
+    assert backlog.next_ready() == 250.0
+    backlog.ripen(250.0)
+    assert sorted(j.id for j in backlog.heads(1)) == [1, 2]  # (the planner sorts them)
+    assert backlog.next_ready() is None
     assert backlog.count((25.0, 4096, 0)) == 3
     backlog.remove(1)
     assert [j.id for j in backlog.heads(2)] == [2, 3]
+
+
+def test_the_backlog_keeps_no_group_it_emptied() -> None:
+    """A trap: each job evicted twice waits in a group of its own (its backoff ends at its
+    own time), and an emptied group stayed, so that every pass read more of them the
+    longer a run evicted (``ebb sim --no-pause`` on the GenAI day: 460 s against 30 s)."""
+    backlog = Backlog(PlanRules(backoff_base_s=100.0, backoff_max_s=1000.0))
+    for i in range(1, 1001):
+        backlog.add(queued(i, evictions=2, requeued_at=float(i)))
+    backlog.add(queued(5000))
+    backlog.ripen(50.0)
+    assert [j.id for j in backlog.heads(4)] == [5000]
+    assert backlog.next_ready() == 101.0
+    backlog.ripen(2000.0)
+    assert len(backlog.heads(4)) == 1001 and backlog.next_ready() is None
+    for i in range(1, 1001):
+        backlog.remove(i)
+    assert [j.id for j in backlog.heads(4)] == [5000]
+    assert len(backlog._by_group) == len(backlog._ready) == 1
+    assert backlog.smallest_fraction() == (25.0, 4096.0)
+    # a group emptied while it waited is not handed out when its time comes
+    backlog.add(queued(6000, evictions=2, requeued_at=2500.0))
+    backlog.remove(6000)
+    assert backlog.next_ready() is None
+    backlog.ripen(5000.0)
+    assert [j.id for j in backlog.heads(4)] == [5000]
 
 
 def test_queue_max_preemptions_holds_the_job() -> None:

@@ -238,8 +238,9 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
             refuse(job, f"array limit: {job.array_limit} of its array already running")
             return
         if job.evictions >= 2 and (until := ready_at(job, snapshot)) > now:
-            ready = clock_text(until)
-            refuse(job, f"backoff: evicted {job.evictions} times; not before {ready}")
+            if len(out.blocked) < MAX_REASONS:  # (the time in words costs a few µs)
+                ready = clock_text(until)
+                refuse(job, f"backoff: evicted {job.evictions} times; not before {ready}")
             wakes.append(until)
             return
         if quotas is not None and (why := quotas.refusal(job)) is not None:

@@ -17,12 +17,17 @@ would offer it.
 A job waiting out a backoff after repeated evictions is refused whatever room there is, so
 it would spoil the count of a shape's heads placed: jobs are grouped by shape *and* the time
 their backoff ends (:func:`~ebbtide.scheduling.admission.ready_at`, 0 for most), and the
-argument above holds group by group.
+argument above holds group by group.  A group whose backoff has not ended is not handed to
+the planner at all (it would refuse every job of it, deciding nothing): :meth:`Backlog.ripen`
+moves groups in as their time comes, and :meth:`Backlog.next_ready` says when the next one
+does, for the engine to plan then.  Jobs evicted again and again each wait in a group of
+their own, so on a long run of evictions (``--no-pause``) these groups number thousands.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -45,9 +50,15 @@ class Backlog:
 
     def __init__(self, rules: PlanRules | None = None) -> None:
         self._rules = rules or PlanRules()
-        #: per group, the ids of its queued jobs, ascending (submission order)
+        #: per group, the ids of its queued jobs, ascending (submission order); no group
+        #: is empty
         self._by_group: dict[Group, list[int]] = {}
         self._jobs: dict[int, QueuedJob] = {}
+        #: the groups whose backoff has ended by ``_now`` (as an ordered set)
+        self._ready: dict[Group, None] = {}
+        #: the other groups, by when their backoff ends (some may be gone since)
+        self._later: list[tuple[float, Group]] = []
+        self._now = 0.0  # (a job with no backoff to wait out is ready at 0)
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -60,26 +71,56 @@ class Backlog:
         return len(self._by_group.get((*shape, 0.0), ()))
 
     def add(self, job: QueuedJob) -> None:
-        bisect.insort(self._by_group.setdefault(self._group(job), []), job.id)
+        group = self._group(job)
+        ids = self._by_group.get(group)
+        if ids is None:
+            ids = self._by_group[group] = []
+            if group[3] <= self._now:
+                self._ready[group] = None
+            else:
+                heapq.heappush(self._later, (group[3], group))
+        bisect.insort(ids, job.id)
         self._jobs[job.id] = job
 
     def remove(self, job_id: int) -> QueuedJob:
         job = self._jobs.pop(job_id)
-        ids = self._by_group[self._group(job)]
+        group = self._group(job)
+        ids = self._by_group[group]
         del ids[bisect.bisect_left(ids, job_id)]
+        if not ids:
+            del self._by_group[group]
+            self._ready.pop(group, None)
         return job
 
+    def ripen(self, now: float) -> None:
+        """From ``now`` on (it never goes back), the groups whose backoff has ended by then
+        are handed out."""
+        self._now = max(self._now, now)
+        later = self._later
+        while later and later[0][0] <= self._now:
+            group = heapq.heappop(later)[1]
+            if group in self._by_group:
+                self._ready[group] = None
+
+    def next_ready(self) -> float | None:
+        """When the next group's backoff ends (None: no group waits one out)."""
+        later = self._later
+        while later and later[0][1] not in self._by_group:
+            heapq.heappop(later)  # gone meanwhile
+        return later[0][0] if later else None
+
     def smallest_fraction(self) -> tuple[float, float]:
-        """The least compute and the least memory of any queued fractional job (inf: none)."""
-        shapes = [s for s, ids in self._by_group.items() if ids and not s[2]]
+        """The least compute and the least memory of any ready fractional job (inf: none)."""
+        shapes = [s for s in self._ready if not s[2]]
         return (
             min((s[0] for s in shapes), default=float("inf")),
             min((float(s[1]) for s in shapes), default=float("inf")),
         )
 
     def heads(self, n: int) -> list[QueuedJob]:
-        """The first ``n`` queued jobs of every group."""
-        return [self._jobs[i] for ids in self._by_group.values() for i in ids[:n]]
+        """The first ``n`` queued jobs of every ready group."""
+        jobs, by_group = self._jobs, self._by_group
+        return [jobs[i] for g in self._ready for i in by_group[g][:n]]
 
     def saturated(self, dispatches: Iterable[Dispatch], n: int) -> bool:
         """Whether some group had all of its ``n`` heads placed while more wait behind them

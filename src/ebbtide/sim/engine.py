@@ -583,6 +583,7 @@ class Simulation:
             return
         policy = self.policy
         heads = PLAN_HEADS
+        self.backlog.ripen(self.now)
         while True:
             self._top_up(heads + 1)
             devs = self._planned_devices()
@@ -613,6 +614,7 @@ class Simulation:
         if len(decisions.dispatches) >= snapshot.max_dispatches:
             self._mark_dirty()
         self._wake_at(decisions.wake_at)
+        self._wake_at(self.backlog.next_ready())  # a job's backoff ends: plan it then
 
     def _nothing_to_plan(self, snapshot: Snapshot, devs: list[SimDevice]) -> bool:
         """Whether the pass on ``snapshot`` surely decides nothing: no queued job fits
