@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,24 @@ def argv_for(spec: JobSpec, attempt_dir: Path, identity: Identity | None = None)
     return ["/bin/sh", str(script), *spec.args]
 
 
+def _activate_own_environment(env: dict[str, str]) -> None:
+    """Put the virtual environment the agent runs from first on ``env``'s ``PATH``, as
+    activating it would (and set ``VIRTUAL_ENV``), unless it is on it already.
+
+    On one box (``ebb up``) the agent and the jobs share a user and an install: a job
+    that runs ``python job.py`` means the Python that has ebbtide (the SDK), even when
+    ``ebb up`` was started as ``.venv/bin/ebb up`` without activating anything."""
+    if sys.prefix == sys.base_prefix:
+        return  # not a virtual environment: PATH already says what the user means
+    own_bin = os.path.join(sys.prefix, "bin")
+    path = env.get("PATH", "")
+    if own_bin in path.split(os.pathsep):
+        return
+    env["PATH"] = os.pathsep.join(p for p in (own_bin, path) if p)
+    env["VIRTUAL_ENV"] = sys.prefix
+    env.pop("PYTHONHOME", None)
+
+
 def env_for(
     spec: JobSpec,
     job: Any,
@@ -52,10 +71,11 @@ def env_for(
 ) -> dict[str, str]:
     """The attempt's environment: the agent's less its credentials and settings
     (``PRIVATE_VARIABLES``; with ``inherit_env`` False, as for a pod, nothing of the
-    agent's), the spec's, then ebbtide's contract.  Run as its owner (``identity``): only
-    what :func:`~ebbtide.workers.runas.base_env` passes on, the spec's and the owner's
-    login variables, then the contract and the variables of PBS or Slurm the spec
-    asks for (:func:`scheduler_env`)."""
+    agent's) with the agent's virtual environment first on ``PATH`` unless the spec
+    brings its own ``PATH`` (``-V``, ``-v PATH``), the spec's, then ebbtide's contract.
+    Run as its owner (``identity``): only what :func:`~ebbtide.workers.runas.base_env`
+    passes on, the spec's and the owner's login variables, then the contract and the
+    variables of PBS or Slurm the spec asks for (:func:`scheduler_env`)."""
     if identity is not None:
         env = base_env(identity, spec.env, os.environ)
     else:
@@ -64,6 +84,8 @@ def env_for(
             if inherit_env
             else {}
         )
+        if inherit_env and "PATH" not in spec.env:
+            _activate_own_environment(env)
         env.update(spec.env)
     env.update(
         {
