@@ -157,7 +157,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         spec = with_submit_host(spec)
         notes = submit_notes(spec, self.policy)
         nodes = self.store.nodes()
-        spec, memory_note = with_whole_gpu_memory(spec, nodes)
+        margin = self.policy.defaults.margin_memory_mib
+        spec, memory_note = with_whole_gpu_memory(spec, nodes, margin)
         named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})

@@ -156,26 +156,37 @@ NO_AGENT_NOTE = (
 )
 
 
-def with_whole_gpu_memory(spec: JobSpec, nodes: Sequence[Any]) -> tuple[JobSpec, str | None]:
+def with_whole_gpu_memory(
+    spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0
+) -> tuple[JobSpec, str | None]:
     """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
-    amount of their memory is given all of each card's memory, as a PBS or Slurm user
-    expects of a GPU: the smallest card's among the nodes that have reported (so it may
-    run on any of them), with a note saying so.  With none reported, or an amount asked
+    amount of their memory is given all of each card's memory it can ever have, as a PBS
+    or Slurm user expects of a GPU: the smallest card's among the nodes that have reported
+    (so it may run on any of them), less ``margin_mib``, the memory the planner always
+    keeps back for the online side (``defaults.margin_memory_mib``; a grant of the whole
+    card would never fit), with a note saying so, and saying when every card holds online
+    memory now (the job waits until one has room).  With none reported, or an amount asked
     for, ``spec`` as it is."""
     if not spec.gpus or "memory_mib" in spec.model_fields_set:
         return spec, None
-    cards = [
-        int(d.get("memory_mib") or 0)
-        for node in nodes
-        for d in json.loads(node.devices_json or "[]")
-        if d.get("memory_mib")
+    devices = [
+        d for node in nodes for d in json.loads(node.devices_json or "[]") if d.get("memory_mib")
     ]
-    if not cards:
+    if not devices:
         return spec, None
-    memory = min(cards)
+    card = min(int(d["memory_mib"]) for d in devices)
+    memory = max(1, int(card - margin_mib))
     plural = "s" if spec.gpus > 1 else ""
+    kept = f" less the {format_mib(int(margin_mib))} kept for the online side" if margin_mib else ""
     note = (
         f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
-        f"memory on each, a whole card here (the smallest); -l gpumem=SIZE asks for less"
+        f"memory on each, the smallest card here ({format_mib(card)}){kept}; "
+        "-l gpumem=SIZE asks for less"
     )
+    online = min(float(d.get("online_memory_mib") or 0.0) for d in devices)
+    if online > 0:
+        note += (
+            f"; every card holds online memory now (at least {format_mib(int(online))}), "
+            "so it waits until one has room"
+        )
     return spec.model_copy(update={"memory_mib": memory}), note
