@@ -166,7 +166,15 @@ def test_qstat_shows_the_same_table_either_way(box: Box) -> None:
     box.run(box.direct, "qsub", "-J", "1-20", "-h", "--", "true")
     done = box.run(box.direct, "qsub", "-N", "gone", "-h", "--", "true").stdout.strip()
     box.run(box.direct, "qdel", done)  # finished: listed with -x only
-    for args in ([], ["-t"], ["-x"], ["-s", "H"], ["-s", "QH", "-u", "nobody"], ["-s", "queued"]):
+    for args in (
+        [],
+        ["-t"],
+        ["-x"],
+        ["-s", "H"],
+        ["-s", "QH", "-u", "nobody"],
+        ["-s", "queued"],
+        ["-s", "paused"],
+    ):
         direct, thin = box.both("qstat", *args)
         assert direct.returncode == thin.returncode == 0, (direct.stderr, thin.stderr)
         assert direct.stdout == thin.stdout and direct.stdout.lstrip().startswith("ID NAME")

@@ -127,9 +127,15 @@ def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     stamp = submitted.split(": ", 1)[1]
     assert stamp[:4].isdigit() and "T" in stamp and stamp[-6] in "+-"  # 2026-...T..+00:00
     assert "['python', 'train.py']" in text and "walltime_s: 3600.0" in text
-    assert "signal_name: TERM" in text and f"cwd: {home.parent}" in text
+    assert "signal: TERM (15)" in text and f"cwd: {home.parent}" in text
+    # a trial's trap: each value once (signal beside signal_name, device beside devices)
+    keys = [line.split(":", 1)[0].strip() for line in text.splitlines()]
+    assert len(keys) == len(set(keys))
+    assert {"signal_name", "device", "checkpoint"}.isdisjoint(keys)
+    assert {"devices", "checkpoint_path"} <= set(keys)
     data = json.loads(ebb("qstat", "-f", "1", "--json"))
     assert isinstance(data["submitted_at"], float)  # --json keeps Unix seconds
+    assert data["device"] is None and data["submitted"]["signal_name"] == "TERM"  # kept
 
 
 def test_a_job_that_has_not_ended_shows_no_exit_code(tmp_path: Path) -> None:
@@ -219,18 +225,40 @@ def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> Non
     result = CliRunner().invoke(cli, ["qsub", "--json", str(script)])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
+    # a trial's trap: granted the whole card, 40GiB, it never ran: the planner always
+    # keeps the memory margin (2GiB by default) back for the online side
     assert out["notes"] == [
-        "1 whole GPU with no gpumem: granted 40GiB of memory on each, a whole card here "
-        "(the smallest); -l gpumem=SIZE asks for less"
+        "1 whole GPU with no gpumem: granted 38GiB of memory on each, the smallest card "
+        "here (40GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less"
     ]
-    assert (store.get(out["id"]).gpus, store.get(out["id"]).memory_mib) == (1, 40960)
+    assert (store.get(out["id"]).gpus, store.get(out["id"]).memory_mib) == (1, 38 * 1024)
     result = CliRunner().invoke(cli, ["sbatch", "--gres=gpu:2", "--wrap", "true"])
-    assert result.exit_code == 0 and "2 whole GPUs with no gpumem: granted 40GiB" in result.output
+    assert result.exit_code == 0 and "2 whole GPUs with no gpumem: granted 38GiB" in result.output
     asked = json.loads(ebb("qsub", "--json", "-l", "gpu=1,gpumem=70GiB", "--", "true"))
     assert "notes" not in asked and store.get(asked["id"]).memory_mib == 70 * 1024
     sliced = json.loads(ebb("qsub", "--json", "-l", "gpu=25%", "--", "true"))
     assert "notes" not in sliced and store.get(sliced["id"]).memory_mib == 1024  # a slice
     store.close()
+
+
+def test_a_whole_gpu_where_every_card_holds_online_memory_is_told_it_waits(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat(
+        "gpu-a",
+        started_at=time.time(),
+        devices=[
+            {"index": 0, "memory_mib": 81920, "online_memory_mib": 8192.0},
+            {"index": 1, "memory_mib": 81920, "online_memory_mib": 20480.0},
+        ],
+    )
+    store.close()
+    out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
+    assert out["notes"] == [
+        "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
+        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less; every "
+        "card holds online memory now (at least 8GiB), so it waits until one has room"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -323,6 +351,22 @@ def test_qstat_shows_paused_and_suspended_jobs(home: Path) -> None:
     assert data["state"] == "running" and data["suspended_at"] == pytest.approx(now)
     listed = {j["id"]: j for j in json.loads(ebb("qstat", "--json"))}
     assert listed[2]["suspended_at"] == pytest.approx(now) and listed[1]["suspended_at"] is None
+
+    # a trial's trap: the table showed paused and suspended, but -s refused them
+    def ids(*args: str) -> list[int]:
+        return [int(r.split()[0]) for r in ebb("qstat", *args).splitlines()[1:]]
+
+    assert ids("-s", "paused") == [1]
+    assert ids("-s", "suspended") == [2]
+    assert ids("-s", "Paused", "-s", "suspended") == [1, 2]
+    assert ids("-s", "paused", "-s", "queued") == [1, 3]
+    assert ids("-s", "running") == [1, 2]  # running has them both
+    assert ids("-s", "R") == [1, 2]
+    assert ids("-s", "paused", "1", "2", "3") == [1]  # named jobs, one state
+    assert [j["id"] for j in json.loads(ebb("qstat", "-s", "suspended", "--json"))] == [2]
+    assert [d["id"] for d in json.loads(ebb("qstat", "-f", "-s", "paused", "--json"))] == [1]
+    refused = CliRunner().invoke(cli, ["qstat", "-s", "mixed"])
+    assert refused.exit_code == 1 and "paused, suspended" in refused.output
 
 
 def test_what_pods_do_not_honour_is_noted_at_submission(

@@ -118,3 +118,55 @@ def test_follow_of_a_job_whose_file_is_gone_says_so(capsys: pytest.CaptureFixtur
     out, err = capsys.readouterr()
     assert out == ""
     assert "ebb: note: job 5 attempt 1 sent its stdout to /w/x.out, not there" in err
+
+
+class TwoStreams:
+    """A finished attempt with a stdout and a stderr log."""
+
+    def __init__(self, out: str, err: str) -> None:
+        self.text = {False: out, True: err}
+
+    def log_tail(self, job_id: int, *, attempt: int, stderr: bool, tail_bytes: int) -> LogTail:
+        data = self.text[stderr].encode()
+        return LogTail(job_id, attempt, "stderr" if stderr else "stdout", "", len(data), False)
+
+
+def test_an_empty_stdout_says_so_and_points_at_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a job that failed at once (ModuleNotFoundError) wrote only to stderr: plain
+    # `ebb logs 1` printed nothing at all
+    logs_cmd._say_empty(TwoStreams("", "Traceback ...\n"), 1, 1, stderr=False)
+    err = capsys.readouterr().err
+    assert err == (
+        "ebb: job 1 attempt 1 has written nothing to stdout; "
+        "its stderr holds 14 bytes: ebb logs -e 1\n"
+    )
+
+
+def test_an_empty_stream_with_nothing_elsewhere_says_only_that(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    logs_cmd._say_empty(TwoStreams("", ""), 4, 2, stderr=True)
+    assert capsys.readouterr().err == "ebb: job 4 attempt 2 has written nothing to stderr\n"
+    logs_cmd._say_empty(TwoStreams("out\n", ""), 4, 2, stderr=True)
+    assert capsys.readouterr().err == (
+        "ebb: job 4 attempt 2 has written nothing to stderr; its stdout holds 4 bytes: ebb logs 4\n"
+    )
+
+
+def test_event_details_read_as_times_and_short_numbers() -> None:
+    """A trial's trap: ``ebb events`` showed ``freed_at=1764619328.2345467`` and
+    ``paused_s=12.345678``."""
+    import datetime as dt
+
+    at = dt.datetime(2026, 12, 1, 9, 30, 5, 250000).timestamp()
+    assert logs_cmd._event_value("freed_at", at) == "09:30:05.250"
+    assert logs_cmd._event_value("spike_at", at) == "09:30:05.250"
+    assert logs_cmd._event_value("paused_s", 12.345678) == "12.35"
+    assert logs_cmd._event_value("latency_s", 0.18421337) == "0.1842"
+    assert logs_cmd._event_value("deadline_s", 30.0) == 30
+    assert logs_cmd._event_value("memory_mib", 81920.5) == "81920.5"
+    assert logs_cmd._event_value("pid", 4242) == 4242
+    assert logs_cmd._event_value("final", False) is False
+    assert logs_cmd._event_value("reason", "online compute") == "online compute"

@@ -394,7 +394,7 @@ def test_qsub_pbs_flags_on_the_command_line(home: Path) -> None:
     assert job["submitted"]["stdout"] == job["submitted"]["stderr"] == "out/%x.o%j"
     assert job["submitted"]["account"] == "acct"
     text = CliRunner().invoke(cli, ["qstat", "-f", str(out["id"])]).stdout
-    assert "account" in text and "acct" in text and "signal_name" in text
+    assert "account" in text and "acct" in text and "signal: TERM (15)" in text
 
 
 # -- one unit rule ------------------------------------------------------------------------

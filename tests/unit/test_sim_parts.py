@@ -3,6 +3,8 @@ with the live code, and the table it prints."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ebbtide.scheduling.planner import Dispatch, plan
@@ -127,9 +129,10 @@ def test_most_eventful_device() -> None:
     assert most_eventful(load) == 1
 
 
-def test_table_shows_every_policy_and_metric() -> None:
-    figures = dict.fromkeys(METRIC_KEYS, 0.5) | {"jct_p50_s": None, "eviction_latency_p99_s": 0.2}
-    text = render(
+def _table(
+    figures: dict[str, Any], policies: tuple[str, ...] = ("ebbtide",), **workload: Any
+) -> str:
+    return render(
         {
             "workload": {
                 "online": "genai:x",
@@ -144,10 +147,44 @@ def test_table_shows_every_policy_and_metric() -> None:
                 "stream_gpu_hours": 3.0,
                 "load": "backlogged",
                 "seed": 0,
+                **workload,
             },
-            "policies": {"ebbtide": figures, "greedy": figures},
+            "policies": dict.fromkeys(policies, figures),
         }
     )
+
+
+def test_table_shows_suspensions_when_the_run_suspends_to_host() -> None:
+    """A trial's trap: ``--suspend-to-host`` counted suspensions in ``--json`` only, and
+    the header did not say it was on."""
+    figures = dict.fromkeys(METRIC_KEYS, 0) | {
+        "suspensions": 12,
+        "restores": 11,
+        "evictions_while_suspended": 1,
+    }
+    on = _table(figures, suspend_to_host=True)
+    assert on.splitlines()[1].endswith("pausing on, suspend to host on")
+    rows = on.splitlines()
+    at = next(i for i, r in enumerate(rows) if r.startswith("slice time paused"))
+    assert [r.split()[-1] for r in rows[at + 1 : at + 4]] == ["12", "11", "1"]
+    assert rows[at + 1].startswith("suspensions to host")
+    off = _table(figures)
+    assert off.splitlines()[1].endswith("suspend to host off") and "suspensions" not in off
+
+
+def test_interference_is_a_percentage_however_small() -> None:
+    """A trial's trap: the row read ``3.15e-04`` among percentages."""
+    small = _table(dict.fromkeys(METRIC_KEYS, 0) | {"interference_compute_frac": 3.15e-4})
+    large = _table(dict.fromkeys(METRIC_KEYS, 0) | {"interference_compute_frac": 0.0123})
+    row = next(r for r in small.splitlines() if r.startswith("online compute interfered"))
+    assert row.split()[-1] == "0.032%"
+    row = next(r for r in large.splitlines() if r.startswith("online compute interfered"))
+    assert row.split()[-1] == "1.23%"
+
+
+def test_table_shows_every_policy_and_metric() -> None:
+    figures = dict.fromkeys(METRIC_KEYS, 0.5) | {"jct_p50_s": None, "eviction_latency_p99_s": 0.2}
+    text = _table(figures, ("ebbtide", "greedy"))
     header = text.splitlines()[3]
     assert "ebbtide" in header and "greedy" in header
     for label in ("harvest efficiency", "online OOM events", "job completion time p50"):
@@ -199,3 +236,15 @@ def test_surely_calm_means_an_empty_pass_decides_nothing(
         assert not decided.evictions
     elif not paused:
         assert decided.evictions  # with pausing off, a shortfall evicts
+
+
+def test_every_figure_of_the_json_is_named_in_the_readme() -> None:
+    """A trial's trap: new ``--json`` figures were listed in the metrics module only."""
+    from pathlib import Path
+
+    from ebbtide.sim.metrics import Tally
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Simulation (`ebb sim`)") :]
+    missing = [k for k in Tally().figures(1.0) if f"`{k}`" not in section]
+    assert missing == []

@@ -71,6 +71,21 @@ def _say_if_missing(client: Any, job_id: int, attempt: int, stderr: bool) -> Non
         click.echo(f"ebb: note: {exc}", err=True)
 
 
+def _say_empty(client: Any, job_id: int, attempt: int, stderr: bool) -> None:
+    """``ebb logs`` found nothing: say so on stderr, and where there is something (a job
+    that failed at once wrote only to stderr), say how to see it."""
+    stream, other = ("stderr", "stdout") if stderr else ("stdout", "stderr")
+    note = f"ebb: job {job_id} attempt {attempt} has written nothing to {stream}"
+    try:
+        size = client.log_tail(job_id, attempt=attempt, stderr=not stderr, tail_bytes=1).size
+    except UserError:
+        size = 0  # no such log yet, or a file that cannot be shown: nothing more to say
+    if size:
+        flag = "" if stderr else " -e"
+        note += f"; its {other} holds {size} bytes: ebb logs{flag} {job_id}"
+    click.echo(note, err=True)
+
+
 def _say_where(job_id: int, attempt: int, stderr: bool, path: str) -> None:
     """Say that a job's output is read from the file it named (-o, --output)."""
     stream = "stderr" if stderr else "stdout"
@@ -119,8 +134,25 @@ def events(job_id: str, as_json: bool) -> None:
     for e in evs:
         extra = {k: v for k, v in e.items() if k not in ("type", "time", "attempt")}
         att = f"#{e['attempt']}" if e["attempt"] else "  "
-        detail = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        detail = " ".join(f"{k}={_event_value(k, v)}" for k, v in extra.items() if v is not None)
         click.echo(f"{_fmt_time(e['time'])} {att:>3} {e['type']:<16} {detail}")
+
+
+def _event_value(key: str, value: Any) -> Any:
+    """An event's detail for people: an instant (``freed_at``, ``spike_at``) as a local
+    time to the millisecond, other numbers to four significant digits (whole ones as
+    they are); ``--json`` keeps them exact."""
+    import datetime as dt
+
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if key.endswith("_at"):
+        return dt.datetime.fromtimestamp(value).strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        return f"{value:.1f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return value
 
 
 @click.command("logs")
@@ -182,6 +214,8 @@ def logs(
     if log_tail.path is not None:
         _say_where(number, log_tail.attempt, stderr, log_tail.path)
     click.echo(log_tail.text, nl=False)
+    if log_tail.size == 0:
+        _say_empty(client, number, log_tail.attempt, stderr)
     if log_tail.truncated:
         click.echo(
             f"ebb: only the end of the log is shown ({log_tail.size} bytes in all); "

@@ -48,6 +48,21 @@ COMMANDS = {
 __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
 
 
+def _bad_parameter(exc: click.BadParameter) -> str:
+    """What click's ``Invalid value for '--hours': ...`` says, as ``--hours: ...`` and
+    where the command's help is."""
+    param = exc.param
+    if isinstance(exc, click.MissingParameter) or param is None:
+        text = exc.format_message().rstrip(".")
+    else:
+        name = (
+            "/".join(param.opts) if isinstance(param, click.Option) else param.human_readable_name
+        )
+        text = f"{name}: {exc.message.rstrip('.')}"
+    where = exc.ctx.command_path if exc.ctx is not None else "ebb"
+    return f"{text} ({where} --help)"
+
+
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
@@ -61,6 +76,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.BadParameter as exc:  # a value click refused: one line, as ours are
+            click.echo(f"ebb: error: {_bad_parameter(exc)}", err=True)
+            ctx.exit(2)
         except UserError as exc:
             click.echo(f"ebb: error: {exc}", err=True)
             ctx.exit(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +21,9 @@ from ebbtide.units import format_mib, shown
 JOB_STATES_HELP = (
     "held, waiting, queued, dispatched, running, evicting, succeeded, failed, cancelled"
 )
+#: What ``qstat`` shows for a running job frozen in place by a compute spike, or with its
+#: GPU memory moved to host memory: ``-s`` picks them out of ``running`` (which has them).
+RUNNING_SUBSTATES = ("paused", "suspended")
 
 
 def _fmt_time(t: float | None) -> str:
@@ -33,6 +37,11 @@ def _slice_text(job: Any) -> str:
     return f"{share}/{format_mib(job.memory_mib)}"
 
 
+#: ``--json`` keys that repeat another under an older name (``device`` is ``devices``,
+#: ``checkpoint`` is ``checkpoint_path``): ``qstat -f`` shows each value once.
+_ALIASES = frozenset({"device", "checkpoint"})
+
+
 def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     """``qstat -f``'s lines: every field, with the slice asked for and the slice granted
     in words where the slice is (``slice granted: 25% 5GiB (qgpu)``), a running job's
@@ -43,9 +52,12 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     from ebbtide.queue.rightsizing import Used
 
     lines: list[tuple[str, Any]] = []
+    signal_name = (data.get("submitted") or {}).get("signal_name")
     for key, value in data.items():
-        if key in ("slice_asked", "slice_granted"):
+        if key in ("slice_asked", "slice_granted") or key in _ALIASES:
             continue
+        if key == "signal" and signal_name:
+            value = f"{signal_name} ({value})"
         if key in ("usage", "hint"):
             if value is None:
                 continue  # nothing measured (a source that cannot attribute, or not run)
@@ -57,7 +69,11 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
             lines.append((key, value))
             continue
         if key == "submitted":
-            lines.extend((name, shown) for name, shown in value.items() if shown is not None)
+            lines.extend(
+                (name, shown)
+                for name, shown in value.items()
+                if shown is not None and name != "signal_name"  # (with signal, above)
+            )
             continue
         if key == "state" and value == "running" and data.get("suspended_at"):
             value = "running (suspended to host)"
@@ -91,8 +107,9 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     "--state",
     "states",
     multiple=True,
-    help=f"Only these states: {JOB_STATES_HELP}; or PBS's letters: Q queued, R running, "
-    "H held, W waiting, E evicting, F finished (-s QR: both).",
+    help=f"Only these states: {JOB_STATES_HELP}; paused or suspended (running jobs "
+    "frozen by a compute spike, or moved to host memory; running has them too); or PBS's "
+    "letters: Q queued, R running, H held, W waiting, E evicting, F finished (-s QR: both).",
 )
 @click.option(
     "-t", "tasks", is_flag=True, help="Show every task of an array (default: one line each)."
@@ -119,12 +136,15 @@ def qstat(
     these states), only the jobs IDS in any state (`ebb qstat 12 13[]`), jobs in full
     (-f 12, -f 12 13, -f alone: every job listed), or queues (-Q).
 
-    An array is one line, `12[1-100]`, with its tasks counted by state; -t shows each
-    task. In -f, times are local ISO timestamps (Unix seconds in --json).
+    A running job frozen by a compute spike shows as paused, one whose GPU memory was
+    moved to host memory as suspended. An array is one line, `12[1-100]`, with its tasks
+    counted by state (mixed: not all in one); -t shows each task. In -f, times are local
+    ISO timestamps (Unix seconds in --json).
     """
     from ebbtide.queue.states import FINAL_STATES, JobState
 
-    asked = wanted = _states(states)
+    chosen_states = _states(states)
+    wanted = chosen_states.read
     unfinished_only = wanted is None and not finished and not ids
     if unfinished_only:  # as PBS's qstat and Slurm's squeue
         wanted = [s for s in JobState if s not in FINAL_STATES]
@@ -132,6 +152,7 @@ def qstat(
     if fast.socket_url() is not None and not (full or ids or queues or as_json):
         rows = fast.qstat_rows([s.value for s in wanted or ()], user)
         if rows is not None:  # a server on this host answered: its table
+            rows = [j for j in rows if chosen_states.keeps(j)]
             _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
             return
     if ids:  # jobs named: no store is an error
@@ -156,7 +177,7 @@ def qstat(
         else:
             chosen = [row[0] for row in client.table(["id"], state=wanted, owner=user)]
         described = [client.describe(job_id) for job_id in chosen]
-        described = [d for d in described if not ids or asked is None or d["state"] in asked]
+        described = [d for d in described if chosen_states.keeps(SimpleNamespace(**d))]
         if as_json:  # one job named by its id: its object, as ever; else a list
             one = len(named) == 1 and not named[0].whole_array and len(described) == 1
             _echo_json(described[0] if one else described)
@@ -169,14 +190,15 @@ def qstat(
         return
     if ids:
         jobs = [client.get(job_id) for job_id in _expand_ids(client, named)]
-        jobs = [j for j in jobs if asked is None or j.state in asked]
+        jobs = [j for j in jobs if chosen_states.keeps(j)]
     elif not as_json:  # the table's fields alone: far cheaper than whole jobs
         from ebbtide.client import TABLE_COLUMNS
 
         rows = client.table(TABLE_COLUMNS, state=wanted, owner=user)
         jobs = [SimpleNamespace(**dict(zip(TABLE_COLUMNS, row, strict=True))) for row in rows]
+        jobs = [j for j in jobs if chosen_states.keeps(j)]
     else:
-        jobs = client.list(state=wanted, owner=user)
+        jobs = [j for j in client.list(state=wanted, owner=user) if chosen_states.keeps(j)]
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
@@ -258,23 +280,44 @@ PBS_STATE_LETTERS = {
 }
 
 
-def _states(states: Sequence[str]) -> list[Any] | None:
-    """``-s`` values (names, or PBS letters like ``QR``) as job states; None: all."""
+@dataclass(frozen=True)
+class StateFilter:
+    """What ``-s`` asked for."""
+
+    #: the job states to read (None: all)
+    read: list[Any] | None
+    #: the job states asked for by name or letter
+    states: frozenset[str]
+    #: the running sub-states asked for (``paused``, ``suspended``)
+    shown: frozenset[str]
+
+    def keeps(self, j: Any) -> bool:
+        """Whether job ``j`` is one asked for: in a state asked (``running`` has the
+        paused and suspended ones), or shown as a sub-state asked (``-s paused``)."""
+        return self.read is None or j.state in self.states or _state_text(j) in self.shown
+
+
+def _states(states: Sequence[str]) -> StateFilter:
+    """``-s`` values (names, or PBS letters like ``QR``) as a :class:`StateFilter`."""
     from ebbtide.queue.states import JobState
 
     wanted: list[JobState] = []
+    shown_asked: set[str] = set()
     for text in states:
         if text and all(ch in PBS_STATE_LETTERS for ch in text):
             wanted.extend(JobState(s) for ch in text for s in PBS_STATE_LETTERS[ch])
-            continue
-        try:
-            wanted.append(JobState(text.lower()))
-        except ValueError:
-            raise UserError(
-                f"-s: expected one of {JOB_STATES_HELP}, or PBS letters (Q R H W E F), "
-                f"got {shown(text)}"
-            ) from None
-    return wanted or None
+        elif text.lower() in RUNNING_SUBSTATES:
+            shown_asked.add(text.lower())
+        else:
+            try:
+                wanted.append(JobState(text.lower()))
+            except ValueError:
+                raise UserError(
+                    f"-s: expected one of {JOB_STATES_HELP}, {', '.join(RUNNING_SUBSTATES)}, "
+                    f"or PBS letters (Q R H W E F), got {shown(text)}"
+                ) from None
+    read = wanted + [JobState.RUNNING] * bool(shown_asked and JobState.RUNNING not in wanted)
+    return StateFilter(read or None, frozenset(wanted), frozenset(shown_asked))
 
 
 def _shown_value(key: str, value: Any) -> Any:

@@ -437,7 +437,7 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     help="ebbtide's suspend to host: a memory shortage moves a pausable job's GPU memory to "
     "host memory rather than evicting it, where the copy fits its deadline and the host's "
     "budget (default: the policy file's suspend_to_host, else off, as in the built-in "
-    "policy).",
+    "policy). Counted as suspensions, restores and evictions_while_suspended.",
 )
 @click.option(
     "--restart-overhead",
@@ -457,7 +457,13 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     "N times with them (N times the arrivals under --load trace).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object: the workload, and per policy the table's figures and what "
+    "they rest on (README, Simulation).",
+)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")
 @click.option("--debug", is_flag=True, help="Check conservation on every change (slow).")
 def sim(**options: Any) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -34,6 +35,21 @@ from ebbtide.units import parse_duration_s, parse_memory_mib
 ONLINE_FORMS = "genai:DIR (the two GenAI files) or trace:CSV"
 JOBS_FORMS = "openb:CSV (an openb pod list) or synthetic[:SEED]"
 _CLOCK_RE = re.compile(r"^(\d{1,2}):(\d{2})$")
+T = TypeVar("T")
+
+
+def _named(flag: str, exc: ValueError) -> str:
+    """A parser's message, led by the flag whose value it refused (once)."""
+    text = str(exc)
+    return text if text.startswith(flag) else f"{flag}: {text}"
+
+
+def _flag(flag: str, parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)``, a refusal named by ``flag``."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UserError(_named(flag, exc)) from None
 
 
 def parse_online(
@@ -64,7 +80,7 @@ def parse_online(
                 clock_origin_s=parse_clock(clock_start or "00:00"),
             )
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(_named("--online", exc)) from None
     raise UserError(f"--online {spec!r}: expected {ONLINE_FORMS}")
 
 
@@ -99,7 +115,7 @@ def parse_jobs(
                 seed=seed,
             )
         except ValueError as exc:
-            raise UserError(str(exc)) from None
+            raise UserError(_named("--jobs", exc)) from None
     raise UserError(f"--jobs {spec!r}: expected {JOBS_FORMS}")
 
 
@@ -172,12 +188,9 @@ def run_sim(
     restart_overhead: str = "30s",
     tile: str = "1",
 ) -> None:
-    try:
-        device_mib = float(parse_memory_mib(device_memory))
-        job_mib = float(parse_memory_mib(job_gpu_memory))
-        history_s = parse_duration_s(history)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    device_mib = float(_flag("--device-memory", parse_memory_mib, device_memory))
+    job_mib = float(_flag("--job-gpu-memory", parse_memory_mib, job_gpu_memory))
+    history_s = _flag("--history", parse_duration_s, history)
     restart_s = parse_restart_overhead(restart_overhead)
     copies = parse_tile(tile)
     rules = None

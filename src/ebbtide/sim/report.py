@@ -17,6 +17,9 @@ _ROWS: dict[str, tuple[str, str]] = {
     "evictions_per_gpu_hour": ("evictions per GPU-hour", "rate"),
     "pauses": ("pauses", "int"),
     "paused_frac": ("slice time paused", "pct"),
+    "suspensions": ("suspensions to host", "int"),
+    "restores": ("restores from host", "int"),
+    "evictions_while_suspended": ("evictions while suspended", "int"),
     "restart_overhead_frac": ("slice time restarting", "pct"),
     "deadline_misses": ("deadline misses", "int"),
     "wasted_work_frac": ("offline work wasted", "pct"),
@@ -31,6 +34,8 @@ _ROWS: dict[str, tuple[str, str]] = {
 }
 #: Rows beyond :data:`METRIC_KEYS`, after them: where the spare that was not harvested went.
 _MORE = ("eviction_latency_p99_s", "spare_paused_frac", "spare_held_frac", "spare_unheld_frac")
+#: Rows after ``paused_frac`` when the run suspends to host (``--suspend-to-host``).
+_SUSPEND = ("suspensions", "restores", "evictions_while_suspended")
 
 
 def _cell(value: Any, kind: str) -> str:
@@ -38,8 +43,8 @@ def _cell(value: Any, kind: str) -> str:
         return "-"
     if kind == "pct":
         return f"{100.0 * value:.1f}%"
-    if kind == "frac":
-        return f"{value:.2e}" if 0 < value < 0.001 else f"{100.0 * value:.2f}%"
+    if kind == "frac":  # a percentage, with two significant digits when it is small
+        return f"{100.0 * value:.2g}%" if 0 < value < 0.001 else f"{100.0 * value:.2f}%"
     if kind == "int":
         return f"{value:,}"
     if kind == "rate":
@@ -60,12 +65,16 @@ def render(result: dict[str, Any]) -> str:
         f"{w['online_gpu_hours']:,.0f} GPU-h online, {w['spare_gpu_hours']:,.0f} GPU-h spare",
         f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, {w['stream_gpu_hours']:,.0f} GPU-h "
         f"of work, load {w['load']}, seed {w['seed']}, restart overhead "
-        f"{w.get('restart_overhead_s', 0):g} s, pausing {'on' if w.get('pause', True) else 'off'}",
+        f"{w.get('restart_overhead_s', 0):g} s, pausing {'on' if w.get('pause', True) else 'off'}"
+        f", suspend to host {'on' if w.get('suspend_to_host') else 'off'}",
         "",
     ]
     policies = result["policies"]
     names = list(policies)
     keys = [k for k in (*METRIC_KEYS, *_MORE) if k in _ROWS]
+    if w.get("suspend_to_host"):
+        at = keys.index("paused_frac") + 1
+        keys[at:at] = _SUSPEND
     label_w = max(len(_ROWS[k][0]) for k in keys)
     cells = {n: [_cell(policies[n].get(k), _ROWS[k][1]) for k in keys] for n in names}
     col_w = {n: max(len(n), *(len(c) for c in cells[n])) for n in names}
