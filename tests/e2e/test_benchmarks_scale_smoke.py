@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 PLAN_SCALE = REPO / "benchmarks" / "plan_scale.py"
 SUBMIT_THROUGHPUT = REPO / "benchmarks" / "submit_throughput.py"
 PASS_SCALE = REPO / "benchmarks" / "pass_scale.py"
+DISPATCH_BATCH = REPO / "benchmarks" / "dispatch_batch.py"
 #: The server ``submit_throughput.py`` uses by default (as ``tests/conftest.py`` does).
 POSTGRES_ADMIN_URL = os.environ.get(
     "EBBTIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -114,6 +115,19 @@ def test_pass_scale_json() -> None:
         }
         assert 0 < run["full_p50_s"] <= run["full_p99_s"]
         assert 0 < run["mirror_p50_s"] <= run["mirror_p99_s"]
+
+
+def test_dispatch_batch_json() -> None:
+    if not postgres_reachable():
+        why = "dispatch_batch.py measures PostgreSQL, which is not reachable"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    result = run_json(str(DISPATCH_BATCH), "--dispatches", "5", "--repeat", "2", "--json")
+    assert result["dispatches"] == 5
+    assert [r["backend"] for r in result["runs"]] == ["postgresql", "sqlite"]
+    for run in result["runs"]:
+        assert run["one_each_ms"] > 0 and run["one_for_all_ms"] > 0 and run["speedup"] > 0
 
 
 def test_fleet_scale_json() -> None:

@@ -779,6 +779,36 @@ def test_requeue_lost_in_the_state_seen_only(store: Store) -> None:
     assert store.get(other).state == S.QUEUED
 
 
+def test_dispatch_many_grants_each_and_leaves_out_a_lost_race(store: Store) -> None:
+    """A pass's grants in one write: each as ``dispatch`` grants it; one whose job is no
+    longer queued at the planned attempt count is left out, the others granted."""
+    from ebbtide.scheduling.planner import Dispatch
+
+    first, gone, requeued = submit(store), submit(store), submit(store)
+    store.cancel(gone, user="alice")
+    lost = start(store, requeued)
+    store.requeue_lost(requeued, lost, why="agent gone")  # queued again, at attempt 1
+    numbers = store.dispatch_many(
+        [
+            Dispatch(first, 0, "n1", (0,), 25.0, 1024),
+            Dispatch(gone, 0, "n1", (1,), 25.0, 1024),
+            Dispatch(requeued, 0, "n1", (2,), 25.0, 1024),  # planned before its requeue
+            Dispatch(requeued + 100, 0, "n1", (3,), 25.0, 1024),  # no such job
+        ]
+    )
+    assert numbers == [1, None, None, None]
+    job = store.get(first)
+    assert (job.state, job.attempts, job.node, job.devices) == (S.DISPATCHED, 1, "n1", "0")
+    assert types(store, first)[-1] == EventType.DISPATCHED
+    assert store.get(gone).state == S.CANCELLED
+    assert (store.get(requeued).state, store.get(requeued).attempts) == (S.QUEUED, 1)
+    assert types(store, requeued)[-2:] == [EventType.LOST, EventType.REQUEUED]
+    assert [(a.job_id, a.attempt) for a in store.active_attempts()] == [(first, 1)]
+    assert store.dispatch_many([Dispatch(requeued, 1, "n2", (0, 1), 50.0, 2048)]) == [2]
+    assert store.get(requeued).devices == "0,1"
+    assert store.dispatch_many([]) == []
+
+
 def test_requeue_lost_of_a_cancelled_job_cancels(store: Store) -> None:
     job_id = submit(store)
     attempt = start(store, job_id)

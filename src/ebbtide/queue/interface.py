@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 from ebbtide.clock import Clock
 
 if TYPE_CHECKING:
+    from ebbtide.queue.lifecycle.attempts import Grant
     from ebbtide.queue.memory import MemoryStore
     from ebbtide.queue.models import Attempt, Job, NodeRow
     from ebbtide.queue.purge import PurgeResult
@@ -172,6 +173,8 @@ class JobStore(Protocol):
         compute_pct: float,
         memory_mib: int,
     ) -> int: ...
+
+    def dispatch_many(self, grants: Sequence[Grant]) -> list[int | None]: ...
 
     def mark_started(
         self, job_id: int, attempt: int, *, pid: int, stdout_path: str, stderr_path: str

@@ -271,17 +271,11 @@ class Scheduler:
                     deadline_s=ev.deadline_s,
                 ),
             )
-        for d in decisions.dispatches:
-            try:
-                number = self.store.dispatch(
-                    d.job_id,
-                    expected_attempts=d.expected_attempts,
-                    node=d.node,
-                    devices=d.devices,
-                    compute_pct=d.compute_pct,
-                    memory_mib=d.memory_mib,
-                )
-            except StaleState:
+        # one write for the pass's grants (a commit each took most of a busy pass), then
+        # each agent told: a job no longer queued as planned is left out
+        numbers = self.store.dispatch_many(decisions.dispatches) if decisions.dispatches else []
+        for d, number in zip(decisions.dispatches, numbers, strict=True):
+            if number is None:
                 continue
             log.info("dispatch job %s attempt %s to %s/%s", d.job_id, number, d.node, d.devices)
             q = waiting.get(d.job_id)

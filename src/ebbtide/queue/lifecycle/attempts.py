@@ -3,12 +3,44 @@ pauses, thaws, progress, results), eviction requests, and the end of its process
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ebbtide.errors import StaleState
 from ebbtide.queue import outcomes
 from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, EventType, JobState
+
+
+class Grant(Protocol):
+    """A slice to grant (the planner's ``Dispatch``): the job, at the attempt count it
+    was planned at, and where."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def expected_attempts(self) -> int: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def devices(self) -> tuple[int, ...]: ...
+    @property
+    def compute_pct(self) -> float: ...
+    @property
+    def memory_mib(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class _Granted:
+    """A :class:`Grant` made of :meth:`AttemptLogic.dispatch`'s arguments."""
+
+    job_id: int
+    expected_attempts: int
+    node: str
+    devices: tuple[int, ...]
+    compute_pct: float
+    memory_mib: int
 
 
 class AttemptLogic(Shared):
@@ -26,44 +58,63 @@ class AttemptLogic(Shared):
         memory_mib: int,
     ) -> int:
         """Grant a slice: queued → dispatched, create the next attempt; return its number."""
+        grant = _Granted(job_id, expected_attempts, node, devices, compute_pct, memory_mib)
         now = self.clock.time()
-        number = expected_attempts + 1
-        devs = ",".join(str(d) for d in devices)
         with self._tx() as conn:
-            self._transition(
-                conn,
-                job_id,
-                JobState.QUEUED,
-                JobState.DISPATCHED,
-                event=EventType.DISPATCHED,
-                attempt=number,
-                fence_attempt=expected_attempts,
-                now=now,
-                data={
-                    "node": node,
-                    "devices": list(devices),
-                    "compute_pct": compute_pct,
-                    "memory_mib": memory_mib,
-                },
-                changes={
-                    "attempts": number,
-                    "node": node,
-                    "devices": devs,
-                    "reason": f"dispatched to {node} device {devs}",
-                },
-            )
-            self._insert_attempt(
-                conn,
-                {
-                    "job_id": job_id,
-                    "number": number,
-                    "node": node,
-                    "devices": devs,
-                    "compute_pct": compute_pct,
-                    "memory_mib": memory_mib,
-                    "dispatched_at": now,
-                },
-            )
+            return self._dispatch(conn, grant, now)
+
+    def dispatch_many(self, grants: Sequence[Grant]) -> list[int | None]:
+        """Grant several slices in one write (a scheduler's pass: one commit, not one a
+        job): each as :meth:`dispatch` grants it, its attempt's number in the list, or
+        None for a job that is no longer queued at that attempt count (nothing written
+        for it; the others are granted all the same)."""
+        now = self.clock.time()
+        numbers: list[int | None] = []
+        with self._tx() as conn:
+            for g in grants:
+                try:
+                    numbers.append(self._dispatch(conn, g, now))
+                except StaleState:  # the fence failed before anything was written for it
+                    numbers.append(None)
+        return numbers
+
+    def _dispatch(self, conn: Any, g: Grant, now: float) -> int:
+        number = g.expected_attempts + 1
+        devs = ",".join(str(d) for d in g.devices)
+        self._transition(
+            conn,
+            g.job_id,
+            JobState.QUEUED,
+            JobState.DISPATCHED,
+            event=EventType.DISPATCHED,
+            attempt=number,
+            fence_attempt=g.expected_attempts,
+            now=now,
+            data={
+                "node": g.node,
+                "devices": list(g.devices),
+                "compute_pct": g.compute_pct,
+                "memory_mib": g.memory_mib,
+            },
+            changes={
+                "attempts": number,
+                "node": g.node,
+                "devices": devs,
+                "reason": f"dispatched to {g.node} device {devs}",
+            },
+        )
+        self._insert_attempt(
+            conn,
+            {
+                "job_id": g.job_id,
+                "number": number,
+                "node": g.node,
+                "devices": devs,
+                "compute_pct": g.compute_pct,
+                "memory_mib": g.memory_mib,
+                "dispatched_at": now,
+            },
+        )
         return number
 
     def mark_started(
