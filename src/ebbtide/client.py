@@ -172,7 +172,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             spec = spec.model_copy(update={"priority": queue.priority})
         self._check_deadline(spec)
         if not flag(allow_future, "allow_future"):
-            check_fits_fleet(spec, nodes)
+            check_fits_fleet(spec, nodes, margin)
         grant = kubernetes_grant(spec, self.policy)
         ids = self.store.submit(
             spec,

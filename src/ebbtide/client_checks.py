@@ -120,10 +120,12 @@ def published_policy(store: Store) -> Policy | None:
     return policy
 
 
-def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
+def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0) -> None:
     """Refuse, saying what the fleet offers, a job no node that has reported could ever
-    hold: more GPUs than any node has, or more memory per GPU than any card.  With no
-    node reported yet there is nothing to compare with, so nothing is refused."""
+    hold: more GPUs than any node has, or more memory per GPU than any card less
+    ``margin_mib`` (the memory margin the planner always keeps for the online side: a
+    whole 80GiB card's worth asked of an 80GiB card would wait forever).  With no node
+    reported yet there is nothing to compare with, so nothing is refused."""
     fleet = []
     for node in nodes:
         memories = sorted(
@@ -134,17 +136,23 @@ def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any]) -> None:
             fleet.append((node.name, memories))
     need = max(spec.gpus, 1)
     if not fleet or any(
-        sum(1 for m in memories if m >= spec.memory_mib) >= need for _, memories in fleet
+        sum(1 for m in memories if m - margin_mib >= spec.memory_mib) >= need
+        for _, memories in fleet
     ):
         return
     largest = sorted(fleet, key=lambda n: (len(n[1]), n[1][0]), reverse=True)[:3]
     offers = ", ".join(f"{name}: {len(mems)} × {format_mib(mems[0])}" for name, mems in largest)
     more = f" (and {len(fleet) - 3} more)" if len(fleet) > 3 else ""
     asked = f"{need} GPU{'s' if need > 1 else ''} with {format_mib(spec.memory_mib)} each"
+    kept = (
+        f" (of which {format_mib(int(margin_mib))} a card is always kept for the online side)"
+        if margin_mib
+        else ""
+    )
     raise SpecError(
         "gpu" if need > max(len(m) for _, m in fleet) else "gpumem",
         f"no node could ever hold it: it asks for {asked} on one node, and the largest "
-        f"nodes are {offers}{more}; give --allow-future (allow_future=True) if such a "
+        f"nodes are {offers}{more}{kept}; give --allow-future (allow_future=True) if such a "
         "node will join",
     )
 

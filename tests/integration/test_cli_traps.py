@@ -205,10 +205,17 @@ def test_a_job_no_node_could_hold_is_refused_with_what_the_fleet_offers(home: Pa
         assert f"{field}: no node could ever hold it" in result.output
         assert "gpu-a: 2 × 80GiB, gpu-b: 1 × 40GiB" in result.output
         assert "--allow-future" in result.output
+    # a whole card's memory asked of that card: the planner keeps the memory margin
+    # (2GiB) back on every card, so it would wait forever
+    result = CliRunner().invoke(cli, ["qsub", "-l", "gpu=1,gpumem=80GiB", "--", "true"])
+    assert result.exit_code == 1, result.output
+    assert "gpumem: no node could ever hold it" in result.output
+    assert "(of which 2GiB a card is always kept for the online side)" in result.output
+    ebb("qsub", "-h", "-l", "gpu=1,gpumem=78GiB", "--", "true")  # what the margin leaves
     ebb("qsub", "--allow-future", "-l", "gpu=4", "--", "true")
     sbatch = CliRunner().invoke(cli, ["sbatch", "--allow-future", "-G", "4", "--wrap", "true"])
     assert sbatch.exit_code == 0, sbatch.output
-    assert len(json.loads(ebb("qstat", "--json"))) == 4  # the refused two are not there
+    assert len(json.loads(ebb("qstat", "--json"))) == 5  # the refused three are not there
 
 
 def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> None:
