@@ -172,17 +172,20 @@ def with_whole_gpu_memory(
     or Slurm user expects of a GPU: the smallest card's among the nodes that have reported
     (so it may run on any of them), less ``margin_mib``, the memory the planner always
     keeps back for the online side (``defaults.margin_memory_mib``; a grant of the whole
-    card would never fit), with a note saying so, and saying when every card holds online
-    memory now (the job waits until one has room).  With none reported, or an amount asked
-    for, ``spec`` as it is."""
+    card would never fit), with a note saying so, and saying when no card has that much
+    free now (online memory, the forecast's reserve: the job waits until one has).  With
+    none reported, or an amount asked for, ``spec`` as it is."""
     if not spec.gpus or "memory_mib" in spec.model_fields_set:
         return spec, None
     devices = [
-        d for node in nodes for d in json.loads(node.devices_json or "[]") if d.get("memory_mib")
+        (node.name, d)
+        for node in nodes
+        for d in json.loads(node.devices_json or "[]")
+        if d.get("memory_mib")
     ]
     if not devices:
         return spec, None
-    card = min(int(d["memory_mib"]) for d in devices)
+    card = min(int(d["memory_mib"]) for _, d in devices)
     memory = max(1, int(card - margin_mib))
     plural = "s" if spec.gpus > 1 else ""
     kept = f" less the {format_mib(int(margin_mib))} kept for the online side" if margin_mib else ""
@@ -191,10 +194,33 @@ def with_whole_gpu_memory(
         f"memory on each, the smallest card here ({format_mib(card)}){kept}; "
         "-l gpumem=SIZE asks for less"
     )
-    online = min(float(d.get("online_memory_mib") or 0.0) for d in devices)
-    if online > 0:
-        note += (
-            f"; every card holds online memory now (at least {format_mib(int(online))}), "
-            "so it waits until one has room"
-        )
-    return spec.model_copy(update={"memory_mib": memory}), note
+    return spec.model_copy(update={"memory_mib": memory}), note + _room_now(
+        devices, memory, margin_mib
+    )
+
+
+def _room_now(devices: Sequence[tuple[str, dict[str, Any]]], memory: int, margin: float) -> str:
+    """What to add to the whole-GPU note when no card has ``memory`` free as its agent
+    last reported it (its online memory and its forecast's reserve, the planning margin
+    of a node measured through Prometheus included): the most any card has, and whether
+    that card's agent is still warming up."""
+
+    def free(d: dict[str, Any]) -> float:
+        held = float(d.get("online_memory_mib") or 0.0) + float(d.get("reserve_memory_mib") or 0.0)
+        return float(d["memory_mib"]) - held - margin
+
+    name, best = max(devices, key=lambda nd: free(nd[1]))
+    if free(best) >= memory:
+        return ""
+    cold = float(best.get("reserve_cold_for_s") or 0.0)
+    why = (
+        f", while its agent learns the online load for {cold / 60:.0f} more min "
+        "(defaults.forecast_warmup_s)"
+        if cold > 0
+        else ""
+    )
+    return (
+        f"; no card has that free now (at most {format_mib(int(max(0.0, free(best))))}, on "
+        f"{name}/{best.get('index')}, beside online memory and the reserve kept for its "
+        f"growth{why}), so it waits until one has"
+    )

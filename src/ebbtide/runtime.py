@@ -159,6 +159,7 @@ def build(
     host_copy_mib_s: float | None = None,
     metrics_port: int | None = None,
     metrics_address: str = DEFAULT_METRICS_ADDRESS,
+    own_python: bool = False,
 ) -> Runtime:
     path = policy_path or settings.policy_path
     policy = load_policy(path)
@@ -211,6 +212,7 @@ def build(
             allow_root_jobs=policy.allow_root_jobs,
             others_as_agent=others_as_agent,
             metrics=rt.metrics,
+            own_python=own_python,
         )
         rt.agent.sync.heartbeats.rules = heartbeat_rules(policy)
         rt.on_stop.append(source.close)

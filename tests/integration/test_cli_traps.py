@@ -248,7 +248,9 @@ def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> Non
     store.close()
 
 
-def test_a_whole_gpu_where_every_card_holds_online_memory_is_told_it_waits(home: Path) -> None:
+def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> None:
+    """A trial's trap: on a new ``ebb up`` a whole GPU waited 10 minutes (the cold reserve
+    while the agent learns the online load) and the note did not say it would wait."""
     home.mkdir(parents=True, exist_ok=True)
     store = Store(f"sqlite:///{home / 'ebbtide.db'}")
     store.heartbeat(
@@ -256,16 +258,45 @@ def test_a_whole_gpu_where_every_card_holds_online_memory_is_told_it_waits(home:
         started_at=time.time(),
         devices=[
             {"index": 0, "memory_mib": 81920, "online_memory_mib": 8192.0},
-            {"index": 1, "memory_mib": 81920, "online_memory_mib": 20480.0},
+            {"index": 1, "memory_mib": 81920, "online_memory_mib": 1024.0},
         ],
     )
-    store.close()
+    store.heartbeat(
+        "gpu-b",
+        started_at=time.time(),
+        devices=[
+            {
+                "index": 0,
+                "memory_mib": 81920,
+                "reserve_memory_mib": 8192.0,
+                "reserve_cold_for_s": 540.0,
+            }
+        ],
+    )
     out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
     assert out["notes"] == [
         "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
-        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less; every "
-        "card holds online memory now (at least 8GiB), so it waits until one has room"
+        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less; no "
+        "card has that free now (at most 77GiB, on gpu-a/1, beside online memory and the "
+        "reserve kept for its growth), so it waits until one has"
     ]
+    store.heartbeat(  # gpu-a's cards taken: the most room is gpu-b's, warming up
+        "gpu-a",
+        started_at=time.time(),
+        devices=[{"index": 0, "memory_mib": 81920, "online_memory_mib": 40960.0}],
+    )
+    store.close()
+    out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
+    assert out["notes"][0].endswith(
+        "no card has that free now (at most 70GiB, on gpu-b/0, beside online memory and the "
+        "reserve kept for its growth, while its agent learns the online load for 9 more min "
+        "(defaults.forecast_warmup_s)), so it waits until one has"
+    )
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat("gpu-a", started_at=time.time(), devices=[{"index": 0, "memory_mib": 81920}])
+    store.close()
+    out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
+    assert "no card has that free now" not in out["notes"][0]  # gpu-a/0 is idle
 
 
 @pytest.mark.parametrize(

@@ -53,3 +53,32 @@ def test_a_sample_older_than_one_taken_in_is_left_out() -> None:
     # the clock stepped back: the forecaster (in time order only) never sees it
     held.observe([DeviceSample(index=0, time=50.0, online_compute_pct=90, online_memory_mib=0)])
     assert held.reserve(0, 30.0) == (0.0, 0.0)
+
+
+def test_a_steady_source_keeps_no_warm_up_reserve(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A trial's trap: on ``ebb up --devices 2x80GiB`` (no online load, ever) a whole GPU
+    waited the 10 minutes of the cold reserve, for a forecast with nothing to learn."""
+    from ebbtide.config.policy import Defaults
+    from ebbtide.queue.store import Store
+    from ebbtide.workers.agent import NodeAgent
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.factory import open_source
+    from ebbtide.workers.headroom.static import StaticSource
+
+    defaults = Defaults()
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}")
+    try:
+        for n, (source, reserve) in enumerate(
+            [
+                (open_source("static", parse_devices("1x80GiB")), (0.0, 0.0)),
+                (open_source("static:20%,8GiB", parse_devices("1x80GiB")), (0.0, 0.0)),
+                # a source a test or a benchmark moves (set()) is learnt as any other
+                (StaticSource(parse_devices("1x80GiB")), (30.0, 8192.0)),
+            ]
+        ):
+            agent = NodeAgent(f"n{n}", store, source, home=tmp_path, forecast=defaults.forecaster)
+            agent.tick()
+            assert agent.forecasts.reserve(0, defaults.deadline_s) == reserve
+            agent.journal.close()
+    finally:
+        store.close()

@@ -1,7 +1,7 @@
-"""An attempt started by an agent that runs from a virtual environment finds that
-environment's Python first, as if it were activated (``ebb up`` started as
-``.venv/bin/ebb up``: the README's first ``qsub`` example runs ``python`` and imports
-the SDK)."""
+"""Under ``ebb up`` (``own_python``), an attempt started by an agent that runs from a
+virtual environment finds that environment's Python first, as if it were activated
+(``ebb up`` started as ``.venv/bin/ebb up``: the README's first ``qsub`` example runs
+``python`` and imports the SDK).  Other agents (``ebb worker``) leave PATH as it is."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _env(tmp_path: Path, spec: JobSpec, **kw: object) -> dict[str, str]:
         devices=[],
         ckpt_dir=tmp_path,
         status_path=tmp_path / "status.jsonl",
-        **kw,  # type: ignore[arg-type]
+        **{"own_python": True, **kw},  # type: ignore[arg-type]
     )
 
 
@@ -68,6 +68,23 @@ def test_the_jobs_own_path_wins(venv: Path, tmp_path: Path) -> None:
     assert env["PATH"] == "/opt/mine/bin:/usr/bin"
 
 
+def test_an_agent_with_no_path_keeps_the_shells_search(
+    venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a review's find: the job's PATH was the venv alone, and `ls` was not found
+    monkeypatch.delenv("PATH")
+    env = _env(tmp_path, JobSpec(command=["ls"]))
+    assert env["PATH"] == os.pathsep.join((str(venv / "bin"), os.defpath))
+    done = subprocess.run(["/bin/sh", "-c", "ls /"], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_only_ebb_up_activates_it(venv: Path, tmp_path: Path) -> None:
+    # ebb worker (a host's own Pythons, conda, a pipx install of ebbtide): PATH as it is
+    env = _env(tmp_path, JobSpec(command=["true"]), own_python=False)
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin" and "VIRTUAL_ENV" not in env
+
+
 def test_no_virtual_environment_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,3 +111,24 @@ def test_python_on_the_jobs_path_imports_ebbtide(
     env = _env(tmp_path, JobSpec(command=["python", "-c", "import ebbtide"]))
     done = subprocess.run(["python", "-c", "import ebbtide"], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("command", "own"), [("up", True), ("worker", False)])
+def test_ebb_up_asks_for_it_and_ebb_worker_does_not(
+    command: str, own: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    import ebbtide.runtime
+    from ebbtide.cli.main import cli
+
+    asked: dict[str, object] = {}
+
+    def build(*args: object, **kwargs: object) -> None:
+        asked.update(kwargs)
+        raise SystemExit(0)  # no need to run it
+
+    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(ebbtide.runtime, "build", build)
+    CliRunner().invoke(cli, [command, "--devices", "1x80GiB", "--node", "n1"])
+    assert asked["own_python"] is own

@@ -190,6 +190,8 @@ def _run_node(
         run_as=run_as,
         # as root with --run-as agent, other users' jobs would run as root: refused
         others_as_agent=False,
+        # ebb up: one box, one install: jobs find its Python (ebb worker: the host's own)
+        own_python=with_scheduler,
         cuda_checkpoint=cuda_checkpoint,
         host_copy_mib_s=host_copy_mib_s,
         metrics_port=metrics_port,

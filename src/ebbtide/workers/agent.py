@@ -161,6 +161,7 @@ class NodeAgent:
         allow_root_jobs: bool = False,
         others_as_agent: bool = True,
         metrics: Metrics | None = None,
+        own_python: bool = False,
     ) -> None:
         self.name = name
         self.store = store
@@ -190,6 +191,9 @@ class NodeAgent:
         #: in agent mode as root, run other users' jobs as root too (the library's
         #: default, for tests); the CLI says False: then only root's jobs run
         self.others_as_agent = others_as_agent
+        #: jobs run as the agent's user find the agent's virtual environment first on
+        #: their PATH (``ebb up``: one box, one install; see ``workers.launch``)
+        self.own_python = own_python
         #: per-queue protections (min-runtime, preemptible) for the fast path
         self.queues: Mapping[str, QueueLimits] = queues or {}
         #: Unix seconds a slice was last taken back on each device (eviction cooldown)
@@ -207,7 +211,9 @@ class NodeAgent:
         #: extra headroom kept back where the source is for planning only (DCGM)
         self.planning_margin = planning_margin or Margins(15.0, 8192.0)
         #: expected online growth per device (the admission reserve in the heartbeat)
-        self.forecasts = DeviceForecasts([d.index for d in self.devices], forecast or Forecaster)
+        self.forecasts = DeviceForecasts(
+            [d.index for d in self.devices], _steady(forecast or Forecaster, source)
+        )
         #: the reserve is for growth within this deadline, in seconds
         self.deadline_s = deadline_s
         #: the scheduler gives up on a node silent this long; we fence at half of it
@@ -927,6 +933,7 @@ class NodeAgent:
                 mps=self.mps,
                 inherit_env=self.executor.inherit_env,
                 identity=identity,
+                own_python=self.own_python,
             )
             handle = self.executor.start(launch)
         except StartDeferred as exc:
@@ -1336,3 +1343,19 @@ def _outcome(code: int | None, eviction: dict[str, Any] | None, ended_by: str | 
     if code == REQUEUE_EXIT_CODE:
         return "requeued"
     return "killed" if ended_by else "failed"
+
+
+def _steady(make: Callable[[], Forecaster], source: Any) -> Callable[[], Forecaster]:
+    """``make``, or where ``source`` says its online usage never changes (``steady``:
+    ``--headroom static``) forecasters that keep no warm-up reserve: there is nothing to
+    learn, and the cold reserve would keep a whole-GPU job waiting ``forecast_warmup_s``
+    on a box with no online load at all."""
+    if not getattr(source, "steady", False):
+        return make
+
+    def warm() -> Forecaster:
+        forecaster = make()
+        forecaster.warmup_s = 0.0
+        return forecaster
+
+    return warm

@@ -47,10 +47,10 @@ def _activate_own_environment(env: dict[str, str]) -> None:
     if sys.prefix == sys.base_prefix:
         return  # not a virtual environment: PATH already says what the user means
     own_bin = os.path.join(sys.prefix, "bin")
-    path = env.get("PATH", "")
+    path = env.get("PATH") or os.defpath  # (no PATH: the shell's own search, kept)
     if own_bin in path.split(os.pathsep):
         return
-    env["PATH"] = os.pathsep.join(p for p in (own_bin, path) if p)
+    env["PATH"] = os.pathsep.join((own_bin, path))
     env["VIRTUAL_ENV"] = sys.prefix
     env.pop("PYTHONHOME", None)
 
@@ -68,11 +68,13 @@ def env_for(
     inherit_env: bool = True,
     identity: Identity | None = None,
     nodefile: Path | None = None,
+    own_python: bool = False,
 ) -> dict[str, str]:
     """The attempt's environment: the agent's less its credentials and settings
     (``PRIVATE_VARIABLES``; with ``inherit_env`` False, as for a pod, nothing of the
-    agent's) with the agent's virtual environment first on ``PATH`` unless the spec
-    brings its own ``PATH`` (``-V``, ``-v PATH``), the spec's, then ebbtide's contract.
+    agent's; with ``own_python``, as under ``ebb up``, the agent's virtual environment
+    first on ``PATH`` unless the spec brings its own ``PATH``: ``-V``, ``-v PATH``), the
+    spec's, then ebbtide's contract.
     Run as its owner (``identity``): only what :func:`~ebbtide.workers.runas.base_env`
     passes on, the spec's and the owner's login variables, then the contract and the
     variables of PBS or Slurm the spec asks for (:func:`scheduler_env`)."""
@@ -84,7 +86,7 @@ def env_for(
             if inherit_env
             else {}
         )
-        if inherit_env and "PATH" not in spec.env:
+        if own_python and inherit_env and "PATH" not in spec.env:
             _activate_own_environment(env)
         env.update(spec.env)
     env.update(
@@ -125,6 +127,7 @@ def launch_for(
     mps: bool = False,
     inherit_env: bool = True,
     identity: Identity | None = None,
+    own_python: bool = False,
 ) -> Launch:
     """Everything the executor needs to start ``attempt`` of ``job``; makes its log
     directory and its checkpoint directory, the job's user's (``identity``: None for the
@@ -168,6 +171,7 @@ def launch_for(
             mps=mps,
             inherit_env=inherit_env,
             identity=identity,
+            own_python=own_python,
             nodefile=nodefile,
         ),
         cwd=cwd,

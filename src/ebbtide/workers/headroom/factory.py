@@ -99,9 +99,9 @@ def open_source(
         return NvmlSource()
     if kind == "static":
         if not sep:
-            return StaticSource(devices or _default_devices())
+            return StaticSource(devices or _default_devices(), steady=True)
         compute_pct, memory_mib = _parse_static(spec, arg)
-        return StaticSource(devices or _default_devices(), compute_pct, memory_mib)
+        return StaticSource(devices or _default_devices(), compute_pct, memory_mib, steady=True)
     if kind == "trace" and arg.strip():
         path_text = arg.strip()
         m = _SPEEDUP_RE.match(path_text)

@@ -32,10 +32,15 @@ class StaticSource:
         devices: Sequence[DeviceInfo],
         online_compute_pct: float = 0.0,
         online_memory_mib: float = 0.0,
+        *,
+        steady: bool = False,
     ) -> None:
         if not devices:
             raise ValueError("a static headroom source needs at least one device")
         usage = check_usage(online_compute_pct, online_memory_mib)
+        #: nothing will change the usage (no :meth:`set`: ``--headroom static``), so there
+        #: is nothing for a forecast to learn: the node agent keeps no warm-up reserve
+        self.steady = steady
         self._devices = list(devices)
         self._position = {d.index: pos for pos, d in enumerate(self._devices)}
         self._usage = [usage] * len(self._devices)
