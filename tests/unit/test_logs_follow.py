@@ -153,6 +153,8 @@ def test_an_empty_stream_with_nothing_elsewhere_says_only_that(
     assert capsys.readouterr().err == (
         "ebb: job 4 attempt 2 has written nothing to stderr; its stdout holds 4 bytes: ebb logs 4\n"
     )
+    logs_cmd._say_empty(TwoStreams("", "err\n"), 4, 1, stderr=False, named=True)
+    assert capsys.readouterr().err.endswith("holds 4 bytes: ebb logs -e --attempt 1 4\n")
 
 
 def test_event_details_read_as_times_and_short_numbers() -> None:

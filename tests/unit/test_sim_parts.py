@@ -180,6 +180,9 @@ def test_interference_is_a_percentage_however_small() -> None:
     assert row.split()[-1] == "0.032%"
     row = next(r for r in large.splitlines() if r.startswith("online compute interfered"))
     assert row.split()[-1] == "1.23%"
+    tiny = _table(dict.fromkeys(METRIC_KEYS, 0) | {"interference_compute_frac": 1e-9})
+    row = next(r for r in tiny.splitlines() if r.startswith("online compute interfered"))
+    assert row.split()[-1] == "<0.0001%"
 
 
 def test_table_shows_every_policy_and_metric() -> None:

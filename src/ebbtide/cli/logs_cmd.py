@@ -71,7 +71,9 @@ def _say_if_missing(client: Any, job_id: int, attempt: int, stderr: bool) -> Non
         click.echo(f"ebb: note: {exc}", err=True)
 
 
-def _say_empty(client: Any, job_id: int, attempt: int, stderr: bool) -> None:
+def _say_empty(
+    client: Any, job_id: int, attempt: int, stderr: bool, *, named: bool = False
+) -> None:
     """``ebb logs`` found nothing: say so on stderr, and where there is something (a job
     that failed at once wrote only to stderr), say how to see it."""
     stream, other = ("stderr", "stdout") if stderr else ("stdout", "stderr")
@@ -81,8 +83,8 @@ def _say_empty(client: Any, job_id: int, attempt: int, stderr: bool) -> None:
     except UserError:
         size = 0  # no such log yet, or a file that cannot be shown: nothing more to say
     if size:
-        flag = "" if stderr else " -e"
-        note += f"; its {other} holds {size} bytes: ebb logs{flag} {job_id}"
+        flags = ("" if stderr else " -e") + (f" --attempt {attempt}" if named else "")
+        note += f"; its {other} holds {size} bytes: ebb logs{flags} {job_id}"
     click.echo(note, err=True)
 
 
@@ -215,7 +217,7 @@ def logs(
         _say_where(number, log_tail.attempt, stderr, log_tail.path)
     click.echo(log_tail.text, nl=False)
     if log_tail.size == 0:
-        _say_empty(client, number, log_tail.attempt, stderr)
+        _say_empty(client, number, log_tail.attempt, stderr, named=attempt is not None)
     if log_tail.truncated:
         click.echo(
             f"ebb: only the end of the log is shown ({log_tail.size} bytes in all); "

@@ -117,6 +117,14 @@ class Backlog:
             min((float(s[1]) for s in shapes), default=float("inf")),
         )
 
+    def waiting_heads(self, n: int) -> list[QueuedJob]:
+        """The first ``n`` queued jobs of every group still in backoff (``--debug``: a
+        pass with them decides what one without them does)."""
+        jobs = self._jobs
+        return [
+            jobs[i] for g, ids in self._by_group.items() if g not in self._ready for i in ids[:n]
+        ]
+
     def heads(self, n: int) -> list[QueuedJob]:
         """The first ``n`` queued jobs of every ready group."""
         jobs, by_group = self._jobs, self._by_group

@@ -668,9 +668,10 @@ class Simulation:
 
     def _check_plan(self, decisions: Plan, queued: list[QueuedJob]) -> None:
         """Debug: the pass on candidate devices and the jobs that fit one of them decides
-        what a pass on all devices and all of ``queued`` would."""
+        what a pass on all devices and all of ``queued`` would, with the jobs still in
+        backoff too (the backlog hands them out only once their backoff ends)."""
         every = [d for d in self.devices if d.present and d.reported]
-        full = plan(self._snapshot(every, queued))
+        full = plan(self._snapshot(every, [*queued, *self.backlog.waiting_heads(PLAN_HEADS)]))
         if full.dispatches != decisions.dispatches or [
             (e.job_id, e.attempt) for e in full.evictions
         ] != [(e.job_id, e.attempt) for e in decisions.evictions]:

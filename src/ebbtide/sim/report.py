@@ -44,6 +44,8 @@ def _cell(value: Any, kind: str) -> str:
     if kind == "pct":
         return f"{100.0 * value:.1f}%"
     if kind == "frac":  # a percentage, with two significant digits when it is small
+        if 0 < value < 1e-6:
+            return "<0.0001%"
         return f"{100.0 * value:.2g}%" if 0 < value < 0.001 else f"{100.0 * value:.2f}%"
     if kind == "int":
         return f"{value:,}"
