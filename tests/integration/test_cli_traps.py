@@ -434,3 +434,34 @@ def test_what_pods_do_not_honour_is_noted_at_submission(
     monkeypatch.delenv("EBBTIDE_POLICY")
     quiet = CliRunner().invoke(cli, ["qsub", "-o", "out.log", "-h", "--", "true"])
     assert quiet.exit_code == 0 and "pods" not in quiet.stderr
+
+
+def test_a_script_job_is_named_after_its_script_as_pbs_and_slurm_name_it(home: Path) -> None:
+    """A trial's trap: every script job was named ``script`` in qstat."""
+    (home.parent / "eval.sh").write_text("#!/bin/sh\ntrue\n")
+    (home.parent / "named.pbs").write_text("#!/bin/sh\n#PBS -N nightly\ntrue\n")
+    (home.parent / "my run.sbatch").write_text("#!/bin/sh\n#SBATCH --time=1:00\ntrue\n")
+    ebb("qsub", "-h", "eval.sh")  # 1
+    ebb("qsub", "-h", "named.pbs")  # 2
+    ebb("qsub", "-h", "-N", "mine", "eval.sh")  # 3
+    ebb("sbatch", "-H", "my run.sbatch")  # 4
+    ebb("sbatch", "-H", "--wrap", "true")  # 5
+    ebb("qsub", "-h", "--", "python", "eval.py")  # 6
+    names = {j["id"]: j["name"] for j in json.loads(ebb("qstat", "--json"))}
+    assert names == {
+        1: "eval.sh",
+        2: "nightly",
+        3: "mine",
+        4: "my_run.sbatch",
+        5: "wrap",
+        6: "python",
+    }
+    rows = ebb("qstat").splitlines()[1:]
+    assert [r.split()[1] for r in rows] == [
+        "eval.sh",
+        "nightly",
+        "mine",
+        "my_run.sbatch",
+        "wrap",
+        "python",
+    ]

@@ -222,8 +222,13 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     from ebbtide.queue.qsub import build_spec_kwargs
     from ebbtide.queue.spec import JobSpec
 
+    from ebbtide.queue.qsub.build import script_job_name
+
     notes: list[str] = []
-    spec = JobSpec(**build_spec_kwargs(cli_opts, directives, notes=notes))
+    kwargs = build_spec_kwargs(cli_opts, directives, notes=notes)
+    if cli_opts.command is None:
+        kwargs.setdefault("name", script_job_name(rest[0]))
+    spec = JobSpec(**kwargs)
     ids, is_array = _submitted(spec, notes, allow_future)
     _say_submitted("sbatch", ids, is_array, notes, as_json)
     if not as_json:

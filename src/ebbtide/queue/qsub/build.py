@@ -6,6 +6,7 @@ script's directives (:func:`build_spec_kwargs`), and ``ebb qsub``'s whole comman
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -333,4 +334,14 @@ def qsub_spec(
         directives = parse_script_directives(text, source=name, dialect="pbs")
         cli.script = text
         cli.args = list(args)
-    return JobSpec(**build_spec_kwargs(cli, directives, environ=environ, notes=notes))
+    kwargs = build_spec_kwargs(cli, directives, environ=environ, notes=notes)
+    if script is not None:
+        kwargs.setdefault("name", script_job_name(script[0]))
+    return JobSpec(**kwargs)
+
+
+def script_job_name(path: str) -> str:
+    """A script job's name when it names none (``-N``, ``--job-name``): the script file's
+    base name, as PBS and Slurm name it (``train.sh``), in the letters a name may hold."""
+    base = re.sub(r"[^A-Za-z0-9_.\-]", "_", path.rstrip("/").rsplit("/", 1)[-1])[:128]
+    return base if base.strip(".") else "script"
