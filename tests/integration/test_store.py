@@ -386,8 +386,10 @@ def test_exit_0_succeeds(store: Store) -> None:
     store.clock.advance(60)  # type: ignore[attr-defined]
     assert store.finish_attempt(job_id, attempt, exit_code=0) == S.SUCCEEDED
     job = store.get(job_id)
-    assert (job.state, job.exit_code, job.node, job.devices) == (S.SUCCEEDED, 0, None, None)
+    # where it ran stays on record (qstat -x): a trial found finished jobs had forgotten it
+    assert (job.state, job.exit_code, job.node, job.devices) == (S.SUCCEEDED, 0, "n1", "0")
     assert job.finished_at == store.clock.time()
+    assert store.active_attempts() == [] and store.active_attempts(node="n1") == []
     [row] = store.attempts(job_id)
     assert (row.outcome, row.exit_code, row.ended_at) == (
         AttemptOutcome.SUCCEEDED,

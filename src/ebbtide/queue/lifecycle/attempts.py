@@ -301,13 +301,14 @@ class AttemptLogic(Shared):
             data["reason_code"] = reason_code
         changes: dict[str, Any] = {
             "exit_code": exit_code,
-            "node": None,
-            "devices": None,
             "reason": verdict.reason,
             "evictions": verdict.evictions,
             "failures": verdict.failures,
         }
-        changes["finished_at" if target in FINAL_STATES else "requeued_at"] = now
+        if target in FINAL_STATES:  # where it last ran stays on record (qstat -x, -f)
+            changes["finished_at"] = now
+        else:  # queued again: it holds no slice
+            changes.update(requeued_at=now, node=None, devices=None)
         if exit_code == 0 and eviction:
             data["finished_during_eviction"] = eviction  # its latency stays on record
         with self._tx() as conn:

@@ -73,8 +73,8 @@ class LossLogic(Shared):
         with self._tx() as conn:
             lost = {"reason": why, **({"reason_code": reason_code} if reason_code else {})}
             self._event(conn, job_id, EventType.LOST, attempt=attempt, data=lost)
-            changes: dict[str, Any] = {"node": None, "devices": None}
-            if job.cancel_requested:
+            changes: dict[str, Any] = {}
+            if job.cancel_requested:  # where it last ran stays on record
                 changes.update(reason="cancelled", finished_at=self.clock.time())
                 self._transition(
                     conn,
@@ -85,8 +85,13 @@ class LossLogic(Shared):
                     attempt=attempt,
                     changes=changes,
                 )
-            else:
-                changes.update(reason=f"requeued: {why}", requeued_at=self.clock.time())
+            else:  # queued again: it holds no slice
+                changes.update(
+                    reason=f"requeued: {why}",
+                    requeued_at=self.clock.time(),
+                    node=None,
+                    devices=None,
+                )
                 self._transition(
                     conn,
                     job_id,
