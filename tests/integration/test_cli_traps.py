@@ -465,3 +465,27 @@ def test_a_script_job_is_named_after_its_script_as_pbs_and_slurm_name_it(home: P
         "wrap",
         "python",
     ]
+
+
+def test_sbatch_takes_its_own_flags_among_the_options_and_says_what_an_array_id_names(
+    home: Path,
+) -> None:
+    """A trial's traps: ``ebb sbatch --wrap CMD --json`` was refused, ``sbatch -h`` too,
+    and an array's "Submitted batch job 7" looked like Slurm's id for every task (``ebb
+    qdel 7`` cancels one)."""
+    out = json.loads(ebb("sbatch", "-H", "--wrap", "true", "--json"))
+    assert out["id"] == 1
+    assert "Submit a Slurm batch script" in ebb("sbatch", "-h")
+    (home.parent / "arr.sbatch").write_text("#!/bin/sh\n#SBATCH --array=1-3%2\necho $1\n")
+    result = CliRunner().invoke(cli, ["sbatch", "-H", "arr.sbatch", "--json", "x"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Submitted batch job 2\n"
+    assert result.stderr.endswith(
+        "note: job 2 is the array's first task; 2[] names all 3 "
+        "(ebb qstat -t 2[], ebb qdel 2[], as Slurm's 2 does)\n"
+    )
+    # after the script, --json is the script's argument, not ebbtide's
+    assert json.loads(ebb("qstat", "-f", "2", "--json"))["submitted"]["args"] == ["--json", "x"]
+    array = json.loads(ebb("sbatch", "--json", "-H", "arr.sbatch"))
+    assert array["array"] is True and len(array["tasks"]) == 3
+    assert any("names all 3" in n for n in array["notes"])

@@ -205,10 +205,12 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     from ebbtide.queue.slurm import parse_sbatch_command_line
 
     words = list(args)
-    allow_future = "--allow-future" in words
-    if allow_future:  # ebbtide's own, not sbatch's
-        words.remove("--allow-future")
+    if words[:1] == ["-h"]:  # sbatch's -h is its --help
+        click.echo(click.get_current_context().get_help())
+        return
     cli_opts, given, rest = parse_sbatch_command_line(words)
+    allow_future = "--allow-future" in given  # ebbtide's own, among the options
+    as_json = as_json or "--json" in given
     directives = None
     if cli_opts.command is not None:
         if rest:
@@ -230,6 +232,12 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
         kwargs.setdefault("name", script_job_name(rest[0]))
     spec = JobSpec(**kwargs)
     ids, is_array = _submitted(spec, notes, allow_future)
+    if is_array:  # Slurm's array job id names every task; here an id names one job
+        first = ids[0]
+        notes.append(
+            f"job {first} is the array's first task; {first}[] names all {len(ids)} "
+            f"(ebb qstat -t {first}[], ebb qdel {first}[], as Slurm's {first} does)"
+        )
     _say_submitted("sbatch", ids, is_array, notes, as_json)
     if not as_json:
         click.echo(str(ids[0]) if "--parsable" in given else f"Submitted batch job {ids[0]}")

@@ -175,11 +175,17 @@ def parse_sbatch_tokens(tokens: list[str], where: str) -> QsubOptions:
     return _options(split_options(tokens, where)[0], where)
 
 
+#: ``ebb sbatch``'s own flags, not sbatch's, taken among its options before the script.
+OWN_FLAGS = frozenset({"--json", "--allow-future"})
+
+
 def parse_sbatch_command_line(words: list[str]) -> tuple[QsubOptions, set[str], list[str]]:
     """``ebb sbatch``'s words: the options before the script as :class:`QsubOptions`,
-    the names of the options given (``--parsable``), and the script with its arguments."""
-    pairs, end = split_options(words, "command line", until_argument=True)
-    return _options(pairs, "command line"), {option for option, _ in pairs}, words[end:]
+    the names of the options given (``--parsable``, and ebbtide's own :data:`OWN_FLAGS`),
+    and the script with its arguments (which may hold anything, ``--json`` too)."""
+    pairs, end = split_options(words, "command line", until_argument=True, own=OWN_FLAGS)
+    mine = [(o, v) for o, v in pairs if o not in OWN_FLAGS]
+    return _options(mine, "command line"), {option for option, _ in pairs}, words[end:]
 
 
 def _options(pairs: list[tuple[str, str]], where: str) -> QsubOptions:
@@ -190,7 +196,11 @@ def _options(pairs: list[tuple[str, str]], where: str) -> QsubOptions:
 
 
 def split_options(
-    tokens: list[str], where: str | None, *, until_argument: bool = False
+    tokens: list[str],
+    where: str | None,
+    *,
+    until_argument: bool = False,
+    own: frozenset[str] = frozenset(),
 ) -> tuple[list[tuple[str, str]], int]:
     """``--opt=value``, ``--opt value``, ``-o value`` and ``-ovalue`` as (long name, value)
     pairs (value ``""`` for flags), and how many tokens they took.  A token that is not an
@@ -208,6 +218,10 @@ def split_options(
             break
         else:
             raise _error(where, f"unexpected argument {token!r}; #SBATCH lines hold options only")
+        if option in own and not sep:  # a flag of ebbtide's own (``own``)
+            found.append((option, ""))
+            i += 1
+            continue
         known = option in FLAGS or option in _HANDLERS or option in IGNORED
         if not known:
             raise _error(where, f"unknown sbatch option {option}; see ebb sbatch --help")
