@@ -48,3 +48,21 @@ def test_a_missing_trace_names_online() -> None:
     missing = CliRunner().invoke(cli, ["sim"], prog_name="ebb")
     assert missing.exit_code == 2
     assert missing.stderr == "ebb: error: Missing option '--online' (ebb sim --help)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["qstat", "-a"], "ebb: error: No such option '-a' (ebb qstat --help)\n"),
+        (["qstta"], "ebb: error: No such command 'qstta'"),
+        (
+            ["node", "drain"],
+            "ebb: error: Missing argument 'NODE[/DEVICE]' (ebb node drain --help)\n",
+        ),
+    ],
+)
+def test_any_usage_error_is_one_line(args: list[str], says: str) -> None:
+    """A trial's trap: PBS habits (``qstat -a``) got click's three-line usage error."""
+    result = CliRunner().invoke(cli, args, prog_name="ebb")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(says) and result.stderr.count("\n") == 1

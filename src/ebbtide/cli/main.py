@@ -48,11 +48,13 @@ COMMANDS = {
 __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
 
 
-def _bad_parameter(exc: click.BadParameter) -> str:
-    """What click's ``Invalid value for '--hours': ...`` says, as ``--hours: ...`` and
-    where the command's help is."""
-    param = exc.param
-    if isinstance(exc, click.MissingParameter) or param is None:
+def _usage_error(exc: click.UsageError) -> str:
+    """What click's usage error says (``Invalid value for '--hours': ...`` as ``--hours:
+    ...``, ``No such option: -a``) and where the command's help is."""
+    param = getattr(exc, "param", None)
+    if not isinstance(exc, click.BadParameter) or isinstance(exc, click.MissingParameter):
+        text = exc.format_message().rstrip(".")
+    elif param is None:
         text = exc.format_message().rstrip(".")
     else:
         name = (
@@ -76,8 +78,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except click.BadParameter as exc:  # a value click refused: one line, as ours are
-            click.echo(f"ebb: error: {_bad_parameter(exc)}", err=True)
+        except click.UsageError as exc:  # what click refused: one line, as ours are
+            click.echo(f"ebb: error: {_usage_error(exc)}", err=True)
             ctx.exit(2)
         except UserError as exc:
             click.echo(f"ebb: error: {exc}", err=True)
