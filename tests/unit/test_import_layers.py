@@ -69,6 +69,7 @@ LAYERS: list[dict[str, list[str]]] = [
             "ebbtide.identity",
             "ebbtide.args",
             "ebbtide.attempt_logs",
+            "ebbtide.shipped",
             "ebbtide.config.settings",
         ],
     },

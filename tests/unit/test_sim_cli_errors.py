@@ -66,3 +66,15 @@ def test_any_usage_error_is_one_line(args: list[str], says: str) -> None:
     result = CliRunner().invoke(cli, args, prog_name="ebb")
     assert result.exit_code == 2
     assert result.stderr.startswith(says) and result.stderr.count("\n") == 1
+
+
+def test_a_shipped_sample_is_found_by_its_name() -> None:
+    """A trial's trap: ``ebb up --headroom trace:genai_sample.csv`` found the shipped
+    sample, and ``ebb sim --online trace:genai_sample.csv`` said it could not read it."""
+    result = CliRunner().invoke(
+        cli,
+        ["sim", "--online", "trace:genai_sample.csv", "--hours", "0.05", "--no-baselines"],
+        prog_name="ebb",
+    )
+    assert result.exit_code == 0, result.output
+    assert "harvest efficiency" in result.stdout

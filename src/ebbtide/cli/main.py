@@ -51,10 +51,8 @@ __all__ = ["_client", "_echo_json", "_setup_logging", "cli", "log", "main"]
 def _usage_error(exc: click.UsageError) -> str:
     """What click's usage error says (``Invalid value for '--hours': ...`` as ``--hours:
     ...``, ``No such option: -a``) and where the command's help is."""
-    param = getattr(exc, "param", None)
-    if not isinstance(exc, click.BadParameter) or isinstance(exc, click.MissingParameter):
-        text = exc.format_message().rstrip(".")
-    elif param is None:
+    param = exc.param if isinstance(exc, click.BadParameter) else None
+    if param is None or isinstance(exc, click.MissingParameter):
         text = exc.format_message().rstrip(".")
     else:
         name = (

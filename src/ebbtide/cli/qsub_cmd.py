@@ -222,9 +222,8 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
         cli_opts.script = text
         cli_opts.args = rest[1:]
     from ebbtide.queue.qsub import build_spec_kwargs
-    from ebbtide.queue.spec import JobSpec
-
     from ebbtide.queue.qsub.build import script_job_name
+    from ebbtide.queue.spec import JobSpec
 
     notes: list[str] = []
     kwargs = build_spec_kwargs(cli_opts, directives, notes=notes)

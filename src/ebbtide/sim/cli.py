@@ -17,6 +17,7 @@ import click
 
 from ebbtide.errors import UserError
 from ebbtide.scheduling.snapshot import Margins
+from ebbtide.shipped import shipped_or_path
 from ebbtide.sim.jobs import SimJob, load_openb, synthetic
 from ebbtide.sim.online import OnlineLoad, load_genai, load_trace_csv
 from ebbtide.sim.policies import (
@@ -73,7 +74,7 @@ def parse_online(
             return load
         if kind == "trace":
             return load_trace_csv(
-                arg,
+                shipped_or_path(arg),  # a shipped sample by its name, as `ebb up` finds it
                 device_memory_mib=device_memory_mib,
                 max_devices=devices,
                 hours=hours,

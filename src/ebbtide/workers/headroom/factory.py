@@ -20,9 +20,8 @@ For ``static`` and ``trace`` the devices are the ``--devices`` list; without one
 from __future__ import annotations
 
 import re
-from importlib import resources
-from pathlib import Path
 
+from ebbtide.shipped import shipped_or_path
 from ebbtide.units import parse_memory_mib
 from ebbtide.workers.devices import DEFAULT_DEVICE_MEMORY_MIB
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
@@ -68,15 +67,6 @@ def _parse_static(spec: str, arg: str) -> tuple[float, int]:
     return compute_pct, memory_mib
 
 
-def _resolve_trace(path_text: str) -> Path:
-    """The trace file: ``path_text`` itself, else a trace shipped in ``ebbtide/data``."""
-    path = Path(path_text).expanduser()
-    if path.exists() or path.name != path_text:
-        return path
-    shipped = resources.files("ebbtide").joinpath("data", path_text)
-    return Path(str(shipped)) if shipped.is_file() else path
-
-
 def open_source(
     spec: str,
     devices: list[DeviceInfo] | None,
@@ -110,7 +100,7 @@ def open_source(
             speedup = float(m.group("speedup"))
             if speedup <= 0:
                 raise _bad(spec, "the speed-up must be positive")
-        return TraceSource(_resolve_trace(path_text), devices, speedup=speedup, loop=loop)
+        return TraceSource(shipped_or_path(path_text), devices, speedup=speedup, loop=loop)
     if kind == "trace":
         raise _bad(spec, "trace needs a file path")
     if kind == "prometheus":
