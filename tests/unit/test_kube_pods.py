@@ -328,3 +328,21 @@ def test_render_yaml_keeps_the_order_it_was_built_in() -> None:
     text = render_yaml(_pod("hami"))
     assert text.startswith("apiVersion: v1\nkind: Pod\nmetadata:\n  name: ebb-42-3\n")
     assert "nvidia.com/gpumem: '8192'" in text  # quantities stay strings
+
+
+@pytest.mark.parametrize(
+    ("uid", "gid", "context"),
+    [
+        (None, None, {"runAsNonRoot": True}),
+        (10001, 10001, {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001}),
+        (0, None, {"runAsNonRoot": False, "runAsUser": 0}),  # root, because the policy says
+    ],
+)
+def test_a_pod_never_runs_as_root_unless_the_policy_says_uid_0(
+    uid: int | None, gid: int | None, context: dict[str, Any]
+) -> None:
+    """A trial's trap: with no ``run_as_user`` the pod ran as whatever user its image
+    set, root included, though the README says attempt pods are never root by default."""
+    pod = _pod(settings=KubernetesSettings(run_as_user=uid, run_as_group=gid))
+    assert pod["spec"]["securityContext"] == context
+    _valid(pod)

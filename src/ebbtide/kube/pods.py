@@ -187,15 +187,17 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
         "containers": [container],
         "volumes": volumes,
     }
-    if settings.run_as_user is not None or settings.run_as_group is not None:
-        spec["securityContext"] = {
-            k: v
-            for k, v in (
-                ("runAsUser", settings.run_as_user),
-                ("runAsGroup", settings.run_as_group),
-            )
-            if v is not None
-        }
+    # never root unless the policy says uid 0: with no uid named, the kubelet refuses an
+    # image that would run as root (Pod Security's restricted profile asks the same)
+    spec["securityContext"] = {
+        k: v
+        for k, v in (
+            ("runAsNonRoot", settings.run_as_user != 0),
+            ("runAsUser", settings.run_as_user),
+            ("runAsGroup", settings.run_as_group),
+        )
+        if v is not None
+    }
     scheduler = settings.scheduler_name or profile.default_scheduler
     if scheduler:
         spec["schedulerName"] = scheduler
