@@ -159,6 +159,31 @@ def test_two_arrays_do_not_share_an_id(store: Store) -> None:
     assert {j.array_id for j in store.list_jobs(ids=b)} == {b[0]}
 
 
+def test_a_dependency_that_can_never_be_met_is_refused_and_inserts_nothing(
+    store: Store,
+) -> None:
+    """A trial's trap: ``-W depend=afterok:ID`` on a job that had failed was accepted, and
+    the job cancelled the moment it was submitted."""
+    failed, done = submit(store), submit(store)
+    store.finish_attempt(failed, start(store, failed), exit_code=1, max_attempts=1)
+    store.finish_attempt(done, start(store, done), exit_code=0)
+    assert (store.get(failed).state, store.get(done).state) == (S.FAILED, S.SUCCEEDED)
+    for kind, job_id, state in (("afterok", failed, "failed"), ("afternotok", done, "succeeded")):
+        spec = JobSpec(command=["x"], depends=[{"kind": kind, "job_id": job_id}])
+        with pytest.raises(SpecError) as info:
+            store.submit(spec, "alice", defaults_deadline_s=DEADLINE_S)
+        assert info.value.field == "depends"
+        assert str(info.value) == (
+            f"depends: dependency {kind}:{job_id} can never be met (job {job_id} {state}): "
+            "the job could never run"
+        )
+    assert [j.id for j in store.list_jobs()] == [failed, done]
+    # met already, or still to come: accepted
+    met = submit(store, depends=[{"kind": "afterany", "job_id": failed}])
+    ok = submit(store, depends=[{"kind": "afterok", "job_id": done}])
+    assert (store.get(met).state, store.get(ok).state) == (S.WAITING, S.WAITING)
+
+
 def test_dependency_on_unknown_id_inserts_nothing(store: Store) -> None:
     known = submit(store)
     spec = JobSpec(

@@ -7,8 +7,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ebbtide.errors import SpecError
+from ebbtide.queue.dependencies import dependencies_verdict
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import JobState, check_transition
+
+
+def check_dependencies(depends: list[dict[str, Any]], states: dict[int, str]) -> None:
+    """Refuse a job whose dependencies name no job (``states``: each named job's state,
+    as the store holds it) or can never be met (``afterok`` on a job that has failed):
+    it would be cancelled the moment it was submitted."""
+    missing = sorted({d["job_id"] for d in depends} - set(states))
+    if missing:
+        raise SpecError("depends", f"no job with id {missing[0]}")
+    verdict, why = dependencies_verdict(depends, states)
+    if verdict == "never":
+        raise SpecError("depends", f"{why}: the job could never run")
 
 
 def new_job_row(

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ebbtide.errors import SpecError
-from ebbtide.queue.lifecycle.submission import new_job_row, submitted_data
+from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
 from ebbtide.queue.memory.queries import MemoryQueryMixin
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
@@ -35,9 +34,8 @@ class MemoryAttemptMixin(MemoryQueryMixin):
         base_name = spec.display_name()
         depends = [d.model_dump() for d in spec.depends]
         with self._tx() as data:
-            missing = sorted({d["job_id"] for d in depends} - set(data.jobs))
-            if missing:
-                raise SpecError("depends", f"no job with id {missing[0]}")
+            named = {d["job_id"] for d in depends} & set(data.jobs)
+            check_dependencies(depends, {i: data.jobs[i]["state"] for i in named})
             row = new_job_row(
                 spec,
                 owner,

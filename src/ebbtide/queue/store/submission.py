@@ -8,8 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ebbtide.errors import SpecError
-from ebbtide.queue.lifecycle.submission import new_job_row, submitted_data
+from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import EventType
 from ebbtide.queue.store.base import EVENTS, JOBS, StoreBase
@@ -47,15 +46,12 @@ class SubmissionMixin(StoreBase):
         with self._tx() as conn:
             if depends:
                 wanted = {d["job_id"] for d in depends}
-                named = sa.select(JOBS.c.id).where(JOBS.c.id.in_(wanted))
+                named = sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(wanted))
                 if conn.dialect.name == "postgresql":
                     # a purge locks the jobs it removes before it reads who depends on
                     # them: one of the two waits for the other (queue/purge.py)
                     named = named.with_for_update(read=True)
-                found = {r[0] for r in conn.execute(named)}
-                missing = sorted(wanted - found)
-                if missing:
-                    raise SpecError("depends", f"no job with id {missing[0]}")
+                check_dependencies(depends, {r[0]: r[1] for r in conn.execute(named)})
             row = new_job_row(
                 spec,
                 owner,
