@@ -162,6 +162,27 @@ def test_ebb_nodes_marks_an_agent_that_went_silent(home: Path) -> None:
     assert "old-box" in text and "(agent silent)" in text.split("old-box", 1)[1].splitlines()[0]
 
 
+def test_ebb_nodes_says_an_agent_that_stopped_cleanly_stopped(home: Path) -> None:
+    """A trial's trap: an agent stopped with Ctrl-C showed "(agent stopping) (agent
+    silent: its jobs are lost and requeued)", though nothing of it was lost."""
+    clock = FakeClock(start=time.time() - 120)
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}", clock=clock)
+    device = [
+        {"index": 0, "memory_mib": 81920, "online_compute_pct": 5.0, "online_memory_mib": 1024.0}
+    ]
+    store.heartbeat("stopped", started_at=clock.time(), devices=device, stopping=True)
+    store.heartbeat("lost", started_at=clock.time(), devices=device)
+    live = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    live.heartbeat("going", started_at=time.time(), devices=device, stopping=True)
+    live.close()
+    store.close()
+    lines = {line.split()[0]: line for line in ebb("nodes").splitlines() if line.strip()}
+    assert lines["stopped"].endswith("(agent stopped)")
+    assert lines["lost"].endswith("(agent silent: its jobs are lost and requeued)")
+    assert lines["going"].endswith("(agent stopping)")
+
+
 def test_qalter_changes_queued_jobs_and_whole_arrays(home: Path) -> None:
     ebb("qsub", "-J", "1-3", "-l", "gpu=10%", "--", "true")  # 1..3
     out = ebb("qalter", "1[]", "-l", "gpu=50%,walltime=2:00:00", "-p", "7", "-N", "big")

@@ -55,9 +55,13 @@ def nodes(as_json: bool, full: bool) -> None:
             click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices{silent}")
         for pos, d in enumerate(n["devices"]):
             name, shown_age = (n["name"][:16], age) if pos == 0 else ("", "")
-            stopping = " (agent stopping)" if n["stopping"] and pos == 0 else ""
-            if n.get("silent") and pos == 0:
-                stopping += " (agent silent: its jobs are lost and requeued)"
+            stopping = ""
+            if pos == 0 and n["stopping"] and n.get("silent"):
+                stopping = " (agent stopped)"  # it said so: nothing of it was lost
+            elif pos == 0 and n["stopping"]:
+                stopping = " (agent stopping)"
+            elif pos == 0 and n.get("silent"):
+                stopping = " (agent silent: its jobs are lost and requeued)"
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
                 f"{_slices(d):<22}  {_state(d, now)}{stopping}"
