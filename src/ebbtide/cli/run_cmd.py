@@ -206,6 +206,11 @@ def _run_node(
         settings.home,
         _whom(executor, run_as),
     )
+    if executor == "local" and run_as == "owner" and not rt.policy.allow_root_jobs:
+        log.info(
+            "root's jobs are refused here (they would run as root): submit as another "
+            "user, or set allow_root_jobs: true in the policy, or --run-as agent"
+        )
     rt.run_until_signalled()
 
 
