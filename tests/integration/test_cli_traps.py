@@ -510,3 +510,28 @@ def test_sbatch_takes_its_own_flags_among_the_options_and_says_what_an_array_id_
     array = json.loads(ebb("sbatch", "--json", "-H", "arr.sbatch"))
     assert array["array"] is True and len(array["tasks"]) == 3
     assert any("names all 3" in n for n in array["notes"])
+
+
+def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_did(
+    home: Path,
+) -> None:
+    """A trial's traps: with one task of an array cancelled, ``qhold 1[]`` held the others
+    and exited 1 on the cancelled one, ``qalter 1[]`` changed none, and ``qalter 2 99999``
+    renamed job 2 but printed only the error."""
+    ebb("qsub", "-h", "-J", "1-3", "--", "true")  # 1, 2, 3
+    ebb("qdel", "1")
+    result = CliRunner().invoke(cli, ["qrls", "1[]"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "ebb: note: array 1: 1 finished task left alone\n"
+    states = {j["id"]: j["state"] for j in json.loads(ebb("qstat", "-x", "--json"))}
+    assert states == {1: "cancelled", 2: "queued", 3: "queued"}
+    result = CliRunner().invoke(cli, ["qalter", "1[]", "-N", "renamed"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["2: altered (name=renamed)", "3: altered (name=renamed)"]
+    result = CliRunner().invoke(cli, ["qalter", "2", "99999", "-p", "5"])
+    assert result.exit_code == 1
+    assert result.stdout == "2: altered (priority=5)\n"
+    assert "99999" in result.stderr
+    ebb("qdel", "2", "3")
+    result = CliRunner().invoke(cli, ["qhold", "1[]"])
+    assert result.exit_code == 1 and "every task of array 1 has finished" in result.stderr

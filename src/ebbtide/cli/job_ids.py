@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import click
+
 from ebbtide.errors import UserError
 from ebbtide.units import MAX_INT64, shown
 
@@ -65,8 +67,13 @@ def _parse_ids(ids: Sequence[str]) -> list[JobRef]:
     return out
 
 
-def _expand_ids(client: Any, ids: Sequence[JobRef]) -> list[int]:
-    """The jobs :func:`_parse_ids` named, an array as each of its tasks."""
+def _expand_ids(client: Any, ids: Sequence[JobRef], *, skip_finished: bool = False) -> list[int]:
+    """The jobs :func:`_parse_ids` named, an array as each of its tasks; with
+    ``skip_finished`` (commands that change jobs) a whole array as its tasks that have not
+    finished, with a note on stderr of those left alone."""
+    from ebbtide.queue.states import FINAL_STATES
+
+    final = {s.value for s in FINAL_STATES}
     out: list[int] = []
     for ref in ids:
         if not ref.whole_array and ref.index is None:
@@ -76,7 +83,16 @@ def _expand_ids(client: Any, ids: Sequence[JobRef]) -> list[int]:
         if not tasks:
             raise UserError(f"no array with id {ref.id}")
         if ref.whole_array:
-            out.extend(t.id for t in tasks)
+            live = [t.id for t in tasks if not (skip_finished and t.state in final)]
+            if not live:
+                raise UserError(f"every task of array {ref.id} has finished")
+            if len(live) < len(tasks):
+                done = len(tasks) - len(live)
+                click.echo(
+                    f"ebb: note: array {ref.id}: {done} finished task{'s' * (done > 1)} left alone",
+                    err=True,
+                )
+            out.extend(live)
             continue
         task = next((t.id for t in tasks if t.array_index == ref.index), None)
         if task is None:

@@ -84,12 +84,21 @@ def qalter(
         raise UserError("qalter needs something to change: -N, -p, -l, --deadline or --kind")
     parsed = _parse_ids(ids)
     client = _client()
-    altered = [client.alter(job_id, **changes) for job_id in _expand_ids(client, parsed)]
+    altered, failed = [], False
+    for job_id in _expand_ids(client, parsed, skip_finished=True):
+        try:  # each job on its own, as PBS's qalter: one refusal does not stop the others
+            job = client.alter(job_id, **changes)
+        except UserError as exc:
+            failed = True
+            click.echo(f"ebb: error: {exc}", err=True)
+            continue
+        altered.append(job)
+        if not as_json:
+            click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
     if as_json:
         _echo_json([client.as_dict(j) for j in altered])
-        return
-    for job in altered:
-        click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
+    if failed:
+        sys.exit(1)
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
@@ -97,7 +106,7 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
     client = _client()
     results = []
     failed = False
-    for job_id in _expand_ids(client, parsed):
+    for job_id in _expand_ids(client, parsed, skip_finished=True):
         try:
             job = getattr(client, action)(job_id)
             results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})
