@@ -26,7 +26,7 @@ from ebbtide.client_checks import queue_notes as queue_notes
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.config.settings import Settings
-from ebbtide.errors import PermissionDenied
+from ebbtide.errors import PermissionDenied, SpecError
 from ebbtide.queue.store import Store
 
 
@@ -56,7 +56,10 @@ class ClientLogs(ClientBase):
             )
         if job.attempts == 0:
             raise NoLogYet(f"job {job.id} has not started yet, so it has no logs")
-        number = job.attempts if attempt is None else whole(attempt, "attempt", 1, job.attempts)
+        number = job.attempts if attempt is None else whole(attempt, "attempt", 1)
+        if number > job.attempts:
+            runs = f"{job.attempts} attempt{'s' * (job.attempts > 1)}"
+            raise SpecError("attempt", f"job {job.id} has had {runs} so far, not {number}")
         size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
         stream = "stderr" if flag(stderr, "stderr") else "stdout"
         job_id = job.id or 0
