@@ -535,3 +535,21 @@ def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_d
     ebb("qdel", "2", "3")
     result = CliRunner().invoke(cli, ["qhold", "1[]"])
     assert result.exit_code == 1 and "every task of array 1 has finished" in result.stderr
+
+
+def test_a_deadline_too_long_is_named_by_the_flag_that_set_it(home: Path) -> None:
+    """A trial's traps: ``qalter --deadline 2h`` said "deadline_s: Input should be less
+    than or equal to 3600", and Slurm's ``--signal=USR1@7200`` was refused as --deadline."""
+    ebb("qsub", "-h", "--", "true")
+    result = CliRunner().invoke(cli, ["qalter", "1", "--deadline", "2h"])
+    assert result.exit_code == 1
+    assert result.stderr == "ebb: error: --deadline: must be at most 3600s (1h), got '2h'\n"
+    (home.parent / "sig.sbatch").write_text("#!/bin/sh\n#SBATCH --signal=USR1@7200\ntrue\n")
+    result = CliRunner().invoke(cli, ["sbatch", "sig.sbatch"])
+    assert result.exit_code == 1
+    assert "sig.sbatch line 2: --signal @SECS: must be at most 3600s (1h)" in result.stderr
+    result = CliRunner().invoke(cli, ["sbatch", "--signal=USR1@7200", "--wrap", "true"])
+    assert "command line: --signal @SECS: must be at most 3600s (1h)" in result.stderr
+    # a later --deadline-setting line is named by its own flag
+    ok = CliRunner().invoke(cli, ["sbatch", "-H", "--signal=USR1@60", "--wrap", "true"])
+    assert ok.exit_code == 0, ok.output

@@ -124,7 +124,7 @@ def test_slurm_defaults_output_to_slurm_jobid_out_and_exports_the_environment() 
         ("--time", "line 2: --time needs a value"),
         ("--hold=yes", "line 2: --hold takes no value"),
         ("--signal=KILL@60", "line 2: --signal: KILL cannot be a warning signal"),
-        ("--signal=USR1@7200", "line 2: --deadline: must be at most 3600s"),
+        ("--signal=USR1@7200", "line 2: --signal @SECS: must be at most 3600s"),
         ("--gpus=0", "line 2: -l gpus: expected a whole number of GPUs from 1 to 64"),
         ("--input=data.txt", "standard input is /dev/null here"),
     ],

@@ -70,6 +70,9 @@ def qalter(
                                 "deadline or checkpoint_interval")  # fmt: skip
             changes[key] = value
     if deadline is not None:
+        from ebbtide.queue.qsub.resources import check_resource
+
+        check_resource("deadline", deadline, None, "--deadline")  # named as qsub names it
         changes["deadline"] = deadline
     if name is not None:
         changes["name"] = name

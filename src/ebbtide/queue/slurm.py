@@ -409,6 +409,7 @@ def _signal(opts: QsubOptions, option: str, value: str, where: str) -> None:
         # the job has its deadline to checkpoint, so SECS is that deadline
         opts.deadline = f"{secs.strip()}s" if secs.strip().isdigit() else secs
         opts.origin["deadline"] = where
+        opts.origin["deadline.flag"] = f"{option} @SECS"  # what an error names
 
 
 def _nodes(opts: QsubOptions, option: str, value: str, where: str) -> None:

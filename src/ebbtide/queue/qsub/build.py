@@ -22,7 +22,7 @@ from ebbtide.queue.qsub.options import (
     _note,
     _probe,
 )
-from ebbtide.queue.qsub.resources import _check_resource, parse_resources
+from ebbtide.queue.qsub.resources import check_resource, parse_resources
 from ebbtide.queue.qsub.values import (
     _check_dependency_count,
     _int,
@@ -94,7 +94,8 @@ def build_spec_kwargs(
             resources.update(parse_resources(text, where=where, notes=notes))
         if src.deadline is not None:
             where = src.origin.get("deadline")
-            _check_resource("deadline", src.deadline, where, "--deadline")
+            flag = src.origin.get("deadline.flag", "--deadline")
+            check_resource("deadline", src.deadline, where, flag)
             resources["deadline"] = src.deadline
     kwargs.update(resources)
 

@@ -152,8 +152,10 @@ def _accumulate(base: QsubOptions, top: QsubOptions) -> QsubOptions:
                     merged.origin[f"{f.name}.{len(old) + i}"] = top.origin[f"{f.name}.{i}"]
         elif new is not None and new is not False:
             setattr(merged, f.name, new)
-            if f.name in top.origin:
-                merged.origin[f.name] = top.origin[f.name]
+            merged.origin.pop(f"{f.name}.flag", None)  # (the flag that set the old value)
+            for key in (f.name, f"{f.name}.flag"):
+                if key in top.origin:
+                    merged.origin[key] = top.origin[key]
         else:
             setattr(merged, f.name, old)
     return merged

@@ -43,7 +43,7 @@ _RESOURCE_PARSERS = {
 }
 
 
-def _check_resource(key: str, value: str, where: str | None, flag: str) -> None:
+def check_resource(key: str, value: str, where: str | None, flag: str) -> None:
     """Check one resource value with its unit parser and JobSpec's limits."""
     try:
         parsed: Any = _RESOURCE_PARSERS[key](value)
@@ -132,7 +132,7 @@ def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
         return {"host_memory_mib": mib}
     if key == "gpumem":
         value = _pbs_size(value)  # read as mem= is: -l speaks PBS
-    _check_resource(key, value, where, flag)
+    check_resource(key, value, where, flag)
     return {key: value}
 
 
