@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -48,7 +49,8 @@ def test_drain_keeps_new_work_off_and_undrain_brings_it_back(tmp_path):  # type:
         assert reason == f"waiting: no device takes work (box/0 drained by {me}: fan)"
         assert jobs_by_id(env)[job_id]["state"] == "queued"
 
-        ebb(admin, "node", "undrain", "box/0")
+        undrained = json.loads(ebb(admin, "node", "undrain", "box/0", "--json").stdout)
+        assert undrained == {"node": "box", "device": 0, "drained": False}
         wait_for(lambda: jobs_by_id(env)[job_id]["state"] == "succeeded", 20, "the job to run")
         assert ebb_json(env, "nodes")[0]["devices"][0]["drained"] is None
 
@@ -57,5 +59,6 @@ def test_drain_keeps_new_work_off_and_undrain_brings_it_back(tmp_path):  # type:
     finally:
         stop(up)
     # stopped cleanly: it may be forgotten at once
-    assert ebb(admin, "node", "forget", "box").stdout == "box forgotten\n"
+    forgotten = json.loads(ebb(admin, "node", "forget", "box", "--json").stdout)
+    assert forgotten == {"node": "box", "forgotten": True}
     assert ebb_json(env, "nodes") == []

@@ -86,6 +86,20 @@ def test_check_rejects_bad_files_naming_the_line(tmp_path, case):  # type: ignor
     assert words in proc.stderr
 
 
+def test_check_json_says_ok_or_every_error(tmp_path):  # type: ignore[no-untyped-def]
+    """A trial's trap: ``policy check --json`` was refused as an unknown option."""
+    good, bad = tmp_path / "ebbtide.yaml", tmp_path / "bad.yaml"
+    good.write_text(GOOD)
+    bad.write_text("defaults:\n  bogus: 1\nqueues:\n  default: {priority: x}\n")
+    out = json.loads(ebb(ebb_env(tmp_path), "policy", "check", str(good), "--json").stdout)
+    assert out["ok"] is True and out["file"] == str(good) and "default" in out["queues"]
+    proc = ebb(ebb_env(tmp_path), "policy", "check", str(bad), "--json", check=False)
+    assert proc.returncode == 1
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and len(out["errors"]) == 2
+    assert out["errors"][0].startswith(f"{bad}:2:")
+
+
 def test_all_errors_are_reported_at_once(tmp_path):  # type: ignore[no-untyped-def]
     f = tmp_path / "bad.yaml"
     f.write_text("defaults:\n  bogus: 1\nqueues:\n  default: {priority: x}\nadmins: 3\n")

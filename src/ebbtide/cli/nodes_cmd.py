@@ -163,29 +163,40 @@ def node_group() -> None:
 @node_group.command("drain")
 @click.argument("target", metavar="NODE[/DEVICE]")
 @click.option("--reason", default="", help="Why, for `ebb nodes` and `qstat`.")
-def drain(target: str, reason: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+def drain(target: str, reason: str, as_json: bool) -> None:
     """Keep new work off a node or one of its devices; what runs there goes on."""
     node, device = _target(target)
     _client().drain(node, device, reason=reason)
-    click.echo(f"{target} drained")
+    _done(as_json, f"{target} drained", node=node, device=device, drained=True, reason=reason)
+
+
+def _done(as_json: bool, text: str, **fields: Any) -> None:
+    """What a ``node`` command did: ``text``, or ``fields`` as JSON."""
+    if as_json:
+        _echo_json(fields)
+    else:
+        click.echo(text)
 
 
 @node_group.command("forget")
 @click.argument("node", metavar="NODE")
-def forget(node: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+def forget(node: str, as_json: bool) -> None:
     """Remove a node whose agent is gone for good (retired, renamed) from `ebb nodes` and
     the metrics. Refused while its agent still heartbeats; what it ran is requeued, as
     for any node that went silent."""
     _client().forget_node(node)
-    click.echo(f"{node} forgotten")
+    _done(as_json, f"{node} forgotten", node=node, forgotten=True)
 
 
 @node_group.command("undrain")
 @click.argument("target", metavar="NODE[/DEVICE]")
-def undrain(target: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+def undrain(target: str, as_json: bool) -> None:
     """Return a node or device to service at once: lifts drains, and clears a fault its
     agent holds against it (an XID, a device that stopped answering) without waiting for
     the health checks."""
     node, device = _target(target)
     _client().undrain(node, device)
-    click.echo(f"{target} back in service")
+    _done(as_json, f"{target} back in service", node=node, device=device, drained=False)

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ebbtide.cli.common import _echo_json
 from ebbtide.errors import UserError
 
 RULE = (
@@ -110,11 +111,27 @@ def policy_group() -> None:
 
 @policy_group.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
-def check(file: str) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"file", "ok", "summary", "queues"} or {"file", "ok": false, "errors"}.',
+)
+def check(file: str, as_json: bool) -> None:
     """Validate FILE: exit 0 with a one-line summary (and a line per queue with aliases:
     the names jobs may give for it), or 1 with every error."""
     from ebbtide.config.policy import load_policy
+    from ebbtide.errors import ConfigError
 
+    if as_json:
+        try:
+            policy = load_policy(Path(file))
+        except ConfigError as exc:
+            _echo_json({"file": file, "ok": False, "errors": str(exc).splitlines()})
+            sys.exit(1)
+        queues = {name: {"aliases": list(q.aliases)} for name, q in sorted(policy.queues.items())}
+        _echo_json({"file": file, "ok": True, "summary": policy.summary(), "queues": queues})
+        return
     policy = load_policy(Path(file))
     click.echo(f"{file}: ok: {policy.summary()}")
     for name, q in sorted(policy.queues.items()):
