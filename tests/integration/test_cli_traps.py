@@ -60,6 +60,9 @@ def test_qstat_columns_hold_long_ids_and_every_state_name(home: Path) -> None:
     queues = ebb("qstat", "-Q").splitlines()
     assert "dispatched" in queues[0].split()
     assert len(queues[0]) == len(queues[1])
+    # --json: every state, 0 included, as the table shows them (a trial's trap)
+    counts = json.loads(ebb("qstat", "-Q", "--json"))["default"]
+    assert counts["held"] == 1001 and counts["running"] == 0 and len(counts) == 9
 
 
 def test_qstat_lists_unfinished_jobs_unless_x_as_pbs_does(home: Path) -> None:

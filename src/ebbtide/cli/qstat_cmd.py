@@ -161,8 +161,10 @@ def qstat(
         return  # nothing submitted here yet: an empty list, as on a new cluster
     if queues:
         stats = client.queue_stats()
-        if as_json:
-            _echo_json(stats)
+        if as_json:  # every state, 0 included, as the table shows them
+            _echo_json(
+                {q: {s.value: c.get(s.value, 0) for s in JobState} for q, c in stats.items()}
+            )
             return
         width = max(len(s.value) for s in JobState)  # "dispatched" whole
         click.echo(f"{'queue':<16} " + " ".join(f"{s.value:>{width}}" for s in JobState))
