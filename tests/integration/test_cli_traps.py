@@ -556,3 +556,14 @@ def test_a_deadline_too_long_is_named_by_the_flag_that_set_it(home: Path) -> Non
     # a later --deadline-setting line is named by its own flag
     ok = CliRunner().invoke(cli, ["sbatch", "-H", "--signal=USR1@60", "--wrap", "true"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_report_or_recommendation_for_a_queue_the_policy_lacks_says_so(home: Path) -> None:
+    """A trial's trap: ``ebb report -q nope`` printed zeros as if nothing had happened."""
+    ebb("qsub", "-h", "--", "true")  # a store to read
+    for args in (["report", "--since", "1d", "-q", "nope"], ["recommend", "-q", "nope"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert "ebb: note: queue: unknown queue 'nope'; known queues: default" in result.stderr
+    quiet = CliRunner().invoke(cli, ["report", "--since", "1d", "-q", "default"])
+    assert quiet.exit_code == 0 and "unknown queue" not in quiet.stderr

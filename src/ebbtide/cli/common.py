@@ -36,6 +36,20 @@ def _listing_client(as_json: bool, empty: Any) -> Any | None:
         return None
 
 
+def _note_unknown_queue(client: Any, queue: str | None) -> None:
+    """A note on stderr when ``queue`` (``-q``) names no queue of the policy: a report or
+    a recommendation over it is empty, and a typo should not read as "nothing happened"."""
+    from ebbtide.errors import ConfigError
+
+    policy = getattr(client, "policy", None)  # (a remote client holds none: its server says)
+    if queue is None or policy is None:
+        return
+    try:
+        policy.queue_named(queue)
+    except ConfigError as exc:
+        click.echo(f"ebb: note: {exc} (so nothing is counted for it)", err=True)
+
+
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 

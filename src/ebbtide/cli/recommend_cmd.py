@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ebbtide.cli.common import _client, _echo_json
+from ebbtide.cli.common import _client, _echo_json, _note_unknown_queue
 from ebbtide.errors import UserError
 from ebbtide.units import parse_int
 
@@ -52,6 +52,7 @@ def recommend(
         except ValueError as exc:
             raise UserError(f"--last: {exc}") from None
     with _client() as client:
+        _note_unknown_queue(client, queue)
         found = client.recommend(number, user=user, queue=queue, last=jobs)
     if as_json:
         _echo_json(found)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ebbtide.cli.common import _client, _echo_json
+from ebbtide.cli.common import _client, _echo_json, _note_unknown_queue
 from ebbtide.errors import UserError
 
 #: Width the text report's prose is wrapped to, in characters.
@@ -84,6 +84,7 @@ def report(
         if not folder.is_dir():
             raise UserError(f"--plot {plot_path}: no directory {folder}")
     client = _client()
+    _note_unknown_queue(client, queue)
     try:
         data = client.report(start, end, queue=queue, user=user)
     finally:
