@@ -158,7 +158,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         notes = submit_notes(spec, self.policy)
         nodes = self.store.nodes()
         margin = self.policy.defaults.margin_memory_mib
-        spec, memory_note = with_whole_gpu_memory(spec, nodes, margin)
+        planning = self.policy.defaults.planning_margin_memory_mib
+        spec, memory_note = with_whole_gpu_memory(spec, nodes, margin, planning)
         named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})
@@ -172,7 +173,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             spec = spec.model_copy(update={"priority": queue.priority})
         self._check_deadline(spec)
         if not flag(allow_future, "allow_future"):
-            check_fits_fleet(spec, nodes, margin)
+            check_fits_fleet(spec, nodes, margin, planning)
         grant = kubernetes_grant(spec, self.policy)
         ids = self.store.submit(
             spec,

@@ -120,32 +120,48 @@ def published_policy(store: Store) -> Policy | None:
     return policy
 
 
-def check_fits_fleet(spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0) -> None:
+def _kept_back(device: dict[str, Any], margin_mib: float, planning_mib: float) -> float:
+    """The memory the planner keeps back on ``device`` whatever its online load: the
+    margin, and on a device measured for planning only (Prometheus, ``eviction_trigger``
+    false) the planning margin too."""
+    return margin_mib + (planning_mib if device.get("eviction_trigger") is False else 0.0)
+
+
+def check_fits_fleet(
+    spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0, planning_mib: float = 0.0
+) -> None:
     """Refuse, saying what the fleet offers, a job no node that has reported could ever
-    hold: more GPUs than any node has, or more memory per GPU than any card less
-    ``margin_mib`` (the memory margin the planner always keeps for the online side: a
-    whole 80GiB card's worth asked of an 80GiB card would wait forever).  With no node
-    reported yet there is nothing to compare with, so nothing is refused."""
+    hold: more GPUs than any node has, or more memory per GPU than any card less what the
+    planner always keeps back there for the online side (``margin_mib``, and
+    ``planning_mib`` more on a node measured through Prometheus: a whole 80GiB card's
+    worth asked of an 80GiB card would wait forever).  With no node reported yet there is
+    nothing to compare with, so nothing is refused."""
     fleet = []
+    usable = []
+    planning_only = False
     for node in nodes:
-        memories = sorted(
-            (int(d.get("memory_mib") or 0) for d in json.loads(node.devices_json or "[]")),
-            reverse=True,
-        )
+        devices = json.loads(node.devices_json or "[]")
+        planning_only |= any(d.get("eviction_trigger") is False for d in devices)
+        memories = sorted((int(d.get("memory_mib") or 0) for d in devices), reverse=True)
         if memories:
             fleet.append((node.name, memories))
+            usable.append(
+                [
+                    int(d.get("memory_mib") or 0) - _kept_back(d, margin_mib, planning_mib)
+                    for d in devices
+                ]
+            )
     need = max(spec.gpus, 1)
-    if not fleet or any(
-        sum(1 for m in memories if m - margin_mib >= spec.memory_mib) >= need
-        for _, memories in fleet
-    ):
+    if not fleet or any(sum(1 for m in room if m >= spec.memory_mib) >= need for room in usable):
         return
     largest = sorted(fleet, key=lambda n: (len(n[1]), n[1][0]), reverse=True)[:3]
     offers = ", ".join(f"{name}: {len(mems)} × {format_mib(mems[0])}" for name, mems in largest)
     more = f" (and {len(fleet) - 3} more)" if len(fleet) > 3 else ""
     asked = f"{need} GPU{'s' if need > 1 else ''} with {format_mib(spec.memory_mib)} each"
+    planned = f", {format_mib(int(planning_mib))} more where measured through Prometheus"
     kept = (
-        f" (of which {format_mib(int(margin_mib))} a card is always kept for the online side)"
+        f" (of which {format_mib(int(margin_mib))} a card is always kept for the online side"
+        f"{planned if planning_only and planning_mib else ''})"
         if margin_mib
         else ""
     )
@@ -165,16 +181,17 @@ NO_AGENT_NOTE = (
 
 
 def with_whole_gpu_memory(
-    spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0
+    spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0, planning_mib: float = 0.0
 ) -> tuple[JobSpec, str | None]:
     """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
     amount of their memory is given all of each card's memory it can ever have, as a PBS
     or Slurm user expects of a GPU: the smallest card's among the nodes that have reported
-    (so it may run on any of them), less ``margin_mib``, the memory the planner always
-    keeps back for the online side (``defaults.margin_memory_mib``; a grant of the whole
-    card would never fit), with a note saying so, and saying when no card has that much
-    free now (online memory, the forecast's reserve: the job waits until one has).  With
-    none reported, or an amount asked for, ``spec`` as it is."""
+    (so it may run on any of them), less what the planner always keeps back there for the
+    online side (``margin_mib``, ``defaults.margin_memory_mib``, and on a node measured
+    through Prometheus ``planning_mib`` more: a grant of the whole card would never fit),
+    with a note saying so, and saying when no card has that much free now (online memory,
+    the forecast's reserve: the job waits until one has).  With none reported, or an
+    amount asked for, ``spec`` as it is."""
     if not spec.gpus or "memory_mib" in spec.model_fields_set:
         return spec, None
     devices = [
@@ -185,10 +202,14 @@ def with_whole_gpu_memory(
     ]
     if not devices:
         return spec, None
-    card = min(int(d["memory_mib"]) for _, d in devices)
-    memory = max(1, int(card - margin_mib))
+    _, least = min(
+        devices,
+        key=lambda nd: int(nd[1]["memory_mib"]) - _kept_back(nd[1], margin_mib, planning_mib),
+    )
+    card, kept_mib = int(least["memory_mib"]), _kept_back(least, margin_mib, planning_mib)
+    memory = max(1, int(card - kept_mib))
     plural = "s" if spec.gpus > 1 else ""
-    kept = f" less the {format_mib(int(margin_mib))} kept for the online side" if margin_mib else ""
+    kept = f" less the {format_mib(int(kept_mib))} kept for the online side" if kept_mib else ""
     note = (
         f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
         f"memory on each, the smallest card here ({format_mib(card)}){kept}; "

@@ -538,6 +538,12 @@ def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_d
     ebb("qdel", "2", "3")
     result = CliRunner().invoke(cli, ["qhold", "1[]"])
     assert result.exit_code == 1 and "every task of array 1 has finished" in result.stderr
+    # ... and it does not stop the command for the other jobs named (a review's find)
+    ebb("qsub", "-h", "--", "true")  # 4
+    result = CliRunner().invoke(cli, ["qrls", "1[]", "4", "--json"])
+    assert result.exit_code == 1
+    assert [(r["id"], r["ok"]) for r in json.loads(result.stdout)] == [(4, True), (1, False)]
+    assert {j["id"]: j["state"] for j in json.loads(ebb("qstat", "--json"))} == {4: "queued"}
 
 
 def test_a_deadline_too_long_is_named_by_the_flag_that_set_it(home: Path) -> None:
@@ -567,3 +573,26 @@ def test_a_report_or_recommendation_for_a_queue_the_policy_lacks_says_so(home: P
         assert "ebb: note: queue: unknown queue 'nope'; known queues: default" in result.stderr
     quiet = CliRunner().invoke(cli, ["report", "--since", "1d", "-q", "default"])
     assert quiet.exit_code == 0 and "unknown queue" not in quiet.stderr
+
+
+def test_a_whole_gpu_on_nodes_measured_through_prometheus_leaves_the_planning_margin(
+    home: Path,
+) -> None:
+    """A review's find: there the planner keeps the planning margin (8GiB) back on every
+    card too, so the card less the margin (78GiB) never fit, and 75GiB was accepted."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    card = {"index": 0, "memory_mib": 81920, "eviction_trigger": False}
+    store.heartbeat("prom-1", started_at=time.time(), devices=[card])
+    store.close()
+    out = json.loads(ebb("qsub", "-h", "--json", "-l", "ngpus=1", "--", "true"))
+    assert out["notes"][0].startswith(
+        "1 whole GPU with no gpumem: granted 70GiB of memory on each, the smallest card here "
+        "(80GiB) less the 10GiB kept for the online side"
+    )
+    result = CliRunner().invoke(cli, ["qsub", "-l", "gpu=1,gpumem=75GiB", "--", "true"])
+    assert result.exit_code == 1
+    assert "(of which 2GiB a card is always kept for the online side, 8GiB more where " in (
+        result.output
+    )
+    ebb("qsub", "-h", "-l", "gpu=1,gpumem=70GiB", "--", "true")

@@ -417,3 +417,30 @@ def test_a_pass_reconciles_from_its_copy_and_spares_an_attempt_started_since(
     assert len(reads) == 1  # one read of the queue a pass
     assert store.get(job_id).state == JobState.RUNNING
     assert EventType.LOST not in [e["type"] for e in store.events(job_id)]
+
+
+def test_a_grant_that_breaks_the_passs_one_write_does_not_keep_the_others_back(
+    store: Store, clock: FakeClock, node: Node, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A pass writes its grants in one transaction.  If that write fails for one grant's
+    own reason (not a lost race), the others are granted one by one, and the bad one is
+    left for the next pass: one poisoned grant must not stop every dispatch."""
+    jobs = [submit(store) for _ in range(3)]
+    node.beat()
+    real = store.dispatch
+
+    def dispatch_many(grants: Any) -> Any:
+        raise RuntimeError("deadlock detected")
+
+    def dispatch(job_id: int, **kw: Any) -> int:
+        if job_id == jobs[1]:
+            raise RuntimeError("this row is poisoned")
+        return real(job_id, **kw)
+
+    monkeypatch.setattr(store, "dispatch_many", dispatch_many)
+    monkeypatch.setattr(store, "dispatch", dispatch)
+    sched = scheduler(store, clock, node)
+    sched.run_once()
+    assert sorted(j for _, j in node.starts()) == [jobs[0], jobs[2]]
+    assert store.get(jobs[1]).state == "queued"
+    assert "granting 3 slices at once failed; granting each alone" in caplog.text

@@ -67,10 +67,17 @@ def _parse_ids(ids: Sequence[str]) -> list[JobRef]:
     return out
 
 
-def _expand_ids(client: Any, ids: Sequence[JobRef], *, skip_finished: bool = False) -> list[int]:
+def _expand_ids(
+    client: Any,
+    ids: Sequence[JobRef],
+    *,
+    skip_finished: bool = False,
+    refused: list[tuple[int, str]] | None = None,
+) -> list[int]:
     """The jobs :func:`_parse_ids` named, an array as each of its tasks; with
     ``skip_finished`` (commands that change jobs) a whole array as its tasks that have not
-    finished, with a note on stderr of those left alone."""
+    finished, with a note on stderr of those left alone, and an array with none left
+    added to ``refused`` (its id, why) for the caller to report beside the others."""
     from ebbtide.queue.states import FINAL_STATES
 
     final = {s.value for s in FINAL_STATES}
@@ -85,7 +92,11 @@ def _expand_ids(client: Any, ids: Sequence[JobRef], *, skip_finished: bool = Fal
         if ref.whole_array:
             live = [t.id for t in tasks if not (skip_finished and t.state in final)]
             if not live:
-                raise UserError(f"every task of array {ref.id} has finished")
+                why = f"every task of array {ref.id} has finished"
+                if refused is None:
+                    raise UserError(why)
+                refused.append((ref.id, why))
+                continue
             if len(live) < len(tasks):
                 done = len(tasks) - len(live)
                 click.echo(

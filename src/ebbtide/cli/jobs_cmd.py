@@ -87,8 +87,9 @@ def qalter(
         raise UserError("qalter needs something to change: -N, -p, -l, --deadline or --kind")
     parsed = _parse_ids(ids)
     client = _client()
+    refused: list[tuple[int, str]] = []
     altered, failed = [], False
-    for job_id in _expand_ids(client, parsed, skip_finished=True):
+    for job_id in _expand_ids(client, parsed, skip_finished=True, refused=refused):
         try:  # each job on its own, as PBS's qalter: one refusal does not stop the others
             job = client.alter(job_id, **changes)
         except UserError as exc:
@@ -98,18 +99,21 @@ def qalter(
         altered.append(job)
         if not as_json:
             click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
+    for _, why in refused:
+        click.echo(f"ebb: error: {why}", err=True)
     if as_json:
         _echo_json([client.as_dict(j) for j in altered])
-    if failed:
+    if failed or refused:
         sys.exit(1)
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
     parsed = _parse_ids(ids)
     client = _client()
+    refused: list[tuple[int, str]] = []
     results = []
     failed = False
-    for job_id in _expand_ids(client, parsed, skip_finished=True):
+    for job_id in _expand_ids(client, parsed, skip_finished=True, refused=refused):
         try:
             job = getattr(client, action)(job_id)
             results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})
@@ -118,6 +122,11 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
             results.append({"id": job_id, "ok": False, "error": str(exc)})
             if not as_json:
                 click.echo(f"ebb: error: {exc}", err=True)
+    for array_id, why in refused:  # an array with nothing left to act on
+        failed = True
+        results.append({"id": array_id, "ok": False, "error": why})
+        if not as_json:
+            click.echo(f"ebb: error: {why}", err=True)
     if as_json:
         _echo_json(results)
     if failed:

@@ -56,9 +56,10 @@ def nodes(as_json: bool, full: bool) -> None:
         for pos, d in enumerate(n["devices"]):
             name, shown_age = (n["name"][:16], age) if pos == 0 else ("", "")
             stopping = ""
-            if pos == 0 and n["stopping"] and n.get("silent"):
-                stopping = " (agent stopped)"  # it said so: nothing of it was lost
-            elif pos == 0 and n["stopping"]:
+            held = any((dev.get("slices") or {}).get("jobs") for dev in n["devices"])
+            if pos == 0 and n["stopping"] and n.get("silent") and not held:
+                stopping = " (agent stopped)"  # it said so, and left nothing behind
+            elif pos == 0 and n["stopping"] and not n.get("silent"):
                 stopping = " (agent stopping)"
             elif pos == 0 and n.get("silent"):
                 stopping = " (agent silent: its jobs are lost and requeued)"

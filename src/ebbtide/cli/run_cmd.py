@@ -8,6 +8,7 @@ and :mod:`ebbtide.sim`.)
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import Any
@@ -206,7 +207,12 @@ def _run_node(
         settings.home,
         _whom(executor, run_as),
     )
-    if executor == "local" and run_as == "owner" and not rt.policy.allow_root_jobs:
+    if (
+        executor == "local"
+        and run_as == "owner"
+        and os.geteuid() == 0
+        and not rt.policy.allow_root_jobs
+    ):
         log.info(
             "root's jobs are refused here (they would run as root): submit as another "
             "user, or set allow_root_jobs: true in the policy, or --run-as agent"

@@ -58,7 +58,7 @@ from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.mirror import Mirror
-from ebbtide.scheduling.planner import Plan, plan
+from ebbtide.scheduling.planner import Dispatch, Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.retention import Retention
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob, Snapshot
@@ -273,7 +273,7 @@ class Scheduler:
             )
         # one write for the pass's grants (a commit each took most of a busy pass), then
         # each agent told: a job no longer queued as planned is left out
-        numbers = self.store.dispatch_many(decisions.dispatches) if decisions.dispatches else []
+        numbers = self._grant(decisions.dispatches)
         for d, number in zip(decisions.dispatches, numbers, strict=True):
             if number is None:
                 continue
@@ -283,6 +283,40 @@ class Scheduler:
                 since = q.requeued_at or q.submitted_at
                 self.metrics.dispatched(q.queue, None if since is None else now - since)
             self.send(d.node, StartAttempt(job_id=d.job_id, attempt=number))
+
+    def _grant(self, dispatches: Sequence[Dispatch]) -> list[int | None]:
+        """The pass's grants in one write; if that write fails for a reason of one grant's
+        own (not a lost race, not a lost leadership), one write each, so that one bad
+        grant cannot keep every other from being granted pass after pass."""
+        if not dispatches:
+            return []
+        try:
+            return self.store.dispatch_many(dispatches)
+        except NotLeader:
+            raise
+        except Exception:
+            log.exception("granting %d slices at once failed; granting each alone", len(dispatches))
+        numbers: list[int | None] = []
+        for d in dispatches:
+            try:
+                numbers.append(
+                    self.store.dispatch(
+                        d.job_id,
+                        expected_attempts=d.expected_attempts,
+                        node=d.node,
+                        devices=d.devices,
+                        compute_pct=d.compute_pct,
+                        memory_mib=d.memory_mib,
+                    )
+                )
+            except StaleState:
+                numbers.append(None)
+            except NotLeader:
+                raise
+            except Exception:
+                log.exception("granting job %s a slice failed; left for the next pass", d.job_id)
+                numbers.append(None)
+        return numbers
 
     def reconcile(
         self,
