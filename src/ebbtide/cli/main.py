@@ -77,6 +77,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # what click refused: one line, as ours are
+            if exc.ctx is None and ctx.invoked_subcommand:  # (click gave it no context)
+                exc.ctx = click.Context(ctx.command, info_name=f"ebb {ctx.invoked_subcommand}")
             click.echo(f"ebb: error: {_usage_error(exc)}", err=True)
             ctx.exit(2)
         except UserError as exc:
