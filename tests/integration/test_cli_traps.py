@@ -596,3 +596,24 @@ def test_a_whole_gpu_on_nodes_measured_through_prometheus_leaves_the_planning_ma
         result.output
     )
     ebb("qsub", "-h", "-l", "gpu=1,gpumem=70GiB", "--", "true")
+
+
+def test_ebb_events_picks_the_kinds_asked_for(home: Path) -> None:
+    """A trial's trap: a job that checkpoints twice a second fills ``ebb events`` with
+    ``checkpointed`` lines, and there was no way to see only the rest."""
+    ebb("qsub", "--", "true")
+    ebb("qhold", "1")
+    ebb("qrls", "1")
+    kinds = [line.split()[1] for line in ebb("events", "1").splitlines()]
+    assert kinds == ["submitted", "held", "released"]
+    assert [ln.split()[1] for ln in ebb("events", "1", "-t", "held,released").splitlines()] == [
+        "held",
+        "released",
+    ]
+    assert [ln.split()[1] for ln in ebb("events", "1", "-t", "^held").splitlines()] == [
+        "submitted",
+        "released",
+    ]
+    assert [e["type"] for e in json.loads(ebb("events", "1", "-t", "held", "--json"))] == ["held"]
+    bad = CliRunner().invoke(cli, ["events", "1", "-t", "evictd"])
+    assert bad.exit_code == 1 and "-t: no event type 'evictd'; the types: " in bad.stderr

@@ -10,7 +10,7 @@ from ebbtide.cli.common import _client, _echo_json
 from ebbtide.cli.job_ids import _expand_ids, _one_job
 from ebbtide.cli.qstat_cmd import _fmt_time
 from ebbtide.errors import UserError
-from ebbtide.units import MAX_INT64
+from ebbtide.units import MAX_INT64, shown
 
 #: How often ``ebb logs -f`` looks for more output, in seconds.
 FOLLOW_POLL_S = 0.5
@@ -124,12 +124,22 @@ def _new_output(
 
 @click.command("events")
 @click.argument("job_id")
+@click.option(
+    "-t",
+    "--type",
+    "types",
+    metavar="TYPE[,TYPE]",
+    multiple=True,
+    help="Only these kinds of event (evicted,requeued); -t ^checkpointed,progress: all but "
+    "these (a job that checkpoints often writes many).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the events as a JSON list.")
-def events(job_id: str, as_json: bool) -> None:
+def events(job_id: str, types: tuple[str, ...], as_json: bool) -> None:
     """Show what happened to a job, oldest first."""
     ref = _one_job(job_id)
+    keep = _event_filter(types)
     client = _client()
-    evs = client.events(_expand_ids(client, [ref])[0])
+    evs = [e for e in client.events(_expand_ids(client, [ref])[0]) if keep(e["type"])]
     if as_json:
         _echo_json(evs)
         return
@@ -138,6 +148,25 @@ def events(job_id: str, as_json: bool) -> None:
         att = f"#{e['attempt']}" if e["attempt"] else "  "
         detail = " ".join(f"{k}={_event_value(k, v)}" for k, v in extra.items() if v is not None)
         click.echo(f"{_fmt_time(e['time'])} {att:>3} {e['type']:<16} {detail}")
+
+
+def _event_filter(texts: tuple[str, ...]) -> Any:
+    """``-t`` as a test of an event's type: the kinds named, or with a leading ``^`` all
+    but those; a kind that does not exist is refused, naming those that do."""
+    from ebbtide.queue.states import EventType
+
+    if not texts:
+        return lambda _: True
+    words = [w.strip() for t in texts for w in t.split(",")]
+    exclude = bool(words) and words[0].startswith("^")
+    if exclude:
+        words[0] = words[0][1:]
+    known = {e.value for e in EventType}
+    for w in words:
+        if w not in known:
+            raise UserError(f"-t: no event type {shown(w)}; the types: {', '.join(sorted(known))}")
+    chosen = set(words)
+    return (lambda t: t not in chosen) if exclude else (lambda t: t in chosen)
 
 
 def _event_value(key: str, value: Any) -> Any:
