@@ -81,9 +81,13 @@ class ClientAdmin(ClientBase):
         Admins only."""
         self._device_admin("drain", node, device)
         reason = text(reason, "reason", max_chars=MAX_REASON_CHARS, empty=True)
-        self.store.drains.drain(
-            node, WHOLE_NODE if device is None else device, by=self.caller.actor, reason=reason
-        )
+        target = WHOLE_NODE if device is None else device
+        if not reason:  # drained again with no reason: the reason given before stands
+            before = (
+                d for d in self.store.drains.drained() if (d.node, d.device) == (node, target)
+            )
+            reason = next((d.reason for d in before), "")
+        self.store.drains.drain(node, target, by=self.caller.actor, reason=reason)
 
     def undrain(self, node: str, device: int | None = None) -> None:
         """Return ``node`` (or one device) to service: lifts drains, and clears a fault the

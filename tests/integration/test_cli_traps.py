@@ -617,3 +617,19 @@ def test_ebb_events_picks_the_kinds_asked_for(home: Path) -> None:
     assert [e["type"] for e in json.loads(ebb("events", "1", "-t", "held", "--json"))] == ["held"]
     bad = CliRunner().invoke(cli, ["events", "1", "-t", "evictd"])
     assert bad.exit_code == 1 and "-t: no event type 'evictd'; the types: " in bad.stderr
+
+
+def test_draining_again_without_a_reason_keeps_the_reason_given(home: Path) -> None:
+    """A trial's trap: ``ebb node drain gpu-a/0`` a second time erased "fan"."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    device = {"index": 0, "memory_mib": 81920, "online_compute_pct": 0.0, "online_memory_mib": 0.0}
+    store.heartbeat("gpu-a", started_at=time.time(), devices=[device])
+    store.close()
+    ebb("node", "drain", "gpu-a/0", "--reason", "fan")
+    ebb("node", "drain", "gpu-a/0")
+    [node] = json.loads(ebb("nodes", "--json"))
+    assert node["devices"][0]["drained"].endswith(": fan")
+    ebb("node", "drain", "gpu-a/0", "--reason", "new fan")
+    [node] = json.loads(ebb("nodes", "--json"))
+    assert node["devices"][0]["drained"].endswith(": new fan")

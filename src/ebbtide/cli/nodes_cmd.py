@@ -163,7 +163,9 @@ def node_group() -> None:
 
 @node_group.command("drain")
 @click.argument("target", metavar="NODE[/DEVICE]")
-@click.option("--reason", default="", help="Why, for `ebb nodes` and `qstat`.")
+@click.option(
+    "--reason", default="", help="Why, for `ebb nodes` and `qstat` (drained again: kept)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 def drain(target: str, reason: str, as_json: bool) -> None:
     """Keep new work off a node or one of its devices; what runs there goes on."""
