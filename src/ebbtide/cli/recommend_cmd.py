@@ -52,8 +52,8 @@ def recommend(
         except ValueError as exc:
             raise UserError(f"--last: {exc}") from None
     with _client() as client:
-        _note_unknown_queue(client, queue)
         found = client.recommend(number, user=user, queue=queue, last=jobs)
+        _note_unknown_queue(client, queue)  # (once the value was found well formed)
     if as_json:
         _echo_json(found)
         return

@@ -84,9 +84,9 @@ def report(
         if not folder.is_dir():
             raise UserError(f"--plot {plot_path}: no directory {folder}")
     client = _client()
-    _note_unknown_queue(client, queue)
     try:
         data = client.report(start, end, queue=queue, user=user)
+        _note_unknown_queue(client, queue)  # (once the value was found well formed)
     finally:
         client.close()
     if plot_path is not None:
