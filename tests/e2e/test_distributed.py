@@ -168,6 +168,8 @@ def test_sigterm_to_a_worker_evicts_and_requeues(cluster):  # type: ignore[no-un
     assert state["state"] == "queued", state
     [ev] = [e for e in events(env, j) if e["type"] == "evicted"]
     assert ev["reason_code"] == "shutdown" and ev["killed"] is False
+    # not counted: a stop of ebbtide is not the job's doing (no backoff, no max_preemptions)
+    assert state["evictions"] == 0, state
     launch("w1", "worker", "--node", "w1", "--devices", "1x80GiB")
     [final] = wait_final(env, [j], timeout=60).values()
     assert final["state"] == "succeeded", _logs(tmp)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ebbtide.queue.outcomes import GPU_FAULT, decide
+from ebbtide.queue.outcomes import GPU_FAULT, SHUTDOWN, decide
 from ebbtide.queue.states import AttemptOutcome, JobState
 
 S = JobState
@@ -12,6 +12,7 @@ TERM = 15
 EVICTION = {"reason": "online spike", "reason_code": "online_memory"}
 KILLED = {**EVICTION, "killed": True}
 FAULT = {"reason": "XID 79", "reason_code": GPU_FAULT, "killed": True}
+STOPPED = {"reason": "node agent vm is shutting down", "reason_code": SHUTDOWN}
 PREEMPTED = {"reason": "preempted by the cluster's scheduler", "reason_code": "kube_preempted"}
 PRESSURE = {"reason": "evicted by the kubelet", "reason_code": "node_pressure", "killed": True}
 
@@ -108,6 +109,28 @@ PRESSURE = {"reason": "evicted by the kubelet", "reason_code": "node_pressure", 
         ),
         pytest.param(
             S.EVICTING, 1, FAULT, False, 1, False, (S.QUEUED, "evicted", 2, 0), id="gpu-fault-crash"
+        ),
+        # a trial's trap: two restarts of `ebb up` held a job (max_preemptions 2) or put it
+        # in backoff, as if the online side had taken its slice twice
+        pytest.param(
+            S.EVICTING,
+            99,
+            STOPPED,
+            False,
+            3,
+            False,
+            (S.QUEUED, "evicted", 2, 0),
+            id="agent-shutdown-not-counted",
+        ),
+        pytest.param(
+            S.EVICTING,
+            TERM + 128,
+            {**STOPPED, "killed": True},
+            False,
+            3,
+            False,
+            (S.QUEUED, "evicted", 2, 0),
+            id="agent-shutdown-killed-not-counted",
         ),
         pytest.param(
             S.RUNNING, 3, None, False, 3, False, (S.QUEUED, "failed", 2, 1), id="failure-retried"

@@ -33,6 +33,10 @@ from ebbtide.queue.states import AttemptOutcome, EventType, JobState
 
 #: The reason code of an eviction for a GPU fault (``EvictReason.GPU_FAULT``).
 GPU_FAULT = "gpu_fault"
+#: The reason code of an eviction because its node agent stopped gracefully
+#: (``EvictReason.SHUTDOWN``: a restart or an upgrade of ebbtide): requeued and, like a
+#: GPU fault, not counted (no backoff, no ``max_preemptions``): not the job's doing.
+SHUTDOWN = "shutdown"
 #: The reason codes of evictions the cluster made itself, seen after the fact
 #: (``EvictReason.KUBE_PREEMPTED``, ``EvictReason.NODE_PRESSURE``): requeued, counted.
 PLATFORM_EVICTIONS = frozenset({"kube_preempted", "node_pressure"})
@@ -93,11 +97,12 @@ def decide(
             failures,
             reason="cancelled",
         )
-    fault = (eviction or {}).get("reason_code") == GPU_FAULT
-    taken = (eviction or {}).get("reason_code") in PLATFORM_EVICTIONS
+    code = (eviction or {}).get("reason_code")
+    fault = code == GPU_FAULT
+    taken = code in PLATFORM_EVICTIONS
     if source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault or taken:
         reason = (eviction or {}).get("reason") or "the job asked to be requeued (exit 99)"
-        counted = evictions if fault else evictions + 1
+        counted = evictions if fault or code == SHUTDOWN else evictions + 1
         crashed = (
             source == JobState.EVICTING
             and not fault
