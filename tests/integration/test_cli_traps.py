@@ -633,3 +633,19 @@ def test_draining_again_without_a_reason_keeps_the_reason_given(home: Path) -> N
     ebb("node", "drain", "gpu-a/0", "--reason", "new fan")
     [node] = json.loads(ebb("nodes", "--json"))
     assert node["devices"][0]["drained"].endswith(": new fan")
+
+
+def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial's trap: with EBBTIDE_URL set, ``ebb token create`` wrote the token into the
+    local default store, and the server knew nothing of it."""
+    monkeypatch.setenv("EBBTIDE_URL", "http://127.0.0.1:18786")
+    result = CliRunner().invoke(cli, ["token", "list"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(
+        f"ebb token: note: tokens live in the store itself, sqlite:///{home}/ebbtide.db "
+        "(EBBTIDE_DB_URL, else EBBTIDE_HOME), not behind EBBTIDE_URL=http://127.0.0.1:18786"
+    )
+    monkeypatch.delenv("EBBTIDE_URL")
+    assert CliRunner().invoke(cli, ["token", "list"]).stderr == ""

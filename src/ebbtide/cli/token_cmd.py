@@ -26,7 +26,17 @@ def _admin_client() -> Client:
     from ebbtide.config.settings import Settings
     from ebbtide.identity import local_caller
 
-    settings = Settings.from_env().model_copy(update={"url": None})
+    from_env = Settings.from_env()
+    settings = from_env.model_copy(update={"url": None})
+    if from_env.url:  # a trial's trap: the token went into another store than the server's
+        from ebbtide.config.settings import redacted
+
+        click.echo(
+            f"ebb token: note: tokens live in the store itself, {redacted(settings.db_url)} "
+            f"(EBBTIDE_DB_URL, else EBBTIDE_HOME), not behind EBBTIDE_URL={from_env.url}; "
+            "run this where the server's store is",
+            err=True,
+        )
     policy = load_policy(settings.policy_path)
     caller = local_caller(policy.admins, settings.act_as)
     if not caller.admin:
