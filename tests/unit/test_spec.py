@@ -210,3 +210,21 @@ def test_the_image_is_one_word_of_at_most_512_characters() -> None:
             JobSpec(**CMD, image=bad)
         assert caught.value.field == "image"
         assert words in str(caught.value)
+
+
+def test_depends_takes_qsubs_text_form_too() -> None:
+    """A trial's trap: ``depends=["afterok:3"]`` (the form ``-W depend=`` takes) was
+    refused with "Input should be a valid dictionary or instance of Dependency"."""
+    spec = JobSpec(
+        command=["x"], depends=["afterok:3", "afterany:4:5", {"kind": "afterok", "job_id": 6}]
+    )
+    assert [(d.kind, d.job_id) for d in spec.depends] == [
+        ("afterok", 3),
+        ("afterany", 4),
+        ("afterany", 5),
+        ("afterok", 6),
+    ]
+    with pytest.raises(ValueError, match="expected KIND:ID\\[:ID\\] like 'afterok:12'"):
+        JobSpec(command=["x"], depends=["afterok"])
+    with pytest.raises(ValueError, match=r"depends\.0\.kind"):
+        JobSpec(command=["x"], depends=["afterwhat:3"])

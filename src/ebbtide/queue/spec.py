@@ -269,6 +269,27 @@ class JobSpec(BaseModel):
             )
         return round(value, 2)
 
+    @field_validator("depends", mode="before")
+    @classmethod
+    def _depends_as_text(cls, value: Any) -> Any:
+        """``"afterok:12"`` or ``"afterok:12:13"`` (qsub's ``-W depend=`` form) as the
+        dependencies it names; the dicts and :class:`Dependency` values as they are."""
+        if not isinstance(value, list):
+            return value
+        out: list[Any] = []
+        for item in value:
+            if not isinstance(item, str):
+                out.append(item)
+                continue
+            kind, _, ids = item.partition(":")
+            if not ids or not all(i.strip().isdigit() for i in ids.split(":")):
+                raise ValueError(
+                    f"expected KIND:ID[:ID] like 'afterok:12' or {{'kind': 'afterok', "
+                    f"'job_id': 12}}, got {shown(item, 60)}"
+                )
+            out.extend({"kind": kind.strip(), "job_id": int(i)} for i in ids.split(":"))
+        return out
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
