@@ -283,7 +283,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             "gpus": spec.get("gpus", job.gpus),
             "memory_mib": spec.get("memory_mib", job.memory_mib),
         }
-        submitted = next((e for e in self.events(job.id or 0) if e["type"] == "submitted"), {})
+        events = self.events(job.id or 0)
+        submitted = next((e for e in events if e["type"] == "submitted"), {})
         granted = submitted.get("granted") or {}
         data["slice_granted"] = {
             "compute_pct": job.compute_pct,
@@ -293,6 +294,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             "note": granted.get("note", ""),
         }
         data["image"] = self.policy.image_for(job.queue, spec.get("image"))
+        # what the job gave with ebbtide.job.result() (the last one wins; *** for others)
+        data["result"] = next((e["value"] for e in reversed(events) if e["type"] == "result"), None)
         data["submitted"] = submitted_fields(spec)
         # what its attempts used where their agents measured it, and whether it asks for
         # far more than that (qstat -f's hint)

@@ -649,3 +649,23 @@ def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(
     )
     monkeypatch.delenv("EBBTIDE_URL")
     assert CliRunner().invoke(cli, ["token", "list"]).stderr == ""
+
+
+def test_qstat_full_shows_the_jobs_result(home: Path) -> None:
+    """A trial's trap: what a job gave with ``ebbtide.job.result()`` was only in
+    ``ebb events`` and the SDK's ``handle.result()``, not in ``qstat -f``."""
+    ebb("qsub", "--", "true")  # 1
+    ebb("qsub", "--", "true")  # 2: no result
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    for job_id in (1, 2):
+        store.dispatch(
+            job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1024
+        )
+        store.mark_started(job_id, 1, pid=1, stdout_path="o", stderr_path="e")
+    store.record_result(1, 1, {"loss": 0.5})
+    store.record_result(1, 1, {"loss": 0.25})  # the last one is the job's
+    store.finish_attempt(1, 1, exit_code=0)
+    store.close()
+    assert json.loads(ebb("qstat", "-f", "1", "--json"))["result"] == {"loss": 0.25}
+    assert "result: {'loss': 0.25}" in ebb("qstat", "-f", "1")
+    assert json.loads(ebb("qstat", "-f", "2", "--json"))["result"] is None
