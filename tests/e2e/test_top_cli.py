@@ -190,6 +190,10 @@ def test_once_prints_every_gpu_and_json_the_snapshot(home: Path) -> None:
     assert [line.split()[0] for line in filtered.splitlines() if line.startswith("gpu-")] == [
         "gpu-b/0"
     ]
+    # into a pipe with no COLUMNS: wide enough not to cut lines (rich would take 80)
+    wide = ebb({k: v for k, v in env.items() if k != "COLUMNS"}, "top", "--once").stdout
+    assert max(len(line) for line in wide.splitlines()) > 80
+    assert not any(line.rstrip().endswith("…") for line in wide.splitlines())
     data = json.loads(ebb(env, "top", "--json").stdout)
     assert data["totals"]["gpus"] == 5 and data["totals"]["paused"] == 1
     assert data["queues"]["batch"] == {"held": 1, "queued": 2, "running": 1, "active": 1}

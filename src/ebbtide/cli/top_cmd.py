@@ -105,13 +105,22 @@ def _fetch(client: Any) -> FleetSnapshot:
         raise StoreUnavailable(f"cannot read the store: {first}") from None
 
 
+#: How wide ``ebb top --once`` draws into a pipe or a file (rich's 80 columns cut lines).
+PIPE_WIDTH = 200
+
+
 def _once(snapshot: FleetSnapshot, state: ViewState) -> None:
-    """One frame on stdout: the terminal's size on one, else every row."""
+    """One frame on stdout: the terminal's size on one, else every row, as wide as
+    ``COLUMNS`` says or :data:`PIPE_WIDTH` (a pipe or a file has no width to fit)."""
+    import os
+
     from rich.console import Console
 
     from ebbtide.top.render import render
 
     console = Console(highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(highlight=False, width=PIPE_WIDTH)
     height = console.size.height if console.is_terminal else None
     console.print(render(snapshot, state, console.size.width, height))
 
