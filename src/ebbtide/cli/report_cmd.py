@@ -180,7 +180,7 @@ def render(report: Mapping[str, Any]) -> str:
         _line("online utilisation", fleet["online_utilisation"]),
         "jobs",
         _line(
-            "finished",
+            "submitted, ended",
             f"{o['jobs']['submitted']} submitted, {o['jobs']['succeeded']} succeeded, "
             f"{o['jobs']['failed']} failed, {o['jobs']['cancelled']} cancelled; "
             f"{_plural(o['attempts'], 'attempt')}",
