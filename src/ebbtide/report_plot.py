@@ -104,7 +104,7 @@ def _evictions(ax: Any, by_reason: Mapping[str, Mapping[str, Any]]) -> None:
 
 
 def _latency(ax: Any, cdf: list[float], deadlines: list[float]) -> None:
-    ax.set_title("Eviction latency: online spike to slice free (CDF)", loc="left")
+    ax.set_title("Eviction latency: spike or decision to slice free (CDF)", loc="left")
     if not cdf:
         _empty(ax, "no evictions in this window")
         return

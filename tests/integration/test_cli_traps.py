@@ -633,6 +633,11 @@ def test_draining_again_without_a_reason_keeps_the_reason_given(home: Path) -> N
     ebb("node", "drain", "gpu-a/0", "--reason", "new fan")
     [node] = json.loads(ebb("nodes", "--json"))
     assert node["devices"][0]["drained"].endswith(": new fan")
+    # undrain says whether there was anything to undo (a trial's trap: "back in service"
+    # of a device that never left it)
+    assert ebb("node", "undrain", "gpu-a/0") == "gpu-a/0 back in service\n"
+    assert ebb("node", "undrain", "gpu-a/0") == "gpu-a/0 was in service already\n"
+    assert ebb("node", "undrain", "gpu-a") == "gpu-a was in service already\n"
 
 
 def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(

@@ -201,5 +201,20 @@ def undrain(target: str, as_json: bool) -> None:
     agent holds against it (an XID, a device that stopped answering) without waiting for
     the health checks."""
     node, device = _target(target)
-    _client().undrain(node, device)
-    _done(as_json, f"{target} back in service", node=node, device=device, drained=False)
+    client = _client()
+    was_out = _out_of_service(client, node, device)
+    client.undrain(node, device)
+    said = f"{target} back in service" if was_out else f"{target} was in service already"
+    _done(as_json, said, node=node, device=device, drained=False)
+
+
+def _out_of_service(client: Any, node: str, device: int | None) -> bool:
+    """Whether ``node`` (or its device ``device``) is drained or holds a fault now, as
+    ``ebb nodes`` would show it (True where it cannot tell: a node not reported)."""
+    row = next((n for n in client.nodes() if n["name"] == node), None)
+    if row is None:
+        return True
+    devices = [d for d in row["devices"] if device is None or int(d["index"]) == device]
+    return bool(row.get("drained")) or any(
+        d.get("drained") or d.get("health", "healthy") != "healthy" for d in devices
+    )
