@@ -427,18 +427,14 @@ def test_a_grant_that_breaks_the_passs_one_write_does_not_keep_the_others_back(
     left for the next pass: one poisoned grant must not stop every dispatch."""
     jobs = [submit(store) for _ in range(3)]
     node.beat()
-    real = store.dispatch
+    real = store.dispatch_many
 
     def dispatch_many(grants: Any) -> Any:
-        raise RuntimeError("deadlock detected")
-
-    def dispatch(job_id: int, **kw: Any) -> int:
-        if job_id == jobs[1]:
+        if len(grants) > 1 or grants[0].job_id == jobs[1]:
             raise RuntimeError("this row is poisoned")
-        return real(job_id, **kw)
+        return real(grants)
 
     monkeypatch.setattr(store, "dispatch_many", dispatch_many)
-    monkeypatch.setattr(store, "dispatch", dispatch)
     sched = scheduler(store, clock, node)
     sched.run_once()
     assert sorted(j for _, j in node.starts()) == [jobs[0], jobs[2]]

@@ -299,18 +299,7 @@ class Scheduler:
         numbers: list[int | None] = []
         for d in dispatches:
             try:
-                numbers.append(
-                    self.store.dispatch(
-                        d.job_id,
-                        expected_attempts=d.expected_attempts,
-                        node=d.node,
-                        devices=d.devices,
-                        compute_pct=d.compute_pct,
-                        memory_mib=d.memory_mib,
-                    )
-                )
-            except StaleState:
-                numbers.append(None)
+                numbers.extend(self.store.dispatch_many([d]))  # (a lost race: None)
             except NotLeader:
                 raise
             except Exception:
