@@ -33,6 +33,7 @@ from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.client_checks import (
     NO_AGENT_NOTE,
     check_fits_fleet,
+    check_someone_runs,
     kubernetes_grant,
     policy_in_effect,
     submit_notes,
@@ -174,6 +175,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         self._check_deadline(spec)
         if not flag(allow_future, "allow_future"):
             check_fits_fleet(spec, nodes, margin, planning)
+            check_someone_runs(self.user, nodes)
         grant = kubernetes_grant(spec, self.policy)
         ids = self.store.submit(
             spec,

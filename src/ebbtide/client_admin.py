@@ -70,6 +70,9 @@ class ClientAdmin(ClientBase):
                     # its attempts as lost and plans nothing there
                     "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
                     "stopping": n.stopping,
+                    # whose jobs its agent runs (any, users: all but root's, user:NAME);
+                    # None: an older agent did not say
+                    "runs_jobs_of": n.runs_jobs_of,
                     "drained": node_drain.describe() if node_drain else None,
                     "devices": devices,
                 }

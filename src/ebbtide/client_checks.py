@@ -19,6 +19,7 @@ from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.units import format_mib, signal_name
+from ebbtide.workers.runas import refuses
 
 log = logging.getLogger("ebbtide.client")
 
@@ -170,6 +171,27 @@ def check_fits_fleet(
         f"no node could ever hold it: it asks for {asked} on one node, and the largest "
         f"nodes are {offers}{more}{kept}; give --allow-future (allow_future=True) if such a "
         "node will join",
+    )
+
+
+def check_someone_runs(owner: str, nodes: Sequence[Any]) -> None:
+    """Refuse ``owner``'s job when every node that has reported says it would refuse it
+    at its start (whose jobs it runs: its heartbeat's ``runs_jobs_of``), naming what each
+    runs, rather than accept a job that could only fail.  With no node reported, or one
+    that did not say (an older agent), nothing is refused."""
+    said = [(n.name, getattr(n, "runs_jobs_of", None)) for n in nodes]
+    if not said or any(not runs for _, runs in said):
+        return
+    why = [(name, refuses(runs, owner)) for name, runs in said]
+    if any(reason is None for _, reason in why):
+        return
+    shown = "; ".join(f"node {name} {reason}" for name, reason in why[:3])
+    more = f" (and {len(why) - 3} more nodes)" if len(why) > 3 else ""
+    raise SpecError(
+        "owner",
+        f"no node runs {owner}'s jobs: {shown}{more}. An agent run as root with --run-as "
+        "owner runs each job as its owner; give --allow-future (allow_future=True) if "
+        "such a node will join",
     )
 
 

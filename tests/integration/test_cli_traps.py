@@ -5,6 +5,7 @@ and agents that went silent marked as such."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from ebbtide.cli.main import cli
 from ebbtide.clock import FakeClock
+from ebbtide.identity import user_name
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store, job_to_dict
 
@@ -674,3 +676,33 @@ def test_qstat_full_shows_the_jobs_result(home: Path) -> None:
     assert json.loads(ebb("qstat", "-f", "1", "--json"))["result"] == {"loss": 0.25}
     assert "result: {'loss': 0.25}" in ebb("qstat", "-f", "1")
     assert json.loads(ebb("qstat", "-f", "2", "--json"))["result"] is None
+
+
+def test_a_job_no_node_runs_for_its_owner_is_refused_not_failed_at_its_start(home: Path) -> None:
+    """A trial's trap: another user's job on a box whose agent runs only its own user's
+    (``ebb up`` as root, an owner-mode agent that is not root) was accepted, then failed
+    at its start.  Every node's heartbeat says whose jobs it runs; the submission is
+    refused when none runs the owner's, and nothing is stored."""
+    me = user_name(os.geteuid())
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    devices = [
+        {"index": 0, "memory_mib": 81920, "online_compute_pct": 0.0, "online_memory_mib": 0.0}
+    ]
+    store.heartbeat("gpu-a", started_at=time.time(), devices=devices, runs_jobs_of="user:zed")
+    result = CliRunner().invoke(cli, ["qsub", "--", "true"])
+    assert result.exit_code == 1, result.output
+    assert f"owner: no node runs {me}'s jobs: node gpu-a runs only zed's jobs" in result.output
+    assert "--run-as owner" in result.output and "--allow-future" in result.output
+    assert "Traceback" not in result.output
+    assert json.loads(ebb("qstat", "--json")) == []
+    ebb("qsub", "--allow-future", "--", "true")  # such a node will join
+    nodes = json.loads(ebb("nodes", "--json"))
+    assert [n["runs_jobs_of"] for n in nodes] == ["user:zed"]
+    assert "runs: only zed's jobs" in ebb("nodes", "-f")
+    # one node that runs them is enough; so is one whose agent did not say (older)
+    for name, runs in (("gpu-b", f"user:{me}"), ("gpu-c", None)):
+        store.forget_node("gpu-b")
+        store.heartbeat(name, started_at=time.time(), devices=devices, runs_jobs_of=runs)
+        ebb("qsub", "--", "true")
+    assert len(json.loads(ebb("qstat", "--json"))) == 3

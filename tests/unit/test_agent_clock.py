@@ -17,6 +17,7 @@ read by the loop on every pass), so that "exactly every half second" is exact.""
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -255,6 +256,19 @@ def test_heartbeats_are_journaled_every_heartbeat_period(node: Node) -> None:
     node.run_until(3.1)
     assert HEARTBEAT_PERIOD_S == 0.5
     assert node.journaled("heartbeat") == every(HEARTBEAT_PERIOD_S, 0.0, 3.0)
+
+
+def test_the_heartbeat_says_whose_jobs_the_node_runs(node: Node, store: Store) -> None:
+    """The library's agent runs every job as its own user: anyone's (``ebb up`` as root
+    and owner-mode agents say less; ``test_runas`` checks each against ``resolve``)."""
+    node.run_until(1.1)
+    assert [n.runs_jobs_of for n in store.nodes()] == ["any"]
+    # as root, running local processes as itself, and told to run no one else's
+    node.agent.others_as_agent = False
+    node.executor.runs_as_owner = True  # type: ignore[attr-defined]
+    node.agent._post_heartbeat()
+    expected = "user:root" if os.geteuid() == 0 else "any"
+    assert node.agent._get_heartbeat()["runs_jobs_of"] == expected
 
 
 @pytest.mark.usefixtures("exact_periods")

@@ -52,7 +52,13 @@ class FakeStore:
         self.reads_only = False
 
     def heartbeat(
-        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+        self,
+        node: str,
+        *,
+        started_at: float,
+        devices: list[dict[str, Any]],
+        stopping: bool = False,
+        runs_jobs_of: str | None = None,
     ) -> None:
         if self.down or self.reads_only:
             raise sa.exc.OperationalError("UPDATE nodes", {}, OSError("connection refused"))

@@ -16,6 +16,8 @@ from ebbtide.workers.runas import (
     RunAsRefused,
     base_env,
     job_path,
+    jobs_run_here,
+    refuses,
     resolve,
 )
 from tests.unit.builders import JobRow
@@ -223,3 +225,52 @@ def test_a_root_agent_running_jobs_as_itself_runs_only_roots_jobs() -> None:
         resolve("ghost", agent_uid=0, others_as_agent=False, **common)
     assert resolve("alice", agent_uid=0, others_as_agent=True, **common) is None  # library
     assert resolve("alice", agent_uid=1000, others_as_agent=False, **common) is None
+
+
+@pytest.mark.parametrize("run_as", ["owner", "agent"])
+@pytest.mark.parametrize("agent_uid", [0, 1001])
+@pytest.mark.parametrize("allow_root", [False, True])
+@pytest.mark.parametrize("others_as_agent", [False, True])
+def test_what_the_heartbeat_says_a_node_runs_agrees_with_what_it_runs(  # type: ignore[no-untyped-def]
+    run_as, agent_uid, allow_root, others_as_agent, monkeypatch
+):
+    """The heartbeat's summary (``jobs_run_here``) refuses an owner exactly when the
+    node's own decision at the start (``resolve``) would, for owners who are users there."""
+    monkeypatch.setattr("ebbtide.workers.runas.user_name", lambda uid: "alice")
+    runs = jobs_run_here(
+        run_as, agent_uid=agent_uid, allow_root_jobs=allow_root, others_as_agent=others_as_agent
+    )
+    for owner in USERS:
+        try:
+            resolve(
+                owner,
+                run_as=run_as,
+                node="gpu-7",
+                allow_root_jobs=allow_root,
+                agent_uid=agent_uid,
+                others_as_agent=others_as_agent,
+                getpwnam=getpwnam,
+                getgrouplist=getgrouplist,
+            )
+            runs_it = True
+        except RunAsRefused:
+            runs_it = False
+        assert (refuses(runs, owner) is None) == runs_it, (runs, owner)
+
+
+def test_pods_run_anyones_jobs_and_an_older_agent_says_nothing() -> None:
+    assert (
+        jobs_run_here(
+            "owner",
+            agent_uid=1001,
+            allow_root_jobs=False,
+            others_as_agent=False,
+            runs_processes=False,
+        )
+        == "any"
+    )
+    assert refuses(None, "root") is None
+    assert refuses("", "alice") is None
+    assert refuses("something-newer", "alice") is None
+    assert refuses("user:bob", "alice") == "runs only bob's jobs"
+    assert refuses("users", "root") == "does not run root's jobs (allow_root_jobs is false)"

@@ -26,7 +26,9 @@ def nodes(as_json: bool, full: bool) -> None:
     the XID and what it means, and when), drained (by whom, why), cooling down after an
     eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
     device names the online pods using it (``namespace/name`` or ``pod:<uid>/<container>``)
-    and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them."""
+    and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them,
+    and a line per node says whose jobs its agent runs (anyone's; every user's but
+    root's; one user's only)."""
     from ebbtide.errors import NoStore
 
     try:
@@ -69,6 +71,21 @@ def nodes(as_json: bool, full: bool) -> None:
             )
             if full:
                 click.echo(f"{'':<30}online: {_online_pods(d)}")
+        if full:
+            click.echo(f"{'':<30}runs: {_runs(n.get('runs_jobs_of'))}")
+
+
+def _runs(runs_jobs_of: str | None) -> str:
+    """Whose jobs a node's agent runs, in words (``ebb nodes -f``)."""
+    from ebbtide.workers.runas import RUNS_ANYONES, RUNS_ONE_PREFIX, RUNS_USERS
+
+    if not runs_jobs_of:
+        return "not said (an older agent)"
+    if runs_jobs_of == RUNS_ANYONES:
+        return "anyone's jobs"
+    if runs_jobs_of == RUNS_USERS:
+        return "every user's jobs but root's"
+    return f"only {runs_jobs_of.removeprefix(RUNS_ONE_PREFIX)}'s jobs"
 
 
 def _load(d: dict[str, Any]) -> str:

@@ -289,7 +289,13 @@ class JobStore(Protocol):
     # -- nodes and the published policy ---------------------------------------------------
 
     def heartbeat(
-        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+        self,
+        node: str,
+        *,
+        started_at: float,
+        devices: list[dict[str, Any]],
+        stopping: bool = False,
+        runs_jobs_of: str | None = None,
     ) -> None: ...
 
     def nodes(self) -> list[NodeRow]: ...

@@ -204,6 +204,12 @@ def _v10_finished_at_index(conn: Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_jobs_finished_at ON jobs (finished_at, id)"))
 
 
+def _v11_node_runs_jobs_of(conn: Connection) -> None:
+    """Whose jobs each node's agent runs, from its heartbeat, so that a submission no
+    node would run is refused at once rather than failed at its start."""
+    conn.execute(sa.text("ALTER TABLE nodes ADD COLUMN runs_jobs_of VARCHAR"))
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -216,6 +222,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v8_suspend,
     _v9_attempt_usage,
     _v10_finished_at_index,
+    _v11_node_runs_jobs_of,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 #: The tables the migrations make.

@@ -141,6 +141,10 @@ class Node(SQLModel, table=True):
     #: JSON list of device views: index, memory_mib, online_compute_pct, online_memory_mib
     devices_json: str = "[]"
     stopping: bool = False
+    # -- schema version 11 --
+    #: whose jobs the node's agent runs (``workers.runas.jobs_run_here``: ``any``,
+    #: ``users``, ``user:NAME``); None: an agent older than the field did not say
+    runs_jobs_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ class NodeRow:
     heartbeat_at: float
     devices_json: str = "[]"
     stopping: bool = False
+    runs_jobs_of: str | None = None
 
 
 class DeviceDrain(SQLModel, table=True):

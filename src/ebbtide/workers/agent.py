@@ -102,7 +102,14 @@ from ebbtide.workers.heartbeat import HeartbeatRules
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership
-from ebbtide.workers.runas import RUN_AS_AGENT, RUN_AS_OWNER, Identity, RunAsRefused, resolve
+from ebbtide.workers.runas import (
+    RUN_AS_AGENT,
+    RUN_AS_OWNER,
+    Identity,
+    RunAsRefused,
+    jobs_run_here,
+    resolve,
+)
 from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, Result, StatusReader
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError, host_memory_mib, host_refusal
@@ -237,6 +244,7 @@ class NodeAgent:
         # what a previous run journaled is delivered before the first reconcile
         self._view: View = (self.journal.seq, {})
         self._heartbeat_payload: dict[str, Any] = {}
+        self._runs_jobs_of_memo: tuple[tuple[str, bool, bool], str] | None = None
         #: per device: the online pids last named, when (monotonic seconds), and their names
         self._online_pods: dict[int, tuple[tuple[int, ...], float, list[str]]] = {}
         self._wake = threading.Event()
@@ -340,6 +348,21 @@ class NodeAgent:
             allow_root_jobs=self.allow_root_jobs,
             others_as_agent=self.others_as_agent or not self._runs_processes(),
         )
+
+    def _runs_jobs_of(self) -> str:
+        """Whose jobs :meth:`_identity` lets run here, as the heartbeat says it (the
+        policy's ``allow_root_jobs`` may change on a reload)."""
+        key = (self.run_as, self.allow_root_jobs, self.others_as_agent)
+        if self._runs_jobs_of_memo is None or self._runs_jobs_of_memo[0] != key:
+            runs = jobs_run_here(
+                self.run_as if self._switches_users() else RUN_AS_AGENT,
+                agent_uid=os.geteuid(),
+                allow_root_jobs=self.allow_root_jobs,
+                others_as_agent=self.others_as_agent,
+                runs_processes=self._runs_processes(),
+            )
+            self._runs_jobs_of_memo = (key, runs)
+        return self._runs_jobs_of_memo[1]
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:
         """Queue a command from the scheduler (called from a message handler: stays short).
@@ -1233,6 +1256,7 @@ class NodeAgent:
             "started_at": self._started_at,
             "devices": self._device_reports(now),
             "stopping": self._stopping,
+            "runs_jobs_of": self._runs_jobs_of(),
         }
         with self._shared:
             self._heartbeat_payload = payload

@@ -147,7 +147,13 @@ def _taken_memory(device: Mapping[str, Any]) -> float:
 
 class HeartbeatStore(Protocol):
     def heartbeat(
-        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+        self,
+        node: str,
+        *,
+        started_at: float,
+        devices: list[dict[str, Any]],
+        stopping: bool = False,
+        runs_jobs_of: str | None = None,
     ) -> None: ...
 
 
@@ -190,6 +196,7 @@ class HeartbeatWriter:
             started_at=payload["started_at"],
             devices=payload["devices"],
             stopping=bool(payload.get("stopping", False)),
+            runs_jobs_of=payload.get("runs_jobs_of"),
         )
         self.written = payload
         self.written_at = self._monotonic()

@@ -167,6 +167,49 @@ def resolve(
     )
 
 
+#: Whose jobs a node runs, as its heartbeat says (``nodes.runs_jobs_of``): anyone's ...
+RUNS_ANYONES: Final = "any"
+#: ... every user's but root's (owner mode, as root, without ``allow_root_jobs``) ...
+RUNS_USERS: Final = "users"
+#: ... or one user's only: ``user:NAME`` (an owner-mode agent that is not root; a root
+#: agent in agent mode that gives no one else a root shell)
+RUNS_ONE_PREFIX: Final = "user:"
+
+
+def jobs_run_here(
+    run_as: str,
+    *,
+    agent_uid: int,
+    allow_root_jobs: bool,
+    others_as_agent: bool,
+    runs_processes: bool = True,
+) -> str:
+    """Whose jobs an agent set up this way runs, as :func:`resolve` decides it, for its
+    heartbeat: :data:`RUNS_ANYONES`, :data:`RUNS_USERS` or ``user:NAME``.  Whether the
+    owner is a user on the node at all is not said: only the node can look that up."""
+    if not runs_processes:  # pods run as their pod spec says, whoever owns them
+        return RUNS_ANYONES
+    if run_as == RUN_AS_AGENT:
+        return RUNS_ANYONES if others_as_agent or agent_uid != 0 else RUNS_ONE_PREFIX + "root"
+    if agent_uid != 0:
+        return RUNS_ONE_PREFIX + user_name(agent_uid)
+    return RUNS_ANYONES if allow_root_jobs else RUNS_USERS
+
+
+def refuses(runs_jobs_of: str | None, owner: str) -> str | None:
+    """Why a node whose heartbeat said ``runs_jobs_of`` would refuse ``owner``'s job, in
+    words that name what it runs; None when it would take it, or when it did not say (an
+    agent older than the field)."""
+    if not runs_jobs_of or runs_jobs_of == RUNS_ANYONES:
+        return None
+    if runs_jobs_of == RUNS_USERS:
+        return "does not run root's jobs (allow_root_jobs is false)" if owner == "root" else None
+    if runs_jobs_of.startswith(RUNS_ONE_PREFIX):
+        only = runs_jobs_of[len(RUNS_ONE_PREFIX) :]
+        return None if owner == only else f"runs only {only}'s jobs"
+    return None  # a value a newer agent wrote: let that agent decide
+
+
 def base_env(
     identity: Identity, job_env: Mapping[str, str], agent_env: Mapping[str, str]
 ) -> dict[str, str]:

@@ -50,7 +50,13 @@ class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
     # -- nodes and the published policy ---------------------------------------------------
 
     def heartbeat(
-        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+        self,
+        node: str,
+        *,
+        started_at: float,
+        devices: list[dict[str, Any]],
+        stopping: bool = False,
+        runs_jobs_of: str | None = None,
     ) -> None:
         row = {
             "name": node,
@@ -58,6 +64,7 @@ class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
             "heartbeat_at": self.clock.time(),
             "devices_json": json.dumps(devices),
             "stopping": stopping,
+            "runs_jobs_of": runs_jobs_of,
         }
         with self._tx() as data:
             data.nodes[node] = row

@@ -18,10 +18,21 @@ class NodeMixin(StoreBase):
     # -- nodes --------------------------------------------------------------------------
 
     def heartbeat(
-        self, node: str, *, started_at: float, devices: list[dict[str, Any]], stopping: bool = False
+        self,
+        node: str,
+        *,
+        started_at: float,
+        devices: list[dict[str, Any]],
+        stopping: bool = False,
+        runs_jobs_of: str | None = None,
     ) -> None:
         now = self.clock.time()
-        values = {"heartbeat_at": now, "devices_json": json.dumps(devices), "stopping": stopping}
+        values = {
+            "heartbeat_at": now,
+            "devices_json": json.dumps(devices),
+            "stopping": stopping,
+            "runs_jobs_of": runs_jobs_of,
+        }
         with self._tx() as conn:
             result = conn.execute(
                 NODES.update().where(NODES.c.name == node).values(started_at=started_at, **values)
