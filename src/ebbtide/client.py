@@ -190,6 +190,14 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             self.last_notes.append(NO_AGENT_NOTE)
         return ids
 
+    def scheduler_running(self) -> bool | None:
+        """Whether a scheduler leads this store now (it holds the leader lock); None when
+        this client cannot tell (another user's SQLite lock file, an in-memory store)."""
+        from ebbtide.scheduling.leader import scheduler_running
+
+        engine = getattr(self.store, "engine", None)
+        return None if engine is None else scheduler_running(engine, self.settings.home)
+
     # -- reading ------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Job:

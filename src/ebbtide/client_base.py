@@ -94,6 +94,11 @@ class ClientBase(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def scheduler_running(self) -> bool | None:
+        """Whether a scheduler leads the store now; None when this client cannot tell
+        (through ``ebb server``, whose scheduler is its admins' concern)."""
+        return None
+
     def __enter__(self) -> Self:
         return self
 

@@ -706,3 +706,24 @@ def test_a_job_no_node_runs_for_its_owner_is_refused_not_failed_at_its_start(hom
         store.heartbeat(name, started_at=time.time(), devices=devices, runs_jobs_of=runs)
         ebb("qsub", "--", "true")
     assert len(json.loads(ebb("qstat", "--json"))) == 3
+
+
+def test_qstat_says_when_no_scheduler_runs_to_plan_a_queued_job(home: Path) -> None:
+    """A trial's trap: with ``ebb up`` stopped, a queued job's REASON stayed empty and
+    nothing said why."""
+    from ebbtide.scheduling.leader import LeaderLock
+
+    ebb("qsub", "--", "true")
+    result = CliRunner().invoke(cli, ["qstat"])
+    assert result.exit_code == 0
+    assert "no scheduler is running on this store" in result.stderr
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    lock = LeaderLock(store.engine, home)
+    assert lock.try_acquire()
+    try:
+        assert CliRunner().invoke(cli, ["qstat"]).stderr == ""
+    finally:
+        lock.release()
+    # a reason given: the scheduler has seen it, whatever runs now
+    store.set_reasons({1: "waits for headroom"})
+    assert CliRunner().invoke(cli, ["qstat"]).stderr == ""

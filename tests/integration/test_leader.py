@@ -17,7 +17,7 @@ from ebbtide.errors import NotLeader
 from ebbtide.messaging.messages import StartAttempt
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
-from ebbtide.scheduling.leader import LeaderLock, lock_path
+from ebbtide.scheduling.leader import LeaderLock, lock_path, scheduler_running
 from ebbtide.scheduling.loop import Scheduler
 
 
@@ -179,4 +179,21 @@ def test_a_deposed_scheduler_stands_down_and_nothing_is_dispatched_twice(postgre
         for s in schedulers.values():
             s.stop()
             s._store.close()
+        store.close()
+
+
+def test_a_client_can_tell_whether_a_scheduler_leads_without_taking_the_lock(db_url, tmp_path):  # type: ignore[no-untyped-def]
+    """``qstat`` says so when no scheduler runs (a queued job's reason stays empty): it
+    reads the lock, and a scheduler trying for it meanwhile is not kept out."""
+    store = Store(db_url)
+    a = LeaderLock(store.engine, tmp_path)
+    try:
+        assert scheduler_running(store.engine, tmp_path) is False
+        assert a.try_acquire()
+        assert scheduler_running(store.engine, tmp_path) is True
+        a.release()
+        assert scheduler_running(store.engine, tmp_path) is False
+        assert a.try_acquire()  # the look left nothing behind
+    finally:
+        a.release()
         store.close()

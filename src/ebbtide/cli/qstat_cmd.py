@@ -205,6 +205,18 @@ def qstat(
         _echo_json([client.as_dict(j) for j in jobs])
         return
     _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only)
+    _note_no_scheduler(client, jobs)
+
+
+def _note_no_scheduler(client: Any, jobs: Sequence[Any]) -> None:
+    """A trial's trap: with no scheduler running, a queued job's REASON stayed empty and
+    nothing said why.  A note says so when a job listed is queued with no reason yet."""
+    from ebbtide.client_checks import NO_SCHEDULER_NOTE
+    from ebbtide.queue.states import JobState
+
+    unplanned = any(j.state == JobState.QUEUED and not j.reason for j in jobs)
+    if unplanned and client.scheduler_running() is False:
+        click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}", err=True)
 
 
 def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = False) -> None:

@@ -46,6 +46,50 @@ def lock_path(engine: sa.Engine, home: Path) -> Path:
     return home / "scheduler.lock"
 
 
+def scheduler_running(engine: sa.Engine, home: Path) -> bool | None:
+    """Whether a scheduler holds the leader lock of this store now, for clients that
+    want to say why a queued job has no reason yet; None when it cannot be told.
+
+    Nothing is written and no lock is kept.  On PostgreSQL it reads ``pg_locks`` (any
+    role may); on SQLite it tries a shared ``flock`` on the lock file and lets it go at
+    once (a scheduler that tries for the lock in that instant tries again at its next
+    turn), and a lock file this user may not open (another user's scheduler) cannot
+    tell."""
+    if engine.dialect.name == "postgresql":
+        try:
+            with reading(engine) as conn:
+                held = conn.execute(
+                    sa.text(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                        "AND classid = 0 AND objid = :k AND objsubid = 1 AND database = "
+                        "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                    ),
+                    {"k": LEADER_LOCK_KEY},
+                ).scalar()
+        except Exception:
+            return None
+        return bool(held)
+    if engine.dialect.name != "sqlite":
+        return None
+    try:
+        fd = os.open(lock_path(engine, home), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # no scheduler ever ran on this store
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 class LeaderLock:
     def __init__(
         self,
