@@ -58,7 +58,9 @@ def _parse_device(text: str | None) -> tuple[str, int] | None:
 
 
 def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict[str, Any]:
-    """What ``explain --json`` prints (lull windows count as closed: no live samples here)."""
+    """What ``explain --json`` prints (lull windows count as closed: no live samples here).
+    Without ``device``, a window limited to a pool is not open everywhere (``open``
+    false) but says whether it is open on its pool's devices (``open_in_pool``)."""
     from ebbtide.scheduling.windows import Gatekeeper
 
     keeper = Gatekeeper(policy)
@@ -84,6 +86,11 @@ def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict
                 next_change=_iso(occ.end if occ else sched.next_start(at)),
                 timezone=w.timezone,
             )
+            if w.pool is not None and device is None:  # open or not on its pool's devices
+                entry.update(
+                    open_in_pool=occ is not None,
+                    note=f"pool {w.pool} only; --device NODE/INDEX for one device",
+                )
         windows.append(entry)
     queues = {}
     for q in policy.queues:
@@ -166,6 +173,8 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
     click.echo(f"rule: {data['rule']}")
     for w in data["windows"]:
         state = "open" if w["open"] else "closed"
+        if w.get("open_in_pool"):
+            state = "open on its pool"
         nxt = f", next change {w['next_change']}" if w.get("next_change") else ""
         note = f" ({w['note']})" if w.get("note") else ""
         click.echo(f"  {w['kind']:<8} {w['name']:<20} {state}{nxt}{note}")

@@ -287,9 +287,10 @@ class Gatekeeper:
         if upcoming:
             t, w = min(upcoming, key=lambda x: x[0])
             parts.append(f"window {w.name!r} opens {_local(t, w.tz, now)} {w.timezone}")
+        where = f"{node}/{index}" if node else "a device"  # no device: policy explain
         for w in lulls:
             opens = (
-                f"opens on {node}/{index} after online below "
+                f"opens on {where} after online below "
                 f"{w.below.compute_pct:g}%/{format_mib(w.below.memory)} for {w.for_:g}s"
             )
             closed = lull_why(w.name, node, index) if lull_why is not None else ""
