@@ -12,6 +12,7 @@ from ebbtide.args import filter_name, whole
 from ebbtide.client_base import ClientBase
 from ebbtide.errors import SpecError
 from ebbtide.queue.rightsizing import NO_MEASUREMENT, RECENT_JOBS, recommend
+from ebbtide.queue.states import FINAL_STATES
 from ebbtide.queue.store import Store
 
 #: Most of a user's or a queue's latest jobs :meth:`Client.recommend` looks at.
@@ -83,6 +84,13 @@ class ClientReports(ClientBase):
             last = whole(last, "last", 1, MAX_RECOMMEND_JOBS)
             scope = {"user": user, "queue": queue, "last": last}
             measured = self.store.measured_attempts(owner=user, queue=queue, jobs=last)
+            if not measured and not self.store.list_jobs(
+                states=FINAL_STATES, owner=user, queue=queue, limit=1
+            ):  # a mistyped name, or nothing has ended yet: not the headroom source
+                whose = " and ".join(
+                    w for w in (user and f"of user {user}", queue and f"in queue {queue}") if w
+                )
+                note = f"no job {whose} has finished yet: there is nothing to learn from"
         largest = max(
             (
                 int(d.get("memory_mib") or 0)

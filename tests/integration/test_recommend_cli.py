@@ -126,6 +126,14 @@ def test_no_measurement_says_why(store: Store) -> None:
     assert data["recommendations"] == [] and "--headroom nvml" in data["note"]
     [queued] = store.submit(JobSpec(command=["x"]), "alice", defaults_deadline_s=30)
     assert "has not run yet" in ebb("recommend", str(queued))
+    # a trial's trap: a user with no finished job (a typo) was told to change the
+    # headroom source
+    for args, whose in (
+        (["-u", "nosuchuser"], "of user nosuchuser"),
+        (["-u", "alice", "-q", "nosuchqueue"], "of user alice and in queue nosuchqueue"),
+    ):
+        text = ebb("recommend", *args)
+        assert f"no job {whose} has finished yet" in text and "--headroom" not in text
 
 
 @pytest.mark.parametrize(
