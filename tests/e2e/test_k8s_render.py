@@ -161,3 +161,15 @@ def test_a_worker_set_up_wrong_for_kubernetes_says_so_in_one_line(
     assert proc.returncode != 0
     assert said in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_whole_gpus_with_no_gpumem_ask_for_the_whole_cards(tmp_path: Path) -> None:
+    """A trial's trap: ``-l gpu=2`` was annotated as asking for "2 GPUs 1GiB" (a share's
+    default memory), while a submission gives whole GPUs the whole cards."""
+    env = ebb_env(tmp_path)
+    out = ebb(env, "k8s", "render", "--image", "x", "-l", "gpu=2", "--", "python", "t.py")
+    annotations = yaml.safe_load(out.stdout)["metadata"]["annotations"]
+    assert annotations["ebbtide.io/slice-asked"] == "2 GPUs 80GiB"
+    out = ebb(env, "k8s", "render", "--image", "x", "-l", "gpu=2,gpumem=10GiB", "--", "t")
+    annotations = yaml.safe_load(out.stdout)["metadata"]["annotations"]
+    assert annotations["ebbtide.io/slice-asked"] == "2 GPUs 10GiB"  # as given

@@ -103,6 +103,8 @@ def render(ctx: click.Context, command: Sequence[str], **opts: Any) -> None:
 
 def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
     """The manifest ``ebb k8s render`` prints for ``command`` and its options."""
+    import dataclasses
+
     from ebbtide.client import kubernetes_grant
     from ebbtide.config.policy import KubernetesSettings, Policy, load_policy
     from ebbtide.kube.pods import PodRequest, pod_manifest
@@ -145,6 +147,11 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
     grant = kubernetes_grant(spec.model_copy(update={"image": image or PLACEHOLDER_IMAGE}), policy)
     if grant is None:  # pragma: no cover - the policy has a kubernetes section now
         raise UserError("kubernetes: the policy has no kubernetes section")
+    if spec.gpus and "memory_mib" not in spec.model_fields_set:
+        # whole GPUs with no gpumem ask for the whole cards, as a submission makes them
+        # (not the 1GiB a share gets by default: "2 GPUs 1GiB" was shown)
+        asked = dataclasses.replace(grant.asked, memory_mib=grant.memory_mib)
+        grant = dataclasses.replace(grant, asked=asked)
     if image is None:
         click.echo(
             "ebb: note: no image is named (--image, or kubernetes.image in the policy); the "
