@@ -517,6 +517,27 @@ def test_sbatch_takes_its_own_flags_among_the_options_and_says_what_an_array_id_
     assert any("names all 3" in n for n in array["notes"])
 
 
+def test_sbatch_help_after_options_a_valued_own_flag_and_a_script_after_the_end_of_options(
+    home: Path,
+) -> None:
+    """A trial's traps: ``sbatch -G 1 -h`` was an "unknown sbatch option", ``--json=x``
+    after an option too, and ``sbatch -- -x.sh`` read the script's name as options
+    (``-d ash.sh``)."""
+    assert "Submit a Slurm batch script" in ebb("sbatch", "-G", "1", "-h")
+    assert "Submit a Slurm batch script" in ebb("sbatch", "-H", "--help")
+    result = CliRunner().invoke(cli, ["sbatch", "-G", "1", "--json=x", "--wrap", "true"])
+    assert result.exit_code == 1 and "--json takes no value" in result.output
+    result = CliRunner().invoke(cli, ["sbatch", "--json=x", "--wrap", "true"])  # click's
+    assert result.exit_code == 2 and "'--json' does not take a value" in result.output
+    (home.parent / "-x.sh").write_text("#!/bin/sh\ntrue\n")
+    out = json.loads(ebb("sbatch", "--json", "-H", "--", "-x.sh", "a", "--", "b"))
+    job = json.loads(ebb("qstat", "-f", str(out["id"]), "--json"))
+    assert job["name"] == "-x.sh" and job["submitted"]["args"] == ["a", "--", "b"]
+    out = json.loads(ebb("sbatch", "--json", "-H", "-J", "named", "--", "-x.sh"))
+    assert json.loads(ebb("qstat", "-f", str(out["id"]), "--json"))["name"] == "named"
+    assert len(json.loads(ebb("qstat", "--json"))) == 2  # the refused one is not there
+
+
 def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_did(
     home: Path,
 ) -> None:

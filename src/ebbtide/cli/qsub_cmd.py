@@ -167,8 +167,24 @@ def _say_submitted(
         click.echo(f"ebb {command}: note: {note}", err=True)
 
 
+#: What ``ebb sbatch`` passes its own parser for ``--``: click drops a ``--`` it meets,
+#: and without it a script named ``-x.sh`` would be read as options.
+_END_OF_OPTIONS = "--\0"
+
+
+class _KeepsEndOfOptions(click.Command):
+    """A command whose first ``--`` reaches its arguments (as :data:`_END_OF_OPTIONS`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            args = list(args)
+            args[args.index("--")] = _END_OF_OPTIONS
+        return super().parse_args(ctx, args)
+
+
 @click.command(
     "sbatch",
+    cls=_KeepsEndOfOptions,
     context_settings={
         "ignore_unknown_options": True,
         "allow_interspersed_args": False,
@@ -204,11 +220,11 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     from ebbtide.queue.qsub import load_script
     from ebbtide.queue.slurm import parse_sbatch_command_line
 
-    words = list(args)
-    if words[:1] == ["-h"]:  # sbatch's -h is its --help
+    words = ["--" if w == _END_OF_OPTIONS else w for w in args]
+    cli_opts, given, rest = parse_sbatch_command_line(words)
+    if given & {"-h", "--help"}:  # sbatch's -h is its --help, after other options too
         click.echo(click.get_current_context().get_help())
         return
-    cli_opts, given, rest = parse_sbatch_command_line(words)
     allow_future = "--allow-future" in given  # ebbtide's own, among the options
     as_json = as_json or "--json" in given
     directives = None

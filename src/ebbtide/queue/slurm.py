@@ -175,8 +175,9 @@ def parse_sbatch_tokens(tokens: list[str], where: str) -> QsubOptions:
     return _options(split_options(tokens, where)[0], where)
 
 
-#: ``ebb sbatch``'s own flags, not sbatch's, taken among its options before the script.
-OWN_FLAGS = frozenset({"--json", "--allow-future"})
+#: ``ebb sbatch``'s own flags, not sbatch's, taken among its options before the script
+#: (``-h``/``--help``: sbatch's help, wherever among them).
+OWN_FLAGS = frozenset({"--json", "--allow-future", "-h", "--help"})
 
 
 def parse_sbatch_command_line(words: list[str]) -> tuple[QsubOptions, set[str], list[str]]:
@@ -210,6 +211,8 @@ def split_options(
     i = 0
     while i < len(tokens):
         token = tokens[i]
+        if token == "--" and until_argument:  # the end of options: the script is next
+            return found, i + 1
         if token.startswith("--"):
             option, sep, value = token.partition("=")
         elif token.startswith("-") and len(token) >= 2:
@@ -218,7 +221,9 @@ def split_options(
             break
         else:
             raise _error(where, f"unexpected argument {token!r}; #SBATCH lines hold options only")
-        if option in own and not sep:  # a flag of ebbtide's own (``own``)
+        if option in own:  # a flag of ebbtide's own (``own``)
+            if sep:
+                raise _error(where, f"{option} takes no value")
             found.append((option, ""))
             i += 1
             continue
