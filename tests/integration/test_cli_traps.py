@@ -661,6 +661,14 @@ def test_draining_again_without_a_reason_keeps_the_reason_given(home: Path) -> N
     assert ebb("node", "undrain", "gpu-a/0") == "gpu-a/0 back in service\n"
     assert ebb("node", "undrain", "gpu-a/0") == "gpu-a/0 was in service already\n"
     assert ebb("node", "undrain", "gpu-a") == "gpu-a was in service already\n"
+    # a trial's trap: a device undrained under its node's drain was "back in service"
+    ebb("node", "drain", "gpu-a", "--reason", "maint")
+    said = ebb("node", "undrain", "gpu-a/0")
+    assert "gpu-a/0: its own drain and fault are lifted, but it stays out of service" in said
+    assert "maint; ebb node undrain gpu-a returns the node" in said
+    out = json.loads(ebb("node", "undrain", "gpu-a/0", "--json"))
+    assert out["drained"] is True and out["node_drained"].endswith(": maint")
+    assert ebb("node", "undrain", "gpu-a") == "gpu-a back in service\n"
 
 
 def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(

@@ -221,8 +221,22 @@ def undrain(target: str, as_json: bool) -> None:
     client = _client()
     was_out = _out_of_service(client, node, device)
     client.undrain(node, device)
+    node_drain = _node_drain(client, node) if device is not None else None
+    if node_drain:  # a trial's trap: "back in service", while the node's drain held it
+        said = (
+            f"{target}: its own drain and fault are lifted, but it stays out of service: "
+            f"{node_drain}; ebb node undrain {node} returns the node"
+        )
+        _done(as_json, said, node=node, device=device, drained=True, node_drained=node_drain)
+        return
     said = f"{target} back in service" if was_out else f"{target} was in service already"
     _done(as_json, said, node=node, device=device, drained=False)
+
+
+def _node_drain(client: Any, node: str) -> str | None:
+    """The drain of the whole ``node``, in words (None: not drained as a whole)."""
+    row = next((n for n in client.nodes() if n["name"] == node), None)
+    return None if row is None else row.get("drained")
 
 
 def _out_of_service(client: Any, node: str, device: int | None) -> bool:
