@@ -97,8 +97,17 @@ def test_where_the_spare_went_adds_up(backlogged: bool) -> None:
         parts = [f["harvest_efficiency"], *(f[k] for k in split)]
         assert all(0.0 <= x <= 1.0 for x in parts), name
         assert sum(parts) == pytest.approx(1.0, abs=1e-5), name
-    ebbtide = figures(5, backlogged=backlogged)["ebbtide"]
+    every = figures(5, backlogged=backlogged)
+    ebbtide = every["ebbtide"]
     assert ebbtide["spare_unheld_frac"] > 0.0  # the margin alone keeps 5 % unheld
+    for name, f in every.items():  # the named parts of what no slice held are parts of it
+        named = f["spare_margin_frac"] + f["spare_reserve_frac"]
+        assert 0.0 <= named <= f["spare_unheld_frac"] + 1e-6, name
+    # the margin's part is at most the margin (5 of the at most 100 % spare per device) ...
+    assert 0.0 < ebbtide["spare_margin_frac"] <= 0.05 / (1 - ebbtide["utilization_before"])
+    # ... and nothing is put down to it where no offline work may run
+    assert every["exclusive"]["spare_margin_frac"] == every["exclusive"]["spare_reserve_frac"] == 0
+    assert every["greedy"]["spare_margin_frac"] == 0  # no margin, no forecast
 
 
 def test_the_check_catches_a_device_over_capacity() -> None:

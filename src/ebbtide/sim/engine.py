@@ -347,6 +347,7 @@ class Simulation:
             over = dev.held_c - spare
             if over > 0:
                 t.interference_cs += min(over, c) * dt
+            unheld = spare
             if dev.attempts:
                 harvest = min(max(0.0, dev.offline_progress_c()), spare)
                 t.harvest_cs += harvest * dt
@@ -356,11 +357,19 @@ class Simulation:
                 # the spare not harvested: idle beside paused slices, then held by slices
                 # making no progress (see ebbtide.sim.metrics)
                 idle = spare - harvest
+                unheld = 0.0
                 if idle > 0:
                     paused = min(idle, dev.paused_c)
                     stalled = dev.slice_c - dev.paused_c - dev.running_c - dev.running_whole_c
+                    held = min(idle - paused, max(0.0, stalled))
                     t.idle_paused_cs += paused * dt
-                    t.idle_held_cs += min(idle - paused, max(0.0, stalled)) * dt
+                    t.idle_held_cs += held * dt
+                    unheld = idle - paused - held
+            # of what no slice held where work may run: the margin first, then the reserve
+            if unheld > 0 and self.policy.colocate and self._window_open:
+                margin = min(unheld, self.policy.margins.compute_pct)
+                t.idle_margin_cs += margin * dt
+                t.idle_reserve_cs += min(unheld - margin, dev.reserve[0]) * dt
         dev.accounted_to = self.now
 
     def _check(self, dev: SimDevice) -> None:

@@ -38,7 +38,11 @@ while a device is present in the fleet.
   progress: starting, restoring, checkpointing, leaving) and ``spare_unheld_frac`` (the
   rest, which no slice held: the safety margin, the forecast reserve, pieces no queued job
   fits, the moments before a pass).  Offline progress beyond the spare is interference,
-  not harvest, and takes no part in this split.
+  not harvest, and takes no part in this split.  Two parts of ``spare_unheld_frac`` are
+  named, where and while the policy lets offline work run: ``spare_margin_frac`` (up to
+  the policy's compute margin on each device) and ``spare_reserve_frac`` (then up to the
+  device's forecast reserve); the rest of it is room too small for any queued job, time
+  outside the policy's window, and the moments before a pass.
 """
 
 from __future__ import annotations
@@ -97,6 +101,10 @@ class Tally:
     #: (the rest, spare_cs − harvest_cs − these, no slice held)
     idle_paused_cs: float = 0.0
     idle_held_cs: float = 0.0
+    #: of the spare no slice held: up to the policy's compute margin, then up to the
+    #: device's forecast reserve (as the scheduler last heard it)
+    idle_margin_cs: float = 0.0
+    idle_reserve_cs: float = 0.0
     oom_events: int = 0
     evictions: int = 0
     evictions_killed: int = 0
@@ -159,6 +167,8 @@ class Tally:
                 max(0.0, self.spare_cs - self.harvest_cs - self.idle_paused_cs - self.idle_held_cs),
                 self.spare_cs,
             ),
+            "spare_margin_frac": _ratio(self.idle_margin_cs, self.spare_cs),
+            "spare_reserve_frac": _ratio(self.idle_reserve_cs, self.spare_cs),
         }
 
 

@@ -31,9 +31,18 @@ _ROWS: dict[str, tuple[str, str]] = {
     "spare_paused_frac": ("spare idle beside pauses", "pct"),
     "spare_held_frac": ("spare held, no progress", "pct"),
     "spare_unheld_frac": ("spare no slice held", "pct"),
+    "spare_margin_frac": ("  of it the margin", "pct"),
+    "spare_reserve_frac": ("  of it the reserve", "pct"),
 }
 #: Rows beyond :data:`METRIC_KEYS`, after them: where the spare that was not harvested went.
-_MORE = ("eviction_latency_p99_s", "spare_paused_frac", "spare_held_frac", "spare_unheld_frac")
+_MORE = (
+    "eviction_latency_p99_s",
+    "spare_paused_frac",
+    "spare_held_frac",
+    "spare_unheld_frac",
+    "spare_margin_frac",
+    "spare_reserve_frac",
+)
 #: Rows after ``paused_frac`` when the run suspends to host (``--suspend-to-host``).
 _SUSPEND = ("suspensions", "restores", "evictions_while_suspended")
 
