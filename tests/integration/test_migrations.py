@@ -436,3 +436,24 @@ def test_upgrade_from_version_9_indexes_finished_jobs_and_keeps_them(db_url: str
         assert [job.name for job in store.list_jobs()] == ["next"]
     finally:
         store.close()
+
+
+def test_a_reading_command_leaves_a_database_without_ebbtide_alone(db_url: str) -> None:
+    """A trial's trap: ``EBBTIDE_DB_URL=.../postgres ebb qstat`` printed an empty list
+    and made ebbtide's tables in the shared database.  A store opened only to read
+    (``create`` False) is :class:`NoStore` there, and writes nothing."""
+    from ebbtide.errors import NoStore
+
+    if db_url.startswith("sqlite"):  # the file exists, empty: as a database made by hand
+        import sqlite3
+
+        sqlite3.connect(db_url.removeprefix("sqlite:///")).close()
+    with pytest.raises(NoStore, match="there is no ebbtide store at"):
+        Store(db_url, create=False)
+    engine = sa.create_engine(db_url)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+    Store(db_url).close()  # a command that writes makes the store, as before
+    Store(db_url, create=False).close()  # ... and one that reads then finds it

@@ -18,7 +18,8 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ebbtide.errors import EbbtideError, UserError
+from ebbtide.config.settings import redacted
+from ebbtide.errors import EbbtideError, NoStore, UserError
 
 
 def _v1_initial(conn: Connection) -> None:
@@ -266,14 +267,19 @@ def _refuse_foreign_tables(conn: Connection, engine: sa.Engine) -> None:
     )
 
 
-def migrate(engine: sa.Engine) -> int:
-    """Bring the schema up to :data:`LATEST_VERSION`; return the version found before."""
+def migrate(engine: sa.Engine, *, create: bool = True) -> int:
+    """Bring the schema up to :data:`LATEST_VERSION`; return the version found before.
+    With ``create`` False, a database that holds no ebbtide schema yet is
+    :class:`~ebbtide.errors.NoStore`, and nothing is written to it (a command that only
+    reads, pointed at a shared database, must not fill it with ebbtide's tables)."""
     table = _version_table()
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # one migrator at a time across processes
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(724311)"))
         found = current_version(conn)
+        if found == 0 and not create:
+            raise NoStore(f"{redacted(engine.url.render_as_string(hide_password=False))}")
         if found == 0:
             _refuse_foreign_tables(conn, engine)
         table.create(conn, checkfirst=True)

@@ -64,14 +64,15 @@ class StoreBase:
         self, url: str, *, clock: Clock = SYSTEM_CLOCK, migrate: bool = True, create: bool = True
     ) -> None:
         """The store at ``url``, its tables brought up to date (``migrate``).  With
-        ``create`` False, a SQLite file that is not there is an error, not a new store:
-        for commands that only read (``ebb qstat`` with a mistyped ``EBBTIDE_HOME``)."""
+        ``create`` False, a SQLite file that is not there, or a database with no ebbtide
+        schema, is an error, not a new store: for commands that only read (``ebb qstat``
+        with a mistyped ``EBBTIDE_HOME`` or ``EBBTIDE_DB_URL``)."""
         self.url = url
         self.clock = clock
         self.engine = create_engine(url, create=create)
         if migrate:
             try:
-                migrations.migrate(self.engine)
+                migrations.migrate(self.engine, create=create)
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
                 self.engine.dispose()
                 cause = str(exc.orig or exc).strip().splitlines()[0] if str(exc) else ""
