@@ -165,6 +165,14 @@ def build(
     policy = load_policy(path)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs, checkpoints: private
     store = Store(settings.db_url)
+    if settings.redis_url and store.engine.dialect.name == "sqlite":
+        # a trial's trap: a worker with the broker set and no EBBTIDE_DB_URL ran on a
+        # SQLite file of its own, and never appeared in the fleet
+        log.warning(
+            "the store is the SQLite file %s: only processes on this host that use it "
+            "share it; set EBBTIDE_DB_URL=postgresql://... to join a fleet",
+            store.engine.url.database,
+        )
     # the agent's executor is checked before the broker: a wrong --executor/--profile or
     # policy section is said first
     runs = _executor(executor, policy, agent_name, profile) if agent_name is not None else None

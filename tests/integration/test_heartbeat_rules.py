@@ -104,3 +104,41 @@ def test_the_agents_write_rules_follow_the_policy_and_its_reloads(tmp_path: Path
         assert (rules.period_s, rules.deadband_memory_mib) == (0.5, 256.0)
     finally:
         rt.stop()
+
+
+def test_a_fleet_process_on_a_sqlite_store_says_so(tmp_path, caplog, redis_url) -> None:  # type: ignore[no-untyped-def]
+    """A trial's trap: ``ebb worker`` with ``EBBTIDE_REDIS_URL`` set and no
+    ``EBBTIDE_DB_URL`` ran on a SQLite file of its own, said nothing, and never joined
+    the fleet.  It warns, naming the file; the embedded mode (``ebb up``) does not."""
+    import logging
+    import uuid
+
+    from ebbtide.config.settings import Settings
+    from ebbtide.runtime import build
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.static import StaticSource
+
+    db = tmp_path / "e.db"
+    for broker in (redis_url, None):
+        caplog.clear()
+        settings = Settings(
+            home=tmp_path / "home",
+            db_url=f"sqlite:///{db}",
+            redis_url=broker,
+            namespace=f"t-{uuid.uuid4().hex[:8]}",
+        )
+        with caplog.at_level(logging.WARNING, logger="ebbtide"):
+            agent = (
+                {}
+                if broker
+                else {"agent_name": "n1", "source": StaticSource(parse_devices("1x80GiB"))}
+            )
+            build(settings, scheduler=True, **agent).stop()  # type: ignore[arg-type]
+        said = [r.getMessage() for r in caplog.records if "SQLite file" in r.getMessage()]
+        if broker:
+            assert said == [
+                f"the store is the SQLite file {db}: only processes on this host that use "
+                "it share it; set EBBTIDE_DB_URL=postgresql://... to join a fleet"
+            ]
+        else:
+            assert said == []

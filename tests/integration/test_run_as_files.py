@@ -203,6 +203,36 @@ def test_an_owner_mode_agent_does_not_start_on_a_home_someone_else_owns(tmp_path
         store.close()
 
 
+def test_an_owner_mode_agent_does_not_start_where_no_job_could_reach_its_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A trial's trap: a root agent on ``/root/.ebbtide`` only warned, then every job of
+    every user failed at its start (``Permission denied``), root's being refused."""
+    require_root()
+    home = tmp_path / "home"  # pytest's directories are root's alone (0700)
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    agent = NodeAgent(
+        "n1", store, StaticSource(parse_devices("1x80GiB")), home=home, run_as="owner"
+    )
+    try:
+        with pytest.raises(ConfigError, match="No job could run here: root's are refused"):
+            agent.start()
+    finally:
+        agent.journal.close()
+    # with root's jobs allowed, they can run: it starts, and warns
+    agent = NodeAgent(
+        "n1",
+        store,
+        StaticSource(parse_devices("1x80GiB")),
+        home=home,
+        run_as="owner",
+        allow_root_jobs=True,
+    )
+    try:
+        agent.start()
+    finally:
+        agent.kill()
+        store.close()
+
+
 # -- the shim as another user (root only) -----------------------------------------------
 
 PROBE = """\

@@ -172,7 +172,7 @@ def _run_node(
     """Run a node agent (with the scheduler beside it for ``ebb up``) until signalled."""
     from pathlib import Path
 
-    from ebbtide.config.settings import Settings
+    from ebbtide.config.settings import Settings, redacted
     from ebbtide.runtime import build, describe_devices
 
     _setup_logging(log_level)
@@ -199,12 +199,13 @@ def _run_node(
         metrics_address=metrics_address,
     )
     log.info(
-        "ebbtide %s: node %s, devices %s, headroom %s, home %s, jobs run as %s",
+        "ebbtide %s: node %s, devices %s, headroom %s, home %s, store %s, jobs run as %s",
         "up" if with_scheduler else "worker",
         name,
         describe_devices(source.devices()),
         headroom,
         settings.home,
+        redacted(settings.db_url),
         _whom(executor, run_as),
     )
     if (
@@ -230,18 +231,19 @@ def scheduler(
     """Run the scheduler alone (distributed mode: needs EBBTIDE_REDIS_URL)."""
     from pathlib import Path
 
-    from ebbtide.config.settings import Settings
+    from ebbtide.config.settings import Settings, redacted
     from ebbtide.runtime import build
 
     _setup_logging(log_level)
+    settings = Settings.from_env()
     rt = build(
-        Settings.from_env(),
+        settings,
         scheduler=True,
         policy_path=Path(policy) if policy else None,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
     )
-    log.info("ebbtide scheduler up")
+    log.info("ebbtide scheduler up: store %s", redacted(settings.db_url))
     rt.run_until_signalled()
 
 

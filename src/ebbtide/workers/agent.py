@@ -327,6 +327,14 @@ class NodeAgent:
             warnings = attempt_files.share_home(self.home)
         except OSError as exc:  # another user's home, a file: jobs could not be kept apart
             raise ConfigError(f"EBBTIDE_HOME {self.home}: {exc}") from None
+        if warnings and not self.allow_root_jobs:
+            # a trial's trap: the agent only warned, then every job failed at its start
+            raise ConfigError(
+                f"EBBTIDE_HOME {self.home}: {warnings[0]}. No job could run here: root's are "
+                "refused (allow_root_jobs is false) and every other user's needs its files "
+                "under it; set EBBTIDE_HOME to a directory others can pass through (e.g. "
+                "/var/lib/ebbtide), or --run-as agent"
+            )
         for warning in warnings:
             log.warning("%s", warning)
 
