@@ -69,6 +69,8 @@ class ClientAdmin(ClientBase):
                     # silent past the policy's heartbeat timeout: the scheduler treats
                     # its attempts as lost and plans nothing there
                     "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
+                    # past half of it: a live agent writes at least every quarter
+                    "quiet": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s / 2,
                     "stopping": n.stopping,
                     # whose jobs its agent runs (any, users: all but root's, user:NAME);
                     # None: an older agent did not say

@@ -167,6 +167,29 @@ def test_ebb_nodes_marks_an_agent_that_went_silent(home: Path) -> None:
     assert "old-box" in text and "(agent silent)" in text.split("old-box", 1)[1].splitlines()[0]
 
 
+def test_ebb_nodes_shows_no_state_for_a_silent_agents_devices_and_says_when_one_is_quiet(
+    home: Path,
+) -> None:
+    """A trial's trap: a killed agent's device showed "ok (agent silent: ...)", and for
+    the first seconds after the kill plain "ok"."""
+    home.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{home / 'ebbtide.db'}"
+    device = {"index": 0, "memory_mib": 81920, "online_compute_pct": 0.0, "online_memory_mib": 0.0}
+    for name, age_s in (("dead-box", 120), ("quiet-box", 7), ("live-box", 0)):
+        clock = FakeClock(start=time.time() - age_s)
+        Store(url, clock=clock).heartbeat(name, started_at=clock.time(), devices=[device])
+    lines = {line.split()[0]: line for line in ebb("nodes").splitlines()[1:]}
+    assert "unknown (agent silent: its jobs are lost and requeued)" in lines["dead-box"]
+    assert " ok (no heartbeat for 7s)" in lines["quiet-box"]  # the timeout is 10s
+    assert lines["live-box"].endswith(" ok")
+    nodes = {n["name"]: n for n in json.loads(ebb("nodes", "--json"))}
+    assert [nodes[n]["quiet"] for n in ("dead-box", "quiet-box", "live-box")] == [
+        True,
+        True,
+        False,
+    ]
+
+
 def test_ebb_nodes_says_an_agent_that_stopped_cleanly_stopped(home: Path) -> None:
     """A trial's trap: an agent stopped with Ctrl-C showed "(agent stopping) (agent
     silent: its jobs are lost and requeued)", though nothing of it was lost."""

@@ -65,9 +65,13 @@ def nodes(as_json: bool, full: bool) -> None:
                 stopping = " (agent stopping)"
             elif pos == 0 and n.get("silent"):
                 stopping = " (agent silent: its jobs are lost and requeued)"
+            elif pos == 0 and n.get("quiet"):  # not silent yet: say it before it is
+                stopping = f" (no heartbeat for {n['heartbeat_age_s']:.0f}s)"
+            # a silent agent's last figures say nothing of now (a trial's trap: "ok")
+            state = "unknown" if n.get("silent") else _state(d, now)
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
-                f"{_slices(d):<22}  {_state(d, now)}{stopping}"
+                f"{_slices(d):<22}  {state}{stopping}"
             )
             if full:
                 click.echo(f"{'':<30}online: {_online_pods(d)}")
