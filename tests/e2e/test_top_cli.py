@@ -184,6 +184,8 @@ def test_once_prints_every_gpu_and_json_the_snapshot(home: Path) -> None:
     env = ebb_env(home, COLUMNS="160")
     text = ebb(env, "top", "--once").stdout
     assert "\x1b[" not in text  # no terminal: no colours
+    # one frame: no key works, so no key's help (a trial's trap)
+    assert text.rstrip().splitlines()[-1].strip() == "gpus 1-5 of 5" and "q quit" not in text
     rows = [line.split()[0] for line in text.splitlines() if line.startswith("gpu-")]
     assert rows == ["gpu-10/0", "gpu-a/0", "gpu-a/1", "gpu-b/0", "gpu-b/1"]
     filtered = ebb(env, "top", "--once", "--user", "frank", "--sort", "headroom").stdout

@@ -61,3 +61,12 @@ def test_unreachable_redis_is_a_clear_error() -> None:
 
     with pytest.raises(BrokerUnavailable, match="cannot reach Redis"):
         Bus.redis("redis://127.0.0.1:1/0")
+
+
+def test_a_url_that_is_not_redis_names_the_setting() -> None:
+    """A trial's trap: ``EBBTIDE_REDIS_URL=http://...`` said only "Redis URL must specify
+    one of the following schemes"."""
+    from ebbtide.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^EBBTIDE_REDIS_URL: http://x:\*\*\*@h/0: .*scheme"):
+        Bus.redis("http://x:secret@h/0")

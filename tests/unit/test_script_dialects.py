@@ -125,7 +125,11 @@ def test_slurm_defaults_output_to_slurm_jobid_out_and_exports_the_environment() 
         ("--hold=yes", "line 2: --hold takes no value"),
         ("--signal=KILL@60", "line 2: --signal: KILL cannot be a warning signal"),
         ("--signal=USR1@7200", "line 2: --signal @SECS: must be at most 3600s"),
-        ("--gpus=0", "line 2: -l gpus: expected a whole number of GPUs from 1 to 64"),
+        # the option as given, not the -l gpus it becomes (a trial's trap)
+        ("--gpus=0", "line 2: --gpus: expected a whole number of GPUs from 1 to 64, got '0'"),
+        ("-G 0", "line 2: --gpus: expected a whole number of GPUs from 1 to 64"),
+        ("--gres=gpu:0", "line 2: --gres: expected a whole number of GPUs from 1 to 64"),
+        ("--gpus-per-node=a100:x", "--gpus-per-node: expected a whole number of GPUs"),
         ("--input=data.txt", "standard input is /dev/null here"),
     ],
 )

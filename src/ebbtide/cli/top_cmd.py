@@ -122,7 +122,7 @@ def _once(snapshot: FleetSnapshot, state: ViewState) -> None:
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(highlight=False, width=PIPE_WIDTH)
     height = console.size.height if console.is_terminal else None
-    console.print(render(snapshot, state, console.size.width, height))
+    console.print(render(snapshot, state, console.size.width, height, keys=False))
 
 
 def _live(client: Any, state: ViewState, interval: float) -> None:

@@ -28,7 +28,7 @@ from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.message import Message
 
-from ebbtide.errors import BrokerUnavailable
+from ebbtide.errors import BrokerUnavailable, ConfigError
 from ebbtide.messaging.messages import (
     AttemptChanged,
     EvictAttempt,
@@ -87,6 +87,9 @@ class Bus:
 
         try:
             client = redis.Redis.from_url(url)
+        except ValueError as exc:  # not a Redis URL: name the setting it came from
+            raise ConfigError(f"EBBTIDE_REDIS_URL: {redacted(url)}: {exc}") from None
+        try:
             client.ping()
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot reach Redis at {redacted(url)}: {exc}") from None

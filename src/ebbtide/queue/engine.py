@@ -44,7 +44,10 @@ def _enable_wal(cur: Any) -> None:
 #: What a database URL may name: ebbtide keeps its jobs in SQLite or PostgreSQL.
 URL_FORMS = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
 #: How to install the PostgreSQL driver (SQLite's comes with Python).
-_POSTGRES_DRIVER = "pip install 'ebbtide[postgres]' (the psycopg driver)"
+_POSTGRES_DRIVER = (
+    "pip install 'ebbtide[postgres]' (the psycopg driver; from a clone: pip install -e "
+    "'.[postgres]')"
+)
 
 
 def _sqlite_engine(url: str, create: bool) -> sa.Engine:

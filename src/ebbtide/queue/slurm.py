@@ -328,7 +328,7 @@ def _gres(option: str, value: str, where: str, notes: list[str]) -> str | None:
         count = rest[-1] if rest and rest[-1].isdigit() else "1"
         if len(rest) == 2 or (len(rest) == 1 and not rest[0].isdigit()):
             notes.append(_type_note(where, option, rest[0]))
-    return count
+    return None if count is None else _gpu_count(option, count, where)
 
 
 def _gpus(option: str, value: str, where: str, notes: list[str]) -> str | None:
@@ -336,6 +336,18 @@ def _gpus(option: str, value: str, where: str, notes: list[str]) -> str | None:
     kind, sep, count = value.strip().rpartition(":")
     if sep:
         notes.append(_type_note(where, option, kind))
+    return _gpu_count(option, count, where)
+
+
+def _gpu_count(option: str, count: str, where: str) -> str:
+    """``count`` if it is a number of whole GPUs ebbtide takes, else an error naming the
+    option it came with (not the ``-l gpus`` it becomes)."""
+    if not count.isdigit() or not 1 <= int(count) <= units.MAX_GPUS:
+        raise _error(
+            where,
+            f"{option}: expected a whole number of GPUs from 1 to {units.MAX_GPUS}, got "
+            f"{units.shown(count, 20)}",
+        )
     return count
 
 

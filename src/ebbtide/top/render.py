@@ -100,10 +100,11 @@ def render(
     height: int | None,
     *,
     status: str | None = None,
+    keys: bool = True,
 ) -> RenderableType:
     """The frame of ``snapshot`` in ``state`` for a terminal ``width`` × ``height``
     (height None: every row); ``status`` (e.g. why the last refresh failed) shows in
-    the title."""
+    the title; ``keys`` False leaves out the keys' help (``--once``: no key works)."""
     layout = frame_layout(height, snapshot, state)
     parts: list[RenderableType] = [
         _title(snapshot, state, status),
@@ -126,7 +127,7 @@ def render(
     if layout.footer_evictions:
         recent = visible_evictions(snapshot, state)[: layout.footer_evictions]
         parts.extend(_eviction_lines(recent))
-    parts.append(_help(state, first, count, total))
+    parts.append(_help(state, first, count, total, keys=keys))
     return Group(*parts)
 
 
@@ -327,10 +328,12 @@ def _queue_lines(queues: Sequence[QueueView]) -> list[Text]:
 # -- the footer -------------------------------------------------------------------------
 
 
-def _help(state: ViewState, first: int, shown: int, total: int) -> Text:
+def _help(state: ViewState, first: int, shown: int, total: int, *, keys: bool = True) -> Text:
     line = _line()
     where = f"{first + 1}-{first + shown} of {total:,}" if shown else f"0 of {total:,}"
     line.append(f"{state.panel} {where}  ", style="cyan")
+    if not keys:
+        return line
     if state.prompt is not None:
         line.append(f"filter {state.prompt}: ", style="bold")
         line.append(state.typed + "▏", style="reverse")
