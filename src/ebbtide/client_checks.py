@@ -195,13 +195,6 @@ def check_someone_runs(owner: str, nodes: Sequence[Any]) -> None:
     )
 
 
-#: What ``qstat`` says when it lists a job queued with no reason yet and no scheduler
-#: holds this store's leader lock.
-NO_SCHEDULER_NOTE = (
-    "no scheduler is running on this store: queued jobs wait until one does (ebb up, or "
-    "ebb scheduler)"
-)
-
 #: What a submission to a store no node agent ever reported to is told.
 NO_AGENT_NOTE = (
     "no node agent has ever reported to this store: the job waits until one does (ebb up, "

@@ -182,6 +182,12 @@ def test_qstat_shows_the_same_table_either_way(box: Box) -> None:
     assert re.search(r"\d+\[1-20\] true ", box.run(box.thin, "qstat").stdout)
     direct, thin = box.both("qstat", "-s", "X")
     assert direct.returncode == thin.returncode == 1 and direct.stderr == thin.stderr
+    # a job queued with no reason and no scheduler: noted either way (a trial's trap:
+    # through the server nothing said so)
+    box.run(box.direct, "qsub", "--", "true")
+    direct, thin = box.both("qstat")
+    assert "note: no scheduler is running on this store" in direct.stderr
+    assert direct.stderr == thin.stderr
 
 
 LOADED = """

@@ -607,8 +607,12 @@ def test_the_table_is_the_listing_s_fields_and_nothing_of_the_spec(api: Api) -> 
         (first + 1, "bob", "held"),
     ]
     assert "hunter2" not in json.dumps(answer) and "spec_json" not in answer["fields"]
+    # a job queued with no reason yet, and no scheduler: said, for qstat's note (a trial's
+    # trap: through the server nothing said so); not asked when no such job is listed
+    assert answer["scheduler_running"] is False
     held = api.call("GET", "/qstat", params={"state": "held", "owner": "bob"}).json()
     assert [row[0] for row in held["rows"]] == [first + 1]
+    assert held["scheduler_running"] is None
     bad = api.call("GET", "/qstat", params={"state": "sleeping"})
     assert bad.status_code == 422 and "expected one of" in bad.json()["detail"]
     env = {"EBBTIDE_URL": api.served.url, "EBBTIDE_TOKEN": api.tokens["alice"]}
@@ -617,6 +621,7 @@ def test_the_table_is_the_listing_s_fields_and_nothing_of_the_spec(api: Api) -> 
         assert isinstance(remote, RemoteClient)
         columns = ("id", "owner", "state", "memory_mib")
         assert remote.table(columns) == local.table(columns)
+        assert remote.scheduler_running() is False
         assert remote.table(columns, state="held") == local.table(columns, state="held")
         with pytest.raises(SpecError, match="not a column"):
             remote.table(["spec_json"])  # refused as the store's client refuses it

@@ -83,6 +83,7 @@ class RemoteClient(ClientBase):
             raise ConfigError("EBBTIDE_URL is not set: there is no server to talk to")
         self.settings = settings
         self.workdir = workdir
+        self._scheduler_running: bool | None = None
         self.url = settings.url
         self._where = redacted(self.url)
         headers = {}
@@ -190,11 +191,17 @@ class RemoteClient(ClientBase):
         params = {"owner": owner, "state": _state_param(state)}
         sent = {k: v for k, v in params.items() if v is not None}
         answer = self._call("GET", "/qstat", params=sent)
+        self._scheduler_running = answer.get("scheduler_running")
         at = {name: i for i, name in enumerate(answer["fields"])}
         for name in columns:  # as the store's client says it
             if name not in at:
                 raise SpecError("columns", f"{shown(name, 40)} is not a column of the table")
         return [tuple(row[at[name]] for name in columns) for row in answer["rows"]]
+
+    def scheduler_running(self) -> bool | None:
+        """What the server said with the last :meth:`table`: whether a scheduler leads
+        its store (it says only when a job listed is queued with no reason yet)."""
+        return self._scheduler_running
 
     def events(self, job_id: int) -> builtins.list[dict[str, Any]]:
         return list(self._call("GET", f"/jobs/{whole(job_id, 'job_id')}/events"))

@@ -21,6 +21,7 @@ from ebbtide.queue.models import Job
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS
 from ebbtide.queue.rightsizing import RECENT_JOBS
 from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.states import JobState
 from ebbtide.units import shown
 
 router = APIRouter(prefix=PREFIX)
@@ -163,6 +164,11 @@ def list_jobs(
 class Table(BaseModel):
     fields: list[str] = Field(description="The name of each column of a row.")
     rows: list[list[Any]] = Field(description="A job a row, oldest first.")
+    scheduler_running: bool | None = Field(
+        None,
+        description="Whether a scheduler holds the store's leader lock (null: cannot tell); "
+        "qstat notes it when a queued job has no reason yet.",
+    )
 
 
 @router.get(
@@ -179,9 +185,13 @@ def qstat_table(
     """The jobs ``GET /jobs`` lists, with only the fields of ``ebb qstat``'s table (no
     spec), as rows: far less to make and send for a long queue."""
     rows = client.table(TABLE_COLUMNS, state=state, owner=owner)
+    answer: dict[str, Any] = {"fields": TABLE_COLUMNS, "rows": rows, "scheduler_running": None}
+    reason_at, state_at = TABLE_COLUMNS.index("reason"), TABLE_COLUMNS.index("state")
+    if any(row[state_at] == JobState.QUEUED and not row[reason_at] for row in rows):
+        answer["scheduler_running"] = client.scheduler_running()  # only when it matters
     # written as it is: checking 200,000 plain values against the model takes longer
     # than reading them from the store
-    body = json.dumps({"fields": TABLE_COLUMNS, "rows": rows}, separators=(",", ":"))
+    body = json.dumps(answer, separators=(",", ":"))
     return Response(body, media_type="application/json")
 
 

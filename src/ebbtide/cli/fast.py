@@ -155,13 +155,15 @@ def qsub(
     return answer
 
 
-def qstat_rows(states: list[str], owner: str | None) -> list[Any] | None:
+def qstat_rows(states: list[str], owner: str | None) -> tuple[list[Any], bool | None] | None:
     """The jobs of ``ebb qstat``'s table (in ``states``, all if empty; ``owner``'s, if
     given), each with the fields the server sends (those the table shows among them) as
-    attributes; None when the server does not offer them."""
+    attributes, and whether a scheduler leads the server's store (None: not said); None
+    when the server does not offer them."""
     try:
         answer = call("GET", "/qstat", params={"state": states, "owner": owner})
     except NotOffered:
         return None
     fields = answer["fields"]
-    return [SimpleNamespace(**dict(zip(fields, row, strict=True))) for row in answer["rows"]]
+    rows = [SimpleNamespace(**dict(zip(fields, row, strict=True))) for row in answer["rows"]]
+    return rows, answer.get("scheduler_running")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -150,10 +150,11 @@ def qstat(
         wanted = [s for s in JobState if s not in FINAL_STATES]
     named = _parse_ids(ids)
     if fast.socket_url() is not None and not (full or ids or queues or as_json):
-        rows = fast.qstat_rows([s.value for s in wanted or ()], user)
-        if rows is not None:  # a server on this host answered: its table
-            rows = [j for j in rows if chosen_states.keeps(j)]
+        answered = fast.qstat_rows([s.value for s in wanted or ()], user)
+        if answered is not None:  # a server on this host answered: its table
+            rows = [j for j in answered[0] if chosen_states.keeps(j)]
             _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
+            _note_no_scheduler(answered[1], rows)
             return
     if ids:  # jobs named: no store is an error
         client = _client()
@@ -205,17 +206,28 @@ def qstat(
         _echo_json([client.as_dict(j) for j in jobs])
         return
     _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only)
-    _note_no_scheduler(client, jobs)
+    _note_no_scheduler(client.scheduler_running, jobs)
 
 
-def _note_no_scheduler(client: Any, jobs: Sequence[Any]) -> None:
+#: What ``qstat`` says when it lists a job queued with no reason yet and no scheduler
+#: holds the store's leader lock.
+NO_SCHEDULER_NOTE = (
+    "no scheduler is running on this store: queued jobs wait until one does (ebb up, or "
+    "ebb scheduler)"
+)
+
+
+def _note_no_scheduler(
+    running: bool | Callable[[], bool | None] | None, jobs: Sequence[Any]
+) -> None:
     """A trial's trap: with no scheduler running, a queued job's REASON stayed empty and
-    nothing said why.  A note says so when a job listed is queued with no reason yet."""
-    from ebbtide.client_checks import NO_SCHEDULER_NOTE
+    nothing said why.  A note says so when a job listed is queued with no reason yet
+    (``running``: whether a scheduler leads, or how to ask, only asked then)."""
     from ebbtide.queue.states import JobState
 
-    unplanned = any(j.state == JobState.QUEUED and not j.reason for j in jobs)
-    if unplanned and client.scheduler_running() is False:
+    if not any(j.state == JobState.QUEUED and not j.reason for j in jobs):
+        return
+    if (running() if callable(running) else running) is False:
         click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}", err=True)
 
 
