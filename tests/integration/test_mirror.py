@@ -126,7 +126,10 @@ def step(store: Store, clock: FakeClock, rng: random.Random) -> None:
 
 def check(mirror: Mirror, store: Store, now: float) -> None:
     queued, active = mirror.sync(store, now)
-    assert list(queued) == store.queued_jobs()
+    expected = store.queued_jobs()
+    assert list(queued) == expected
+    assert all(queued.find(j.id) == j for j in expected)  # as a pass's dispatches look up
+    assert queued.find(0) is None
     assert active == store.active_attempts()
 
 
@@ -294,13 +297,27 @@ def test_groups_keep_scheduling_order_in_each_group_and_merged() -> None:
             plain.pop(job_id, None)
         else:
             c, m = rng.choice(((10.0, 1), (10.0, 2), (25.0, 1)))
-            job = QueuedJob(job_id, rng.randrange(-3, 4), "q", "o", c, 0, m, None, None, 0)
+            array, limit = rng.choice(((None, None), (7, 2), (7, 3), (8, 2)))
+            job = QueuedJob(
+                job_id,
+                rng.randrange(-3, 4),
+                "q",
+                "o",
+                c,
+                0,
+                m,
+                array,
+                limit,
+                0,
+                evictions=rng.choice((0, 0, 1, 2)),
+            )
             groups.add(job)  # may move the job to another group
             plain[job_id] = job
         if rng.random() < 0.01 or len(plain) < 3:
             view = groups.view()
             assert list(view) == sorted(plain.values(), key=lambda j: (-j.priority, j.id))
             assert len(view) == len(plain)
+            assert all(view.find(i) is plain.get(i) for i in range(3000))
             for group in view.groups:
                 jobs = list(group)
                 assert jobs and len({plan_group(j) for j in jobs}) == 1

@@ -41,6 +41,7 @@ from ebbtide.scheduling.snapshot import (
     PauseRules,
     QueuedJob,
     QueueGate,
+    QueueLimits,
     Snapshot,
     plan_group,
     queue_order,
@@ -537,19 +538,44 @@ def windowed(rng: random.Random, s: Snapshot) -> Snapshot:
     return dataclasses.replace(s, queued=queued, gates=gates)
 
 
+def under_quotas(rng: random.Random, s: Snapshot) -> Snapshot:
+    """``s`` with its jobs and attempts in two queues and of two owners, and quotas drawn
+    from few values on the queues (often spent by the attempts already running)."""
+    queues, owners = ("default", "train"), ("alice", "bob")
+    queued = [
+        dataclasses.replace(j, queue=rng.choice(queues), owner=rng.choice(owners)) for j in s.queued
+    ]
+    active = [
+        dataclasses.replace(a, queue=rng.choice(queues), owner=rng.choice(owners)) for a in s.active
+    ]
+    limits = {
+        q: QueueLimits(
+            max_running=rng.choice((None, 0, 1, 3, 8)),
+            max_fleet_share=rng.choice((None, None, 0.05, 0.3)),
+            max_user_share=rng.choice((None, None, 0.1, 0.5)),
+        )
+        for q in queues
+        if rng.random() < 0.8
+    }
+    return dataclasses.replace(s, queued=queued, active=active, queues=limits)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scheduler's copy hands the queue over by planning group; merged as the pass
-    reads, with a group left unread once it fits nowhere and the reasons are full (three
+    reads, with a group left unread once none of its jobs can start (it fits nowhere, its
+    array is at its limit, its queue's quota is spent) and the reasons are full (three
     here), it decides what the queue in order decides: dispatches, reasons, wake-up,
-    with windows (groups finer than shapes) and without."""
+    with windows (groups finer than shapes), quotas and backoffs, and without."""
     monkeypatch.setattr(planner, "MAX_REASONS", 3)
     rng = random.Random(9000 + seed)
     left_behind = 0
-    for case in range(100):
+    for case in range(150):
         s = renumbered(rng, backlogged(rng, random_snapshot(rng)))
+        if rng.random() < 0.5:
+            s = under_quotas(rng, s)
         if rng.random() < 0.4:
             s = windowed(rng, s)
         decided = plan(grouped(s))
@@ -557,6 +583,8 @@ def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
         left_behind += len(s.queued) - len(decided.dispatches) - len(decided.blocked)
     assert left_behind > 100  # jobs were left unread
     s = renumbered(rng, large_snapshot(rng))
+    assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
+    s = under_quotas(rng, s)
     assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
 
 
@@ -578,6 +606,56 @@ def test_a_group_that_fits_nowhere_is_left_unread(monkeypatch: pytest.MonkeyPatc
     decided = plan(s)
     assert [d.job_id for d in decided.dispatches] == [1, 2]
     assert len(decided.blocked) == 3 and len(read) < 10
+
+
+def test_groups_of_a_spent_array_or_quota_are_left_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thousand tasks of an array at its limit, a thousand jobs of a queue at its
+    ``max_running``, and a thousand of a queue past its ``max_fleet_share``, all ahead of
+    a job that fits: the pass reads the jobs it needed for its reasons, not the rest; a
+    group whose jobs may be in a backoff is read on (each end is a wake-up)."""
+    monkeypatch.setattr(planner, "MAX_REASONS", 3)
+    read: list[int] = []
+
+    class Counted(list[QueuedJob]):
+        def __iter__(self) -> Any:
+            for j in super().__iter__():
+                read.append(j.id)
+                yield j
+
+    tasks = Counted(job(i, prio=3, array=7, limit=1) for i in range(1, 1001))
+    capped = Counted(job(i, prio=2, queue="capped") for i in range(1001, 2001))
+    shared = Counted(job(i, prio=1, c=30, queue="shared") for i in range(2001, 3001))
+    last = Counted([job(3001)])
+    running = [
+        att(9001, array=7),
+        att(9002, queue="capped"),
+        att(9003, c=40, queue="shared", devices=(1,)),
+    ]
+    limits = {"capped": QueueLimits(max_running=1), "shared": QueueLimits(max_fleet_share=0.3)}
+    s = Snapshot(
+        now=NOW,
+        queued=GroupedJobs([tasks, capped, shared, last], 3001),
+        active=running,
+        devices=[dev(i=0), dev(i=1)],
+        queues=limits,
+    )
+    decided = plan(s)
+    assert [d.job_id for d in decided.dispatches] == [3001]
+    assert len(decided.blocked) == 3 and len(read) < 20
+    backing_off = [
+        dataclasses.replace(j, evictions=2, requeued_at=NOW - 1) for j in list(capped)[:20]
+    ]
+    read.clear()
+    s = dataclasses.replace(
+        s,
+        queued=GroupedJobs([Counted(backing_off), last], 21),
+        backoff_base_s=30.0,
+        backoff_max_s=600.0,
+    )
+    assert plan(s).wake_at == NOW + 29  # every job of the group read: its backoff's end
+    assert len(read) == 21
 
 
 # -- the fit index, query after query ------------------------------------------------------

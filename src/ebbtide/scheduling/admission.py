@@ -171,6 +171,28 @@ class Quotas:
         self._take(job.queue, job.owner, job.compute_pct * max(1, job.gpus))
 
     def refusal(self, job: QueuedJob) -> str | None:
+        """Why the quotas refuse ``job`` now, or None."""
+        why = self.queue_refusal(job)
+        if why is not None:
+            return why
+        lim = self.limits.get(job.queue)
+        if lim is None:
+            return None
+        units = job.compute_pct * max(1, job.gpus)
+        q = job.queue
+        if lim.max_user_share is not None and (
+            self.user_units[(q, job.owner)] + units > lim.max_user_share * self.fleet_units + 1e-6
+        ):
+            return (
+                f"quota: {job.owner} would hold more than max_user_share "
+                f"{lim.max_user_share:g} of the fleet in queue {q!r}"
+            )
+        return None
+
+    def queue_refusal(self, job: QueuedJob) -> str | None:
+        """Why the queue's own limits (``max_running``, ``max_fleet_share``) refuse ``job``
+        now, or None.  What they count only grows in a pass: a job they refuse, they refuse
+        every later job of its queue and its slice."""
         lim = self.limits.get(job.queue)
         if lim is None:
             return None
@@ -186,13 +208,6 @@ class Quotas:
             return (
                 f"quota: queue {q!r} would hold more than max_fleet_share "
                 f"{lim.max_fleet_share:g} of the fleet"
-            )
-        if lim.max_user_share is not None and (
-            self.user_units[(q, job.owner)] + units > lim.max_user_share * self.fleet_units + 1e-6
-        ):
-            return (
-                f"quota: {job.owner} would hold more than max_user_share "
-                f"{lim.max_user_share:g} of the fleet in queue {q!r}"
             )
         return None
 

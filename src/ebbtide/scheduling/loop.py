@@ -61,7 +61,13 @@ from ebbtide.scheduling.mirror import Mirror
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
 from ebbtide.scheduling.policy_runtime import PolicyRuntime
 from ebbtide.scheduling.retention import Retention
-from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, QueuedJob, Snapshot
+from ebbtide.scheduling.snapshot import (
+    ActiveAttempt,
+    DeviceView,
+    GroupedJobs,
+    QueuedJob,
+    Snapshot,
+)
 
 log = logging.getLogger("ebbtide.scheduler")
 
@@ -219,12 +225,15 @@ class Scheduler:
         job's admission wait for the metrics."""
         chosen = {d.job_id for d in decisions.dispatches}
         waiting: dict[int, QueuedJob] = {}
-        for job in queued if chosen else ():
-            # the jobs chosen are mostly near the head of the queue: read no further
-            if job.id in chosen:
-                waiting[job.id] = job
-                if len(waiting) == len(chosen):
-                    break
+        if isinstance(queued, GroupedJobs):  # the copy's: each looked up by id
+            waiting = {i: job for i in chosen if (job := queued.find(i)) is not None}
+        else:
+            for job in queued if chosen else ():
+                # the jobs chosen are mostly near the head of the queue: read no further
+                if job.id in chosen:
+                    waiting[job.id] = job
+                    if len(waiting) == len(chosen):
+                        break
         # read now, not the snapshot's: an attempt may have started since it was taken
         active = (
             {(a.job_id, a.attempt): a for a in self.store.active_attempts()}

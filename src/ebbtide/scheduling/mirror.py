@@ -17,16 +17,18 @@ it must:
 - every :data:`REBUILD_PERIOD_S` as a safety net (a write that outlived the gaps'
   expiry, a row changed by hand in the database).
 
-The queued jobs are kept by planning group (:data:`~ebbtide.scheduling.snapshot.plan_group`:
-jobs that fit, or not, together), each group in a list of sorted
+The queued jobs are kept by planning group (:func:`~ebbtide.scheduling.snapshot.plan_group`:
+jobs that fit, or not, together, and are refused together), each group in a list of sorted
 runs of at most ``2 × RUN_LENGTH`` jobs (:class:`OrderedJobs`): an insertion or removal by
 ``(-priority, id)`` moves at most one run's elements.  The planner gets the groups as they
-are (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`), merges them as it reads and leaves
-a group unread once none of its jobs fits, so nothing in a pass reads the whole queue.
+are (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, with a lookup by id for the jobs a
+pass dispatches), merges them as it reads and leaves a group unread once none of its jobs
+can start, so nothing in a pass reads the whole queue.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator, Sequence
@@ -65,7 +67,6 @@ class OrderedJobs:
         self._runs = [ordered[i : i + RUN_LENGTH] for i in range(0, len(ordered), RUN_LENGTH)]
         #: the place of each run's last job
         self._lasts = [queue_order(run[-1]) for run in self._runs]
-        self._joined: list[QueuedJob] | None = ordered
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -77,11 +78,14 @@ class OrderedJobs:
         """The jobs in scheduling order, read lazily (do not change the jobs meanwhile)."""
         return chain.from_iterable(self._runs)
 
+    def get(self, job_id: int) -> QueuedJob | None:
+        """The job ``job_id``, or None when it is not in."""
+        return self._by_id.get(job_id)
+
     def add(self, job: QueuedJob) -> None:
         """Add ``job`` (one of its id is taken out first)."""
         self.discard(job.id)
         self._by_id[job.id] = job
-        self._joined = None
         key = queue_order(job)
         if not self._runs:
             self._runs.append([job])
@@ -100,7 +104,6 @@ class OrderedJobs:
         job = self._by_id.pop(job_id, None)
         if job is None:
             return
-        self._joined = None
         key = queue_order(job)
         i = bisect_left(self._lasts, key)
         run = self._runs[i]
@@ -112,10 +115,8 @@ class OrderedJobs:
             del self._lasts[i]
 
     def as_list(self) -> list[QueuedJob]:
-        """The jobs in scheduling order (the same list until the next change: read only)."""
-        if self._joined is None:
-            self._joined = list(chain.from_iterable(self._runs))
-        return self._joined
+        """The jobs in scheduling order, as a new list."""
+        return list(chain.from_iterable(self._runs))
 
 
 class ChangeSet(Protocol):
@@ -176,9 +177,14 @@ class Groups:
         if not jobs:
             del self._groups[group]
 
+    def find(self, job_id: int) -> QueuedJob | None:
+        """The job ``job_id``, or None when it is not in."""
+        group = self._group_of.get(job_id)
+        return None if group is None else self._groups[group].get(job_id)
+
     def view(self) -> GroupedJobs:
         """The planner's view (read only, until the next change)."""
-        return GroupedJobs(list(self._groups.values()), len(self))
+        return GroupedJobs(list(self._groups.values()), len(self), self.find)
 
 
 class Mirror:
@@ -246,6 +252,10 @@ class Mirror:
         assert start is not None  # a new cursor always begins
         self._queued = Groups(store.queued_jobs())
         self._active = {a.job_id: a for a in store.active_attempts()}
+        # the copy's objects are walked once by a full garbage collection, here in the
+        # pass that reads everything anyway, not by the one the copy's allocations would
+        # set off at the next pass (about 0.2 s at 100,000 queued jobs)
+        gc.collect()
         self._cursor = start.cursor
         self._epoch = epoch
         self._built_at = now

@@ -33,9 +33,11 @@ cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
   job finds no device is worked out once per queue and timing, not once per job;
 - once the reasons are full, the jobs of shapes known to fit nowhere are passed over: given
   the queue by planning group (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, as the
-  scheduler's copy of the queue keeps it), such a group is left unread, so a pass reads
-  the jobs it places and refuses, whatever the length of the queue; given a list, they
-  are passed over at C speed.
+  scheduler's copy of the queue keeps it), such a group is left unread, and so is a group
+  whose array is at its limit or whose queue's ``max_running`` or ``max_fleet_share`` is
+  spent (none of it in a backoff), so a pass reads the jobs it places and refuses,
+  whatever the length of the queue; given a list, the shapes that fit nowhere are passed
+  over at C speed.
 """
 
 from __future__ import annotations
@@ -75,7 +77,6 @@ from ebbtide.scheduling.snapshot import (
     QueuedJob,
     QueueGate,
     Snapshot,
-    plan_group,
     protected,
     queue_order,
 )
@@ -86,7 +87,9 @@ _PRIORITY = attrgetter("priority")
 _ID = attrgetter("id")
 #: A job's shape: jobs of one shape fit where the others do (and, under windows, in time)
 _SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
-_SHAPE_AND_TIMING = plan_group
+_SHAPE_AND_TIMING = attrgetter(
+    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
+)
 _COMPUTE = attrgetter("compute_pct")
 _MEMORY = attrgetter("memory_mib")
 
@@ -266,10 +269,26 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
         if quotas is not None:
             quotas.take(job)
 
+    def spent(job: QueuedJob, shape: tuple[object, ...]) -> bool:
+        """Whether every later job of ``job``'s planning group is refused this pass, and
+        does nothing more than say why: its shape fits nowhere, its array is at its limit,
+        or its queue's own quota is spent (none of the group in a backoff, whose end the
+        refusal would ask to be woken at).  What each counts only grows in a pass."""
+        if shape in misfits:
+            return True
+        if (
+            job.array_id is not None
+            and job.array_limit is not None
+            and running_per_array[job.array_id] >= job.array_limit
+        ):
+            return True
+        return quotas is not None and job.evictions < 2 and quotas.queue_refusal(job) is not None
+
     queued = snapshot.queued
     if isinstance(queued, GroupedJobs):
-        # the groups merged in scheduling order; a group known to fit nowhere, once the
-        # reasons are full, is left behind unread (a pass reads what it places and refuses)
+        # the groups merged in scheduling order; once the reasons are full, a group none
+        # of whose jobs can start (see ``spent``) is left behind unread (a pass reads what
+        # it places and refuses)
         groups = [iter(g) for g in queued.groups]
         heads = [(queue_order(j), k, j) for k, g in enumerate(groups) if (j := next(g, None))]
         heapq.heapify(heads)
@@ -280,9 +299,9 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
                 admit(job, shape)
             else:
                 refuse(job, misfits[shape])
-                if len(out.blocked) >= MAX_REASONS:
-                    heapq.heappop(heads)
-                    continue
+            if len(out.blocked) >= MAX_REASONS and spent(job, shape):
+                heapq.heappop(heads)
+                continue
             following = next(groups[k], None)
             if following is None:
                 heapq.heappop(heads)

@@ -7,9 +7,8 @@ simulator all build these and call the same pure functions.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import overload
 
 from ebbtide.queue.states import JobState
@@ -45,30 +44,56 @@ def queue_order(job: QueuedJob) -> tuple[int, int]:
     return (-job.priority, job.id)
 
 
-#: What makes queued jobs fit, or not, together: the shape of their slice (they fit where
-#: the others do) and, under windows, their queue and timing (they fit in time where the
-#: others do).  Once the planner knows that one fits nowhere, it knows it of every job of
-#: the group.  See :class:`GroupedJobs`.
-plan_group = attrgetter(
-    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
-)
+def plan_group(job: QueuedJob) -> tuple[object, ...]:
+    """What makes queued jobs fit, or not, together: the shape of their slice (they fit
+    where the others do) and, under windows, their queue and timing (they fit in time
+    where the others do); and what makes them refused together: their queue (its quota),
+    their array when it has a limit, and whether they may be in a backoff (evicted twice
+    or more).  Once the planner knows that one fits nowhere, or that its array or its
+    queue's quota is spent, it knows it of every job of the group.  See
+    :class:`GroupedJobs`."""
+    limit = job.array_limit
+    return (
+        job.compute_pct,
+        job.memory_mib,
+        job.gpus,
+        job.queue,
+        job.first_checkpoint_s,
+        job.deadline_s,
+        None if limit is None else job.array_id,
+        limit,
+        job.evictions >= 2,
+    )
 
 
 class GroupedJobs(Sequence[QueuedJob]):
     """Queued jobs in scheduling order (:func:`queue_order`), held as groups of one
-    :data:`plan_group` each, each group in that order (no id twice).
+    :func:`plan_group` each, each group in that order (no id twice).
 
     Iterating merges the groups; the planner merges them as it reads and leaves a group
-    behind once it knows that none of its jobs fits, so that a pass reads the jobs it
-    places and refuses, not the whole queue (the scheduler's copy of the queue keeps
-    these groups: :mod:`ebbtide.scheduling.mirror`).  Indexing makes the whole list once
-    (for tests)."""
+    behind once it knows that none of its jobs can start this pass, so that a pass reads
+    the jobs it places and refuses, not the whole queue (the scheduler's copy of the queue
+    keeps these groups: :mod:`ebbtide.scheduling.mirror`).  :meth:`find` looks a job up by
+    id (``find``: the holder's own lookup; without one it reads the groups).  Indexing
+    makes the whole list once (for tests)."""
 
-    def __init__(self, groups: Sequence[Iterable[QueuedJob]], size: int) -> None:
+    def __init__(
+        self,
+        groups: Sequence[Iterable[QueuedJob]],
+        size: int,
+        find: Callable[[int], QueuedJob | None] | None = None,
+    ) -> None:
         #: each group, iterable again and again, in scheduling order
         self.groups = groups
         self._size = size
+        self._find = find
         self._list: list[QueuedJob] | None = None
+
+    def find(self, job_id: int) -> QueuedJob | None:
+        """The job ``job_id``, or None when it is not here."""
+        if self._find is not None:
+            return self._find(job_id)
+        return next((j for g in self.groups for j in g if j.id == job_id), None)
 
     def __len__(self) -> int:
         return self._size
