@@ -779,3 +779,30 @@ def test_qstat_says_when_no_scheduler_runs_to_plan_a_queued_job(home: Path) -> N
     # a reason given: the scheduler has seen it, whatever runs now
     store.set_reasons({1: "waits for headroom"})
     assert CliRunner().invoke(cli, ["qstat"]).stderr == ""
+
+
+def test_policy_explain_explains_the_policy_in_force(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial's trap: ``ebb policy explain`` re-read ``$EBBTIDE_POLICY``'s file, not the
+    policy the scheduler runs with (a broken edit made it fail, though the scheduler kept
+    its old policy)."""
+    broken = home.parent / "edited.yaml"
+    broken.write_text("windows: [\n")
+    monkeypatch.setenv("EBBTIDE_POLICY", str(broken))
+    nothing = CliRunner().invoke(cli, ["policy", "explain"])  # no store: the file
+    assert nothing.exit_code == 1 and "edited.yaml" in nothing.output
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.publish_policy(
+        "windows:\n  - {name: nights, kind: cron, schedule: '0 22 * * *', duration: 8h}\n",
+        "/etc/ebbtide/ebbtide.yaml",
+    )
+    data = json.loads(ebb("policy", "explain", "--json", "--at", "2026-12-01T23:00:00+00:00"))
+    assert data["policy"] == "as the scheduler published it (/etc/ebbtide/ebbtide.yaml)"
+    assert [w["name"] for w in data["windows"]] == ["nights"] and data["allowed"] is True
+    text = ebb("policy", "explain", "--at", "2026-12-01T23:00:00+00:00")
+    assert text.startswith("policy: as the scheduler published it (/etc/ebbtide/ebbtide.yaml)\n")
+    # --policy FILE: that file, an edit before it is loaded
+    edit = CliRunner().invoke(cli, ["policy", "explain", "--policy", str(broken)])
+    assert edit.exit_code == 1 and "edited.yaml" in edit.output

@@ -21,11 +21,44 @@ RULE = (
 )
 
 
-def _load(path: str | None) -> Any:
+def _load(path: str | None) -> tuple[Any, str]:
+    """The policy ``explain`` explains, and where it came from: the file given; else the
+    one in force, as clients check jobs against it (the scheduler's published policy,
+    else ``$EBBTIDE_POLICY``'s file, else the built-in defaults)."""
     from ebbtide.config.policy import Policy, load_policy
 
-    chosen = path or os.environ.get("EBBTIDE_POLICY")
-    return load_policy(Path(chosen)) if chosen else Policy()
+    if path:
+        return load_policy(Path(path)), path
+    published = _published()
+    if published is not None:
+        return published
+    chosen = os.environ.get("EBBTIDE_POLICY")
+    return (load_policy(Path(chosen)), chosen) if chosen else (Policy(), "built-in defaults")
+
+
+def _published() -> tuple[Any, str] | None:
+    """The policy the scheduler of this store published, and its source; None when there
+    is no store here, none was published, or the store is reached through a server."""
+    from ebbtide.client_checks import published_policy
+    from ebbtide.config.settings import Settings
+    from ebbtide.errors import NoStore
+    from ebbtide.queue.store import Store
+
+    settings = Settings.from_env()
+    if settings.url:  # through ebb server: its policy is its scheduler's business
+        return None
+    try:
+        store = Store(settings.db_url, create=False)
+    except NoStore:
+        return None
+    try:
+        policy = published_policy(store)
+        record = store.published_policy()
+    finally:
+        store.close()
+    if policy is None or record is None:
+        return None
+    return policy, f"as the scheduler published it ({record[1] or 'built-in defaults'})"
 
 
 def _iso(t: float | None) -> str | None:
@@ -151,7 +184,8 @@ def check(file: str, as_json: bool) -> None:
     "--policy",
     "path",
     type=click.Path(dir_okay=False),
-    help="Policy file (default: $EBBTIDE_POLICY, else built-in defaults).",
+    help="Policy file (default: the one the scheduler published, else $EBBTIDE_POLICY, else "
+    "built-in defaults).",
 )
 @click.option(
     "--at", "at_text", help="ISO time to explain (default: now), e.g. 2026-12-01T23:00+01:00."
@@ -159,12 +193,19 @@ def check(file: str, as_json: bool) -> None:
 @click.option("--device", "device_text", help="NODE/INDEX, for pool and per-device windows.")
 @click.option("--json", "as_json", is_flag=True)
 def explain(path: str | None, at_text: str | None, device_text: str | None, as_json: bool) -> None:
-    """Which windows are open and why, the next change, and the share allowed per queue."""
-    policy = _load(path)
+    """Which windows are open and why, the next change, and the share allowed per queue.
+
+    Without --policy it explains the policy in force: the one the scheduler published to
+    the store (as ebb qsub checks jobs against it), else $EBBTIDE_POLICY's file, else the
+    built-in defaults; --policy FILE explains that file (an edit, before it is loaded).
+    Lull windows open on live load, which this command does not see."""
+    policy, source = _load(path)
     data = explain_data(policy, _parse_at(at_text), _parse_device(device_text))
+    data["policy"] = source
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
+    click.echo(f"policy: {source}")
     click.echo(
         f"at {data['at']}{' on ' + data['device'] if data['device'] else ''}: "
         f"offline work {'allowed' if data['allowed'] else 'not allowed'}"
