@@ -77,6 +77,11 @@ COUNTING = {
         "and lost work (seconds since the attempt's last checkpoint; times its slice in "
         "GPU-hours, and that as a share of the GPU-hours harvested)"
     ),
+    "lost_attempts": (
+        "lost events inside the window, by reason code: attempts whose node went silent, "
+        "whose start never happened or that vanished; each is requeued or held, not "
+        "evicted, so none is in evictions"
+    ),
     "pauses": (
         "paused events inside the window (suspensions to host memory among them), and "
         "the seconds attempts were paused inside it"
@@ -278,6 +283,8 @@ class _Tally:
     memory_gib_s: float = 0.0
     evictions: list[EventRow] = field(default_factory=list)
     lost_gpu_s: float = 0.0
+    #: lost attempts, by reason code
+    lost: dict[str, int] = field(default_factory=dict)
     pauses: int = 0
     suspended: int = 0
     paused_s: float = 0.0
@@ -299,6 +306,10 @@ class _Tally:
                     code: _evictions(group)
                     for code, group in sorted(_by_reason(self.evictions).items())
                 },
+            },
+            "lost_attempts": {
+                "count": sum(self.lost.values()),
+                "by_reason": dict(sorted(self.lost.items())),
             },
             "pauses": {
                 "count": self.pauses,
@@ -413,6 +424,10 @@ class _Counter:
             for t in group:
                 t.evictions.append(e)
                 t.lost_gpu_s += lost_s * (slice_of.gpus if slice_of else 0.0)
+        elif kind == EventType.LOST:
+            code = str(e.data.get("reason_code") or UNSPECIFIED)
+            for t in group:
+                t.lost[code] = t.lost.get(code, 0) + 1
         elif kind == EventType.PAUSED:
             for t in group:
                 t.pauses += 1

@@ -64,6 +64,8 @@ def test_the_text_has_a_summary_then_queues_and_users(t0: float) -> None:
     assert "2: 1 deadline miss, 1 killed at the deadline" in text
     assert "p50 2.00s, p99 31.50s, max 31.50s" in text
     assert "ebbtide_online_compute_ratio" in text  # online history: where it is
+    lost = next(line for line in lines if "attempts lost" in line)
+    assert lost.split()[-1] == "0"  # none here: test_report counts them by reason
     queues = lines[lines.index("by queue") + 1 : lines.index("by user") - 1]
     assert queues[0].split()[:3] == ["QUEUE", "GPU-H", "MEM"]
     assert [row.split()[0] for row in queues[1:]] == ["batch", "default"]

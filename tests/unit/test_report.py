@@ -259,6 +259,27 @@ def test_an_eviction_without_a_reason_code_is_unspecified() -> None:
     assert unspecified["count"] == 1 and unspecified["latency_p50_s"] is None
 
 
+def test_lost_attempts_are_counted_by_reason_apart_from_evictions() -> None:
+    """A trial's trap: an attempt lost when its node's agent was killed was in neither
+    the report nor its --json; only a window's close showed, as an eviction."""
+    extra = [
+        ev(6, "lost", 1500, 1, reason="node gpu-b stopped heartbeating", reason_code="node_silent"),
+        ev(6, "lost", 1600, 2, reason_code="node_silent"),
+        ev(1, "lost", 1700, 1, reason="the start never happened"),
+        ev(1, "lost", UNTIL + 10, 2, reason_code="node_silent"),  # after the window
+    ]
+    r = build_report(ATTEMPTS, EVENTS + extra, NODES, since=SINCE, until=UNTIL, now=NOW)
+    assert r["overall"]["lost_attempts"] == {
+        "count": 3,
+        "by_reason": {"node_silent": 2, "unspecified": 1},
+    }
+    assert r["overall"]["evictions"]["count"] == report()["overall"]["evictions"]["count"]
+    queue6, queue1 = JOBS[6][0], JOBS[1][0]
+    assert r["queues"][queue6]["lost_attempts"]["by_reason"].get("node_silent", 0) >= 2
+    assert r["queues"][queue1]["lost_attempts"]["count"] >= 1
+    assert report()["overall"]["lost_attempts"] == {"count": 0, "by_reason": {}}
+
+
 def test_pauses_count_and_their_seconds_inside_the_window() -> None:
     assert report()["overall"]["pauses"] == {"count": 1, "suspended": 0, "paused_s": 600.0}
     # a window that ends mid-pause counts the part inside it, and the harvest before it

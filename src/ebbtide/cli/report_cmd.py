@@ -218,6 +218,19 @@ def render(report: Mapping[str, Any]) -> str:
                 f"{_s(r['latency_p99_s']):>8} {_s(r['latency_max_s']):>8} "
                 f"{r['deadline_misses']:>7} {r['killed']:>7} {_s(r['lost_work_s']):>8}"
             )
+    lost = o["lost_attempts"]
+    lines.append(
+        _line(
+            "attempts lost",
+            f"{lost['count']}"
+            + (
+                " (" + ", ".join(f"{c} {n}" for c, n in lost["by_reason"].items()) + "): "
+                "requeued or held, not evicted"
+                if lost["count"]
+                else ""
+            ),
+        )
+    )
     lines += [
         "pauses",
         _line(
