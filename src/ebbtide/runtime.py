@@ -33,6 +33,7 @@ from ebbtide.units import format_mib
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
 from ebbtide.workers.heartbeat import HeartbeatRules
+from ebbtide.workers.policy_follow import PolicyFollower
 from ebbtide.workers.suspend import DEFAULT_HOST_COPY_MIB_S, CudaCheckpoint
 
 log = logging.getLogger("ebbtide")
@@ -56,6 +57,8 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     #: (address, port) to serve the metrics on; None: not served
     metrics_at: tuple[str, int] | None = None
+    #: a lone agent with no policy file of its own follows the scheduler's published one
+    follower: PolicyFollower | None = None
 
     def start(self) -> None:
         if self.agent:  # refused before its commands are served, if another has the name
@@ -70,6 +73,9 @@ class Runtime:
             self.agent.start()
         if self.scheduler:
             self.scheduler.start()
+        if self.follower is not None:
+            self.follower.start()
+            self.on_stop.insert(0, self.follower.stop)
 
     def stop(self) -> None:
         if self.agent:
@@ -102,12 +108,15 @@ class Runtime:
             self.agent.allow_root_jobs = policy.allow_root_jobs
 
     def reload_policy(self) -> None:
-        """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads itself."""
+        """SIGHUP: the scheduler reloads (and tells the agent); a lone agent reloads its
+        file, or with none looks at the policy the scheduler published at once."""
         if self.scheduler is not None:
             self.scheduler.request_reload()
             return
         path = self.policy_path
         if path is None:
+            if self.follower is not None:
+                self.follower.wake()
             return
         try:
             self.apply_policy(load_policy(path))
@@ -165,6 +174,11 @@ def build(
     policy = load_policy(path)
     settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # logs, checkpoints: private
     store = Store(settings.db_url)
+    follower = None
+    if path is None and not scheduler and agent_name is not None:
+        # a worker with no file of its own: the scheduler's policy, now and as it changes
+        follower = PolicyFollower(store)
+        policy = follower.read() or policy
     if settings.redis_url and store.engine.dialect.name == "sqlite":
         # a trial's trap: a worker with the broker set and no EBBTIDE_DB_URL ran on a
         # SQLite file of its own, and never appeared in the fleet
@@ -184,6 +198,9 @@ def build(
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)
     rt.suspender = suspender
+    if follower is not None:
+        follower.apply = rt.apply_policy
+        rt.follower = follower
     if metrics_port is not None:  # served: the process's own, with its process metrics
         rt.metrics = default_metrics()
         rt.metrics_at = (metrics_address, metrics_port)

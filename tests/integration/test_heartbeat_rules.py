@@ -142,3 +142,68 @@ def test_a_fleet_process_on_a_sqlite_store_says_so(tmp_path, caplog, redis_url) 
             ]
         else:
             assert said == []
+
+
+def test_a_worker_with_no_policy_file_follows_the_scheduler_s(tmp_path, redis_url) -> None:  # type: ignore[no-untyped-def]
+    """A trial's trap: the scheduler reloaded ``allow_root_jobs: false``, and the workers,
+    started with no policy file, ran root's jobs on their built-in defaults."""
+    import time
+    import uuid
+
+    from ebbtide.config.settings import Settings
+    from ebbtide.queue.store import Store
+    from ebbtide.runtime import build
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.static import StaticSource
+
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    store = Store(url)
+    store.publish_policy("allow_root_jobs: true\n", "/etc/ebbtide/ebbtide.yaml")
+    settings = Settings(
+        home=tmp_path / "home",
+        db_url=url,
+        redis_url=redis_url,
+        namespace=f"t-{uuid.uuid4().hex[:8]}",
+    )
+
+    def worker(**kw):  # type: ignore[no-untyped-def]
+        return build(
+            settings,
+            scheduler=False,
+            agent_name="n1",
+            source=StaticSource(parse_devices("1x80GiB")),
+            **kw,
+        )
+
+    rt = worker()
+    try:
+        assert rt.agent is not None and rt.follower is not None
+        assert rt.agent.allow_root_jobs is True  # read when it was built
+        store.publish_policy(
+            "allow_root_jobs: false\ndefaults: {margin_compute_pct: 7}\n",
+            "/etc/ebbtide/ebbtide.yaml",
+        )
+        assert rt.follower.check() is True
+        assert rt.agent.allow_root_jobs is False and rt.agent.margins.compute_pct == 7
+        assert rt.follower.check() is False  # unchanged: nothing to do
+        store.publish_policy("windows: [\n", "/etc/ebbtide/ebbtide.yaml")  # this one cannot read
+        assert rt.follower.check() is False and rt.agent.margins.compute_pct == 7
+        # its own thread looks again every period, and at once when woken (SIGHUP)
+        rt.follower.period_s = 0.05
+        rt.follower.start()
+        store.publish_policy("defaults: {margin_compute_pct: 9}\n", "/etc/ebbtide/ebbtide.yaml")
+        deadline = time.monotonic() + 10
+        while rt.agent.margins.compute_pct != 9 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rt.agent.margins.compute_pct == 9
+        rt.follower.stop()
+    finally:
+        rt.stop()
+    # a worker given a file keeps to it
+    own = tmp_path / "own.yaml"
+    own.write_text("allow_root_jobs: true\n")
+    rt = worker(policy_path=own)
+    try:
+        assert rt.follower is None and rt.agent is not None and rt.agent.allow_root_jobs is True
+    finally:
+        rt.stop()

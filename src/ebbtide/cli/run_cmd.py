@@ -250,7 +250,12 @@ def scheduler(
 @click.command("worker")
 @_agent_options
 @_suspend_options
-@click.option("--policy", type=click.Path(dir_okay=False), help="Policy file (ebbtide.yaml).")
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False),
+    help="Policy file (ebbtide.yaml), reloaded on SIGHUP. Without one (and no "
+    "$EBBTIDE_POLICY) the worker follows the policy the scheduler publishes.",
+)
 @click.option(
     "--executor",
     type=click.Choice(["local", "kubernetes"]),

@@ -1,0 +1,89 @@
+"""A node agent's policy when it runs with no policy file of its own: the one the
+scheduler publishes to the store (``Store.publish_policy``), followed as it changes, so
+that the rules the agent enforces itself are the scheduler's.  ``ebb worker`` wires it
+(:func:`ebbtide.runtime.build`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ebbtide.config.policy import Policy, parse_policy
+from ebbtide.errors import ConfigError
+from ebbtide.queue.interface import JobStore
+
+log = logging.getLogger("ebbtide")
+
+#: How often a worker with no policy file looks for a new published policy, in seconds.
+FOLLOW_PERIOD_S = 10.0
+
+
+class PolicyFollower:
+    """A lone node agent's policy when it has no file of its own: the one the scheduler
+    publishes to the store, read when the agent is built, then looked at every
+    ``period_s`` (and at once on SIGHUP) and applied when its text changes, so that the
+    rules the agent enforces itself (margins, pausing, ``allow_root_jobs``) are the
+    scheduler's.  A policy this ebbtide cannot read is reported and the one in force
+    kept."""
+
+    def __init__(self, store: JobStore, *, period_s: float = FOLLOW_PERIOD_S) -> None:
+        self.store = store
+        self.period_s = period_s
+        #: what a new policy is handed to (the runtime's ``apply_policy``)
+        self.apply: Callable[[Policy], None] = lambda _policy: None
+        #: the published text last read (applied, or refused)
+        self.seen: str | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="policy-follower", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.period_s)
+            self._wake.clear()
+            if not self._stop.is_set():
+                self.check()
+
+    def check(self) -> bool:
+        """Apply the published policy if its text changed; whether it applied one."""
+        policy = self.read()
+        if policy is None:
+            return False
+        self.apply(policy)
+        return True
+
+    def read(self) -> Policy | None:
+        """The published policy if its text changed since the last read (and can be
+        read here), else None."""
+        try:
+            published = self.store.published_policy()
+        except Exception as exc:  # the store is away: the next look tries again
+            log.warning("cannot read the scheduler's policy: %s", str(exc).splitlines()[0])
+            return None
+        if published is None or published[0] == self.seen:
+            return None
+        text, source, _ = published
+        self.seen = text
+        where = f"{source or 'built-in defaults'}, as the scheduler published it"
+        try:
+            policy = parse_policy(text, where) if text else Policy()
+        except ConfigError as exc:
+            for line in str(exc).splitlines():
+                log.error("the scheduler's policy cannot be read here; keeping mine: %s", line)
+            return None
+        log.info("policy: %s", where)
+        return policy
