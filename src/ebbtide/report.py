@@ -79,8 +79,8 @@ COUNTING = {
     ),
     "lost_attempts": (
         "lost events inside the window, by reason code: attempts whose node went silent, "
-        "whose start never happened or that vanished; each is requeued or held, not "
-        "evicted, so none is in evictions"
+        "whose start never happened or was taken back, or that vanished; the job is "
+        "requeued, held or cancelled, and none is counted in evictions"
     ),
     "pauses": (
         "paused events inside the window (suspensions to host memory among them), and "

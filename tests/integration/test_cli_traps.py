@@ -180,6 +180,11 @@ def test_ebb_nodes_shows_no_state_for_a_silent_agents_devices_and_says_when_one_
         Store(url, clock=clock).heartbeat(name, started_at=clock.time(), devices=[device])
     lines = {line.split()[0]: line for line in ebb("nodes").splitlines()[1:]}
     assert "unknown (agent silent: its jobs are lost and requeued)" in lines["dead-box"]
+    ebb("node", "drain", "dead-box", "--reason", "psu")  # the store's: it still shows
+    lines = {line.split()[0]: line for line in ebb("nodes").splitlines()[1:]}
+    assert (
+        "unknown, dead-box drained by " in lines["dead-box"] and ": psu (agent" in lines["dead-box"]
+    )
     assert " ok (no heartbeat for 7s)" in lines["quiet-box"]  # the timeout is 10s
     assert lines["live-box"].endswith(" ok")
     nodes = {n["name"]: n for n in json.loads(ebb("nodes", "--json"))}
@@ -558,7 +563,22 @@ def test_sbatch_help_after_options_a_valued_own_flag_and_a_script_after_the_end_
     assert job["name"] == "-x.sh" and job["submitted"]["args"] == ["a", "--", "b"]
     out = json.loads(ebb("sbatch", "--json", "-H", "-J", "named", "--", "-x.sh"))
     assert json.loads(ebb("qstat", "-f", str(out["id"]), "--json"))["name"] == "named"
-    assert len(json.loads(ebb("qstat", "--json"))) == 2  # the refused one is not there
+    # after --, nothing is ebbtide's: not --json, not --help, wherever the script is
+    for words, args in (
+        (["--", "-x.sh", "--json", "a"], ["--json", "a"]),
+        (["--", "-x.sh", "--help"], ["--help"]),
+        (["-x.sh", "a", "--", "b"], None),  # no -- before it: -x.sh reads as options
+        (["ok.sh", "a", "--", "--json"], ["a", "--", "--json"]),
+    ):
+        (home.parent / "ok.sh").write_text("#!/bin/sh\ntrue\n")
+        result = CliRunner().invoke(cli, ["sbatch", "-H", *words])
+        if args is None:
+            assert result.exit_code == 1 and "Traceback" not in result.output
+            continue
+        assert result.exit_code == 0 and result.stdout.startswith("Submitted batch job ")
+        job_id = result.stdout.split()[-1]
+        assert json.loads(ebb("qstat", "-f", job_id, "--json"))["submitted"]["args"] == args
+    assert len(json.loads(ebb("qstat", "--json"))) == 5  # the refused ones are not there
 
 
 def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_did(
@@ -806,3 +826,11 @@ def test_policy_explain_explains_the_policy_in_force(
     # --policy FILE: that file, an edit before it is loaded
     edit = CliRunner().invoke(cli, ["policy", "explain", "--policy", str(broken)])
     assert edit.exit_code == 1 and "edited.yaml" in edit.output
+    # a store out of reach: the file, with a note (it explained offline before)
+    good = home.parent / "good.yaml"
+    good.write_text("windows: []\n")
+    monkeypatch.setenv("EBBTIDE_POLICY", str(good))
+    monkeypatch.setenv("EBBTIDE_DB_URL", "postgresql://u:secret@127.0.0.1:1/db")
+    away = CliRunner().invoke(cli, ["policy", "explain"])
+    assert away.exit_code == 0 and away.stdout.startswith(f"policy: {good}\n")
+    assert "the store's policy cannot be read" in away.stderr and "secret" not in away.output

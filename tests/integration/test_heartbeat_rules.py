@@ -158,7 +158,7 @@ def test_a_worker_with_no_policy_file_follows_the_scheduler_s(tmp_path, redis_ur
 
     url = f"sqlite:///{tmp_path / 'e.db'}"
     store = Store(url)
-    store.publish_policy("allow_root_jobs: true\n", "/etc/ebbtide/ebbtide.yaml")
+    store.publish_policy("defaults: {margin_compute_pct: 6}\n", "/etc/ebbtide/ebbtide.yaml")
     settings = Settings(
         home=tmp_path / "home",
         db_url=url,
@@ -178,9 +178,11 @@ def test_a_worker_with_no_policy_file_follows_the_scheduler_s(tmp_path, redis_ur
     rt = worker()
     try:
         assert rt.agent is not None and rt.follower is not None
-        assert rt.agent.allow_root_jobs is True  # read when it was built
+        assert rt.agent.margins.compute_pct == 6  # read when it was built
+        # never root's jobs from the store: whoever can write it would get root shells
+        # on every worker at once; only a worker's own file allows them
         store.publish_policy(
-            "allow_root_jobs: false\ndefaults: {margin_compute_pct: 7}\n",
+            "allow_root_jobs: true\ndefaults: {margin_compute_pct: 7}\n",
             "/etc/ebbtide/ebbtide.yaml",
         )
         assert rt.follower.check() is True

@@ -184,7 +184,7 @@ def test_a_deposed_scheduler_stands_down_and_nothing_is_dispatched_twice(postgre
 
 def test_a_client_can_tell_whether_a_scheduler_leads_without_taking_the_lock(db_url, tmp_path):  # type: ignore[no-untyped-def]
     """``qstat`` says so when no scheduler runs (a queued job's reason stays empty): it
-    reads the lock, and a scheduler trying for it meanwhile is not kept out."""
+    reads the lock and leaves nothing behind."""
     store = Store(db_url)
     a = LeaderLock(store.engine, tmp_path)
     try:
@@ -196,4 +196,28 @@ def test_a_client_can_tell_whether_a_scheduler_leads_without_taking_the_lock(db_
         assert a.try_acquire()  # the look left nothing behind
     finally:
         a.release()
+        store.close()
+
+
+def test_a_scheduler_is_not_kept_out_by_a_clients_look_at_the_sqlite_lock(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A client's look (a shared ``flock`` held for a moment) while a scheduler tries
+    for the lock: it tries again a moment later instead of standing by for another
+    scheduler that is not there."""
+    import fcntl
+    import os
+
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    path = lock_path(store.engine, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a client looking
+    timer = threading.Timer(0.02, lambda: fcntl.flock(fd, fcntl.LOCK_UN))
+    timer.start()
+    lock = LeaderLock(store.engine, tmp_path)
+    try:
+        assert lock.try_acquire() is True
+    finally:
+        timer.join()
+        os.close(fd)
+        lock.release()
         store.close()

@@ -180,6 +180,19 @@ def test_a_stopping_node_is_written_at_once(clock: FakeClock) -> None:
     assert store.beats[-1]["stopping"] is True
 
 
+def test_whose_jobs_a_node_runs_is_written_at_once(clock: FakeClock) -> None:
+    """Submissions are checked against it: a reload that lets root's jobs run (or no
+    longer) must not wait a write period."""
+    w = writer(clock, FakeStore())
+    d = device(online_compute_pct=40.0, online_memory_mib=20_000)
+    clock.advance(0.1)
+    assert w.offer({**beat(d), "runs_jobs_of": "users"})
+    clock.advance(0.1)
+    assert not w.offer({**beat(d), "runs_jobs_of": "users"})
+    later = {**beat(d), "runs_jobs_of": "any"}
+    assert why_write(w.written, later, 0.1, RULES) == "whose jobs it runs changed"
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [

@@ -67,8 +67,11 @@ def nodes(as_json: bool, full: bool) -> None:
                 stopping = " (agent silent: its jobs are lost and requeued)"
             elif pos == 0 and n.get("quiet"):  # not silent yet: say it before it is
                 stopping = f" (no heartbeat for {n['heartbeat_age_s']:.0f}s)"
-            # a silent agent's last figures say nothing of now (a trial's trap: "ok")
-            state = "unknown" if n.get("silent") else _state(d, now)
+            # a silent agent's last figures say nothing of now (a trial's trap: "ok"); an
+            # admin's drain is the store's, and still holds
+            state = _state(d, now)
+            if n.get("silent"):
+                state = ", ".join(["unknown", *([str(d["drained"])] if d.get("drained") else [])])
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
                 f"{_slices(d):<22}  {state}{stopping}"

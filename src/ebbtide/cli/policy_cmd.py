@@ -51,6 +51,10 @@ def _published() -> tuple[Any, str] | None:
         store = Store(settings.db_url, create=False)
     except NoStore:
         return None
+    except Exception as exc:  # a store out of reach: the file still explains offline
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        click.echo(f"ebb: note: the store's policy cannot be read ({first})", err=True)
+        return None
     try:
         policy = published_policy(store)
         record = store.published_policy()

@@ -173,13 +173,28 @@ _END_OF_OPTIONS = "--\0"
 
 
 class _KeepsEndOfOptions(click.Command):
-    """A command whose first ``--`` reaches its arguments (as :data:`_END_OF_OPTIONS`)."""
+    """A command whose first ``--`` reaches its arguments (as :data:`_END_OF_OPTIONS`
+    after it): click takes nothing after it for its own options, and drops it when it
+    reads that far (:func:`_end_of_options` puts it back either way)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if "--" in args:
-            args = list(args)
-            args[args.index("--")] = _END_OF_OPTIONS
+            i = args.index("--")
+            args = [*args[: i + 1], _END_OF_OPTIONS, *args[i + 1 :]]
         return super().parse_args(ctx, args)
+
+
+def _end_of_options(args: Sequence[str]) -> list[str]:
+    """``ebb sbatch``'s words as given: the first ``--`` where it was, once (click drops
+    it when it is still reading its options there, and passes it on when it is not)."""
+    words = list(args)
+    if _END_OF_OPTIONS in words:
+        k = words.index(_END_OF_OPTIONS)
+        if k > 0 and words[k - 1] == "--":
+            del words[k - 1]
+            k -= 1
+        words[k] = "--"
+    return words
 
 
 @click.command(
@@ -220,7 +235,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     from ebbtide.queue.qsub import load_script
     from ebbtide.queue.slurm import parse_sbatch_command_line
 
-    words = ["--" if w == _END_OF_OPTIONS else w for w in args]
+    words = _end_of_options(args)
     cli_opts, given, rest = parse_sbatch_command_line(words)
     if given & {"-h", "--help"}:  # sbatch's -h is its --help, after other options too
         click.echo(click.get_current_context().get_help())

@@ -225,7 +225,7 @@ def render(report: Mapping[str, Any]) -> str:
             f"{lost['count']}"
             + (
                 " (" + ", ".join(f"{c} {n}" for c, n in lost["by_reason"].items()) + "): "
-                "requeued or held, not evicted"
+                "not evictions"
                 if lost["count"]
                 else ""
             ),

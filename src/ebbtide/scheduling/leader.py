@@ -22,6 +22,7 @@ import fcntl
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,9 @@ def scheduler_running(engine: sa.Engine, home: Path) -> bool | None:
 
     Nothing is written and no lock is kept.  On PostgreSQL it reads ``pg_locks`` (any
     role may); on SQLite it tries a shared ``flock`` on the lock file and lets it go at
-    once (a scheduler that tries for the lock in that instant tries again at its next
-    turn), and a lock file this user may not open (another user's scheduler) cannot
-    tell."""
+    once (a scheduler that tries for the lock in that instant tries again a moment
+    later: :data:`PROBE_RETRIES`), and a lock file this user may not open (another
+    user's scheduler) cannot tell."""
     if engine.dialect.name == "postgresql":
         try:
             with reading(engine) as conn:
@@ -88,6 +89,24 @@ def scheduler_running(engine: sa.Engine, home: Path) -> bool | None:
         return False
     finally:
         os.close(fd)
+
+
+#: A client's look at the SQLite lock (:func:`scheduler_running`) holds it shared for
+#: microseconds: a scheduler that meets one tries again this many times, so many seconds
+#: apart, before it takes the lock for another scheduler's.
+PROBE_RETRIES, PROBE_RETRY_S = 5, 0.01
+
+
+def _flock_soon(fd: int) -> None:
+    """Take ``fd``'s exclusive ``flock`` now, or after a client's look at it is over;
+    ``BlockingIOError`` when another holds it."""
+    for _ in range(PROBE_RETRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(PROBE_RETRY_S)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 class LeaderLock:
@@ -152,7 +171,7 @@ class LeaderLock:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_soon(fd)
         except BlockingIOError:
             os.close(fd)
             return False

@@ -115,6 +115,8 @@ def why_write(
         return "the node is stopping" if payload.get("stopping") else "the node runs again"
     if payload.get("started_at") != written.get("started_at"):
         return "the agent restarted"
+    if payload.get("runs_jobs_of") != written.get("runs_jobs_of"):
+        return "whose jobs it runs changed"  # submissions are checked against it
     old = {d["index"]: d for d in written.get("devices", [])}
     new = {d["index"]: d for d in payload.get("devices", [])}
     if old.keys() != new.keys():

@@ -23,9 +23,10 @@ class PolicyFollower:
     """A lone node agent's policy when it has no file of its own: the one the scheduler
     publishes to the store, read when the agent is built, then looked at every
     ``period_s`` (and at once on SIGHUP) and applied when its text changes, so that the
-    rules the agent enforces itself (margins, pausing, ``allow_root_jobs``) are the
-    scheduler's.  A policy this ebbtide cannot read is reported and the one in force
-    kept."""
+    rules the agent enforces itself (margins, pausing, suspending) are the scheduler's.
+    Never ``allow_root_jobs: true``: root shells on a host are for its own policy file to
+    allow, not for whoever can write the store.  A policy this ebbtide cannot read is
+    reported and the one in force kept."""
 
     def __init__(self, store: JobStore, *, period_s: float = FOLLOW_PERIOD_S) -> None:
         self.store = store
@@ -86,4 +87,12 @@ class PolicyFollower:
                 log.error("the scheduler's policy cannot be read here; keeping mine: %s", line)
             return None
         log.info("policy: %s", where)
+        if policy.allow_root_jobs:
+            # the gate to root shells on this host stays with this host's root: whoever
+            # can write the store must not open it for every worker at once
+            log.warning(
+                "the scheduler's policy allows root's jobs; this worker does not follow "
+                "that: give it a policy file of its own (--policy) that does"
+            )
+            policy = policy.model_copy(update={"allow_root_jobs": False})
         return policy
