@@ -23,16 +23,19 @@ The agent runs in a child process of this script, so that its CPU and memory are
    shims are separate processes: their CPU is reported beside the agent's, not in it.
 
 **What an NVML call costs** (``--nvml-call-us``, 100 by default).  The figure is an
-assumption, not a measurement: NVML queries (``nvmlDeviceGetMemoryInfo``,
-``nvmlDeviceGetUtilizationRates``, ``nvmlDeviceGetComputeRunningProcesses``,
-``nvmlDeviceGetProcessUtilization``, ...) on a local driver are commonly said to take tens
-of microseconds to a few hundred each, more on drivers that forward them to the GPU's
-system processor (GSP: Hopper's default) and with many processes; ``benchmarks/gpu_check.py``
-measures two of them on a real GPU (not run yet).  A call is padded to at least that long,
-its own Python work included.  The time is spent **busy** by default (``--nvml-wait
-busy``): a real call is mostly an ioctl, kernel time that counts as the caller's CPU, and
-GSP RPCs are polled; busy overcounts what part of a call a driver spends asleep.
-``--nvml-wait sleep`` undercounts instead (a call then costs only its Python work).
+assumption, not a measurement: NVIDIA's NVML reference gives no latency for its queries
+(``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetUtilizationRates``,
+``nvmlDeviceGetComputeRunningProcesses``, ``nvmlDeviceGetProcessUtilization``, ...), and
+no published measurement of them was found (NVML's and DCGM's documentation, nvidia-ml-py,
+the issue trackers of GPU monitoring tools; searched 2026-12).  Each is an ioctl into the
+driver, which passes it on to the GPU's system processor as an RPC where the driver runs
+there (GSP: Hopper's default), and a process list grows with the processes;
+``benchmarks/gpu_check.py`` measures two of them on a real GPU (not run yet).  A call is
+padded to at least that long, its own Python work included.  The time is spent **busy**
+by default (``--nvml-wait busy``): a real call is mostly an ioctl, kernel time that counts
+as the caller's CPU, and GSP RPCs are polled; busy overcounts what part of a call a
+driver spends asleep.  ``--nvml-wait sleep`` undercounts instead (a call then costs only
+its Python work).
 The fake's own work stands for pynvml's (ctypes structures, friendly objects); the real
 ``libnvidia-ml.so`` mapped into the agent is not in ``rss_mib``.
 

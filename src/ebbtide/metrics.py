@@ -232,6 +232,9 @@ class Metrics:
             device,
             registry=r,
         )
+        #: per (node, device): the eight gauges above, labelled (looked up once, not per
+        #: update: an agent updates them twice a second)
+        self._device_gauges: dict[tuple[str, str], tuple[Any, ...]] = {}
 
         # API server
         self.api_requests = Counter(
@@ -279,16 +282,32 @@ class Metrics:
     ) -> None:
         """One device's figures as the agent saw them last."""
         labels = (node, str(device))
-        self.online_compute.labels(*labels).set(online_compute_pct / 100)
-        self.offline_compute.labels(*labels).set(offline_compute_pct / 100)
+        gauges = self._device_gauges.get(labels)
+        if gauges is None:
+            gauges = self._device_gauges[labels] = tuple(
+                g.labels(*labels)
+                for g in (
+                    self.online_compute,
+                    self.offline_compute,
+                    self.headroom_compute,
+                    self.online_memory,
+                    self.offline_memory,
+                    self.headroom_memory,
+                    self.device_memory,
+                    self.device_healthy,
+                )
+            )
+        online_c, offline_c, headroom_c, online_m, offline_m, headroom_m, size, healthy_g = gauges
+        online_c.set(online_compute_pct / 100)
+        offline_c.set(offline_compute_pct / 100)
         spare = max(0.0, 100.0 - online_compute_pct - offline_compute_pct)
-        self.headroom_compute.labels(*labels).set(spare / 100)
-        self.online_memory.labels(*labels).set(online_memory_mib * MIB)
-        self.offline_memory.labels(*labels).set(offline_memory_mib * MIB)
+        headroom_c.set(spare / 100)
+        online_m.set(online_memory_mib * MIB)
+        offline_m.set(offline_memory_mib * MIB)
         free = max(0.0, memory_mib - online_memory_mib - offline_memory_mib)
-        self.headroom_memory.labels(*labels).set(free * MIB)
-        self.device_memory.labels(*labels).set(memory_mib * MIB)
-        self.device_healthy.labels(*labels).set(1 if healthy else 0)
+        headroom_m.set(free * MIB)
+        size.set(memory_mib * MIB)
+        healthy_g.set(1 if healthy else 0)
 
     def attempt_ended(
         self, node: str, queue: str, outcome: str, eviction: dict[str, Any] | None = None

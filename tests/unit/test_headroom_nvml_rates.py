@@ -4,24 +4,31 @@ Memory is read at every sample.  Utilisation and per-process SM samples are read
 ``UTILIZATION_PERIOD_S`` old, together.  A GPU's process list is read again when its used
 memory moved, and at least every ``PROCESS_LIST_PERIOD_S``: a process that comes (a CUDA
 context holds memory) or grows is in the next sample; only one process freeing exactly
-what another allocates between two samples goes unseen, for at most that period.
+what another allocates between two samples goes unseen, for at most that period.  A
+sample that read nothing new repeats the last figures (``DeviceSample.at``: checked against
+``dataclasses.replace`` on random samples), and the fresh per-process SM samples it asked
+for last (``ProcessSamples.fresh``: checked against a copy that works them out anew).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
-from ebbtide.workers.headroom.base import KnownPids
-from ebbtide.workers.headroom.fake_nvml import FakeNvml
+from ebbtide.workers.headroom.base import DeviceSample, JobUsage, KnownPids
+from ebbtide.workers.headroom.fake_nvml import FakeNvml, NVMLError_NotFound
 from ebbtide.workers.headroom.nvml import (
     PROCESS_LIST_PERIOD_S,
     PROCESS_SAMPLE_MAX_AGE_S,
     UTILIZATION_PERIOD_S,
     NvmlSource,
 )
+from ebbtide.workers.headroom.nvml_figures import ProcessSamples
 
 GIB = 1024
 ONLINE, JOB, CHILD, OTHER = 4242, 9001, 9002, 4343
@@ -261,3 +268,86 @@ def test_every_sample_reads_everything_when_asked_to(nvml: FakeNvml, clock: Cloc
         assert counted["GetProcessUtilization"] == 3
     finally:
         source.close()
+
+
+def random_sample(rng: random.Random) -> DeviceSample:
+    return DeviceSample(
+        index=rng.randrange(8),
+        time=rng.uniform(0, 2e9),
+        online_compute_pct=rng.choice([0.0, 12.5, 100.0]),
+        online_memory_mib=rng.choice([0.0, 20 * GIB, 80 * GIB]),
+        offline_compute_pct=rng.choice([None, 0.0, 30.0]),
+        offline_memory_mib=rng.choice([None, 0.0, 6 * GIB]),
+        basis=rng.choice(["device", "process", "slices", "instance"]),
+        eviction_trigger=rng.random() < 0.8,
+        ok=rng.random() < 0.9,
+        online_pids=tuple(sorted(rng.sample(range(1, 100), rng.randint(0, 3)))),
+        offline_jobs=rng.choice(
+            [None, (), (JobUsage(job_id=rng.randint(1, 9), compute_pct=None, memory_mib=1.0),)]
+        ),
+    )
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_repeated_sample_is_the_last_one_made_again_at_its_time(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(200):
+        last = random_sample(rng)
+        was = dataclasses.asdict(last)
+        now = last.time + rng.choice([0.0, TICK_S, 1.0])
+        again = last.at(now)
+        made = dataclasses.replace(last, time=now)
+        assert again == made and hash(again) == hash(made) and type(again) is type(made)
+        assert again is not last and dataclasses.asdict(last) == was
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            again.time = 0.0  # type: ignore[misc]
+
+
+class SmSamples:
+    """``nvmlDeviceGetProcessUtilization`` alone: what ``ProcessSamples.read`` is handed
+    next (a few pids, stamps around ``now``), or ``NotFound``."""
+
+    NVMLError_NotFound = NVMLError_NotFound
+
+    def __init__(self) -> None:
+        self.next: list[SimpleNamespace] = []
+
+    def nvmlDeviceGetProcessUtilization(self, handle: object, since_us: int) -> list[object]:
+        if not self.next:
+            raise NVMLError_NotFound()
+        return [s for s in self.next if s.timeStamp > since_us]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_fresh_samples_asked_for_again_are_those_worked_out_anew(seed: int) -> None:
+    rng = random.Random(seed)
+    nvml, samples = SmSamples(), ProcessSamples()
+    now = 1_700_000_000.0
+    pids: dict[int, int | None] = {1: None, 2: None}
+    again = 0
+    for _ in range(400):
+        now += rng.choice([TICK_S, TICK_S, TICK_S, 0.5, 3.0, -5.0])  # and a clock that steps back
+        if rng.random() < 0.3:
+            nvml.next = [
+                SimpleNamespace(
+                    pid=rng.randint(1, 4),
+                    timeStamp=round((now + rng.uniform(-3, 3)) * 1_000_000),
+                    smUtil=rng.randint(0, 100),
+                )
+                for _ in range(rng.randint(0, 3))
+            ]
+            samples.read(nvml, None, now)
+        if rng.random() < 0.1:  # the process list was read again
+            pids = {pid: None for pid in rng.sample(range(1, 5), rng.randint(0, 4))}
+        plain = ProcessSamples(
+            latest=dict(samples.latest),
+            newest_us=samples.newest_us,
+            pruned_at_us=samples.pruned_at_us,
+            prune_at_us=samples.prune_at_us,
+        )
+        before = samples._fresh
+        fresh = samples.fresh(pids, now)
+        again += before is not None and fresh is before[2]
+        assert fresh == plain.fresh(pids, now)
+        assert samples.latest == plain.latest
+    assert again > 100  # most were asked for again

@@ -96,12 +96,12 @@ from ebbtide.workers.executor import (
     StartDeferred,
 )
 from ebbtide.workers.forecasts import DeviceForecasts
-from ebbtide.workers.headroom.base import DeviceFault, DeviceSample, HeadroomSource
+from ebbtide.workers.headroom.base import DeviceFault, DeviceInfo, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
 from ebbtide.workers.heartbeat import HeartbeatRules
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
-from ebbtide.workers.ownership import ProcessOwnership
+from ebbtide.workers.ownership import ProcessOwnership, Tree
 from ebbtide.workers.runas import (
     RUN_AS_AGENT,
     RUN_AS_OWNER,
@@ -212,7 +212,10 @@ class NodeAgent:
         #: which GPU process is whose: the attempts' trees, for the headroom source
         self.ownership = ProcessOwnership()
         #: what ``ownership`` was last told of the attempts (their trees and slices)
-        self._owned: tuple[tuple[Any, ...], ...] | None = None
+        self._owned: tuple[tuple[Tree, ActiveAttempt], ...] | None = None
+        #: the :func:`calm_key` of the fast path's last tick that found every device calm
+        #: (None: the last tick found some device that was not)
+        self._all_calm_at: tuple[Any, ...] | None = None
         #: device faults and recovery
         self.health = HealthTracker([d.index for d in self.devices], device_recovery_s)
         #: extra headroom kept back where the source is for planning only (DCGM)
@@ -521,11 +524,13 @@ class NodeAgent:
         it has none: the driver lists every process with a context); compute the most
         they use on a device where it has processes, measured per process (unknown where
         it has none: a device that cannot sample per process would read as idle)."""
-        by_index = {s.index: s for s in self.latest}
+        by_index: dict[int, DeviceSample] | None = None  # made once some attempt is due
         for local in self.attempts.values():
             if now < local.usage_due_at or local.paused_at is not None or not local.slice.devices:
                 continue
             local.usage_due_at = now + USAGE_SAMPLE_PERIOD_S  # measured or not: next second
+            if by_index is None:
+                by_index = {s.index: s for s in self.latest}
             samples = [by_index.get(d) for d in local.slice.devices]
             compute: list[float | None] = []
             memory: list[float | None] = []
@@ -596,18 +601,9 @@ class NodeAgent:
         self._finish(local, self.executor.poll(local.handle) or Exit(128 + signal.SIGKILL))
 
     def _update_ownership(self) -> None:
-        running = tuple(
-            (
-                a.job_id,
-                a.attempt,
-                a.tree,
-                a.slice.devices,
-                a.slice.gpus,
-                a.slice.compute_pct,
-                a.slice.memory_mib,
-            )
-            for a in self.attempts.values()
-        )
+        # an attempt's tree and slice are made once (the same objects tick after tick,
+        # compared by identity first): its job, attempt, devices and what it was granted
+        running = tuple((a.tree, a.slice) for a in self.attempts.values())
         if running == self._owned:  # the same attempts: the same trees and slices
             self.ownership.tick()
             return
@@ -623,37 +619,28 @@ class NodeAgent:
         self.ownership.update([a.tree for a in self.attempts.values()], granted)
 
     def device_views(self) -> list[DeviceView]:
-        by_index = {s.index: s for s in self.latest}
-        views = []
-        for d in self.devices:
-            s = by_index.get(d.index)
-            views.append(
-                DeviceView(
-                    node=self.name,
-                    index=d.index,
-                    memory_mib=d.memory_mib,
-                    online_compute_pct=s.online_compute_pct if s else 0.0,
-                    online_memory_mib=s.online_memory_mib if s else 0.0,
-                    sampled_at=s.time if s else 0.0,
-                    planning_only=bool(s and not s.eviction_trigger),
-                )
-            )
-        return views
+        return device_views(self.name, self.devices, self.latest)
 
     def _fast_path(self, now: float) -> None:
         if not self.attempts:
             return
         active = [a.view() for a in self.attempts.values()]
+        key = calm_key(self.latest, active, self.margins)
+        if key == self._all_calm_at:
+            return  # every device was calm with the same figures and attempts: it still is
+        self._all_calm_at = None
 
         def guarded(a: ActiveAttempt) -> bool:
             return protected(a, self.queues.get(a.queue), now)
 
         rules = self.pause_rules
+        all_calm = True
         for device in self.device_views():
             if device.planning_only:
                 continue  # seconds-old device figures never trigger an eviction
             if calm(device, active, self.margins):
                 continue  # nothing to pause, evict, thaw or restore here
+            all_calm = False
             response = respond(device, active, self.margins, now, rules, guarded, self._can_suspend)
             if response is NOTHING:
                 continue
@@ -668,6 +655,8 @@ class NodeAgent:
                     if local is not None:
                         self._restore(local, now)
             active = [a.view() for a in self.attempts.values()]
+        if all_calm:
+            self._all_calm_at = key
 
     def _current(self, job_id: int, attempt: int) -> LocalAttempt | None:
         """Attempt ``attempt`` of job ``job_id``, unless it has ended or is being evicted."""
@@ -1345,6 +1334,44 @@ class NodeAgent:
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
         self._publish_view()
+
+
+def device_views(
+    node: str, devices: list[DeviceInfo], latest: list[DeviceSample]
+) -> list[DeviceView]:
+    """Node ``node``'s ``devices`` as the victim policy sees them, with the figures of
+    ``latest`` (a device without a sample: no online usage)."""
+    by_index = {s.index: s for s in latest}
+    views = []
+    for d in devices:
+        s = by_index.get(d.index)
+        views.append(
+            DeviceView(
+                node=node,
+                index=d.index,
+                memory_mib=d.memory_mib,
+                online_compute_pct=s.online_compute_pct if s else 0.0,
+                online_memory_mib=s.online_memory_mib if s else 0.0,
+                sampled_at=s.time if s else 0.0,
+                planning_only=bool(s and not s.eviction_trigger),
+            )
+        )
+    return views
+
+
+def calm_key(
+    latest: list[DeviceSample], active: list[ActiveAttempt], margins: Margins
+) -> tuple[Any, ...]:
+    """Everything :func:`calm` and ``planning_only`` of the fast path's devices depend on
+    besides the node's devices, which stay the same: each sample's figures but its time,
+    the attempts as the victim policy sees them (:meth:`LocalAttempt.view`, the same
+    objects while nothing changes) and the margins.  Both are pure: with the key of a tick
+    that found every device calm or planning-only, a tick finds that again, and the fast
+    path skips its devices (``tests/unit/test_agent_fast_path_calm.py``)."""
+    figures = tuple(
+        (s.index, s.online_compute_pct, s.online_memory_mib, s.eviction_trigger) for s in latest
+    )
+    return figures, tuple(active), margins
 
 
 def calm(device: DeviceView, active: list[ActiveAttempt], margins: Margins) -> bool:

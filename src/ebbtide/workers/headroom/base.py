@@ -94,6 +94,14 @@ class DeviceSample:
     #: answer), and nothing may be inferred per job
     offline_jobs: tuple[JobUsage, ...] | None = None
 
+    def at(self, time: float) -> DeviceSample:
+        """The same figures at ``time``: ``dataclasses.replace(self, time=time)``, made
+        without ``__init__`` (a tenth of its cost: a source that read nothing new repeats
+        a sample per device 20 times a second, and the figures were checked when made)."""
+        again = object.__new__(type(self))
+        again.__dict__.update(self.__dict__, time=time)
+        return again
+
 
 class Offline(Protocol):
     """What ebbtide runs on a node, as a headroom source needs to tell it from online."""

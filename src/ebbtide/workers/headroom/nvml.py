@@ -377,17 +377,7 @@ class NvmlSource:
             and last.time <= now
         ):
             # the same processes, utilisation and samples: the same figures, at ``now``
-            return DeviceSample(
-                index=index,
-                time=now,
-                online_compute_pct=last.online_compute_pct,
-                online_memory_mib=last.online_memory_mib,
-                offline_compute_pct=last.offline_compute_pct,
-                offline_memory_mib=last.offline_memory_mib,
-                basis=last.basis,
-                online_pids=last.online_pids,
-                offline_jobs=last.offline_jobs,
-            )
+            return last.at(now)
         sample = figures(index, now, listed, *made_from)
         readings.last, readings.last_listed, readings.last_from = sample, listed, made_from
         return sample

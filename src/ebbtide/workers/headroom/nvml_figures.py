@@ -36,6 +36,12 @@ class ProcessSamples:
     #: kept can go stale (it forgets again then)
     pruned_at_us: float = -math.inf
     prune_at_us: float = math.inf
+    #: counts the changes of ``latest``
+    version: int = 0
+    #: what :meth:`fresh` last returned: ``version`` then, the ``pids`` asked about, the
+    #: answer (asked again about the same pids while ``latest`` stays the same, it is
+    #: the same dict: a GPU is sampled 20 times a second, its SM samples read a few)
+    _fresh: tuple[int, Container[int], dict[int, int]] | None = field(default=None, repr=False)
 
     def read(self, nvml: Any, handle: Any, now: float) -> None:
         """Take in the samples newer than the newest seen.  Raises ``NotSupported`` /
@@ -45,6 +51,7 @@ class ProcessSamples:
         if self.newest_us > now_us + max_age_us:  # the clock went back: start over
             self.newest_us, self.latest = 0, {}
             self.pruned_at_us, self.prune_at_us = -math.inf, math.inf
+            self.version += 1
         try:
             samples = nvml.nvmlDeviceGetProcessUtilization(handle, self.newest_us)
         except nvml.NVMLError_NotFound:  # none newer: what was seen still holds
@@ -57,12 +64,15 @@ class ProcessSamples:
             if seen is None or stamp >= seen[0]:
                 self.latest[s.pid] = (stamp, int(s.smUtil))
                 self.prune_at_us = min(self.prune_at_us, stamp + max_age_us + 1)
+                self.version += 1
             self.newest_us = max(self.newest_us, stamp)
 
     def fresh(self, pids: Container[int], now: float) -> dict[int, int]:
         """pid → its fresh smUtil, for the processes in ``pids`` that have one.  Stale
         samples are forgotten; those of processes not listed are kept while fresh (a
-        process listed later, when its process list is read again, has its own)."""
+        process listed later, when its process list is read again, has its own).  The
+        answer is not to be changed: while ``latest`` stays the same, the same ``pids``
+        (the same object, itself unchanged) get the same dict."""
         now_us = round(now * _S_US)
         if not self.pruned_at_us <= now_us < self.prune_at_us:
             max_age_us = round(PROCESS_SAMPLE_MAX_AGE_S * _S_US)
@@ -73,7 +83,13 @@ class ProcessSamples:
             }
             oldest_us = min((stamp for stamp, _ in self.latest.values()), default=math.inf)
             self.pruned_at_us, self.prune_at_us = now_us, oldest_us + max_age_us + 1
-        return {pid: util for pid, (_, util) in self.latest.items() if pid in pids}
+            self.version += 1
+        last = self._fresh
+        if last is not None and last[0] == self.version and last[1] is pids:
+            return last[2]
+        out = {pid: util for pid, (_, util) in self.latest.items() if pid in pids}
+        self._fresh = (self.version, pids, out)
+        return out
 
 
 @dataclass
