@@ -100,8 +100,8 @@ def test_pass_scale_json() -> None:
     result = run_json(
         str(PASS_SCALE), "--jobs", "300", "600", "--repeat", "3", "--nodes", "1", "--json"
     )
-    assert set(result) == {"devices", "trickle", "runs"}
-    assert result["devices"] == 8
+    assert set(result) == {"devices", "trickle", "blocked", "runs"}
+    assert result["devices"] == 8 and result["blocked"] == "room"
     assert [run["jobs"] for run in result["runs"]] == [300, 600]
     for run in result["runs"]:
         assert set(run) == {
@@ -115,6 +115,14 @@ def test_pass_scale_json() -> None:
         }
         assert 0 < run["full_p50_s"] <= run["full_p99_s"]
         assert 0 < run["mirror_p50_s"] <= run["mirror_p99_s"]
+    # the queue held up by a spent quota, measured with the copy only
+    quota = run_json(
+        str(PASS_SCALE), "--jobs", "300", "--repeat", "3", "--nodes", "1", "--blocked",
+        "quota", "--copy-only", "--json",
+    )  # fmt: skip
+    assert quota["blocked"] == "quota"
+    [run] = quota["runs"]
+    assert run["full_p50_s"] is None and 0 < run["mirror_p50_s"] <= run["mirror_p99_s"]
 
 
 def test_dispatch_batch_json() -> None:
