@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import ebb_env, ebb_json, job, start, stop, wait_final, wait_for
+from tests.e2e.helpers import ebb, ebb_env, ebb_json, job, start, stop, wait_final, wait_for
 from tests.users import ALICE, BOB, User, real_user, require_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres]
@@ -230,7 +230,12 @@ def test_a_job_that_cannot_run_as_its_owner_fails_at_once_with_the_reason(node, 
     alice, _bob = users
     forbidden = Path("/root") / f"ebbtest-{uuid.uuid4().hex[:8]}"
     unknown = submit(env, "ebbtest-nosuchuser", "--", "true")
-    root = submit(env, None, "--", "true")
+    # the node's heartbeat says it runs no root's job: refused at submission, with why
+    refused = ebb(env, "qsub", "-l", "gpu=10%,gpumem=1GiB", "--", "true", check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "no node runs root's jobs: node n1 does not run root's jobs" in refused.stderr
+    # taken anyway (for a node still to join): it fails at its start, with the reason
+    root = submit(env, None, "--allow-future", "--", "true")
     no_room = submit(env, alice.name, "--checkpoint-dir", str(forbidden), "--", "true")
     try:
         jobs = wait_final(env, [unknown, root, no_room], timeout=60)
