@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ebbtide.config.policy import Policy, load_policy, parse_policy
+from ebbtide.config.policy import Policy, load_policy, parse_published
 from ebbtide.errors import ConfigError, SpecError
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.spec import JobSpec
@@ -107,12 +107,10 @@ def published_policy(store: Store) -> Policy | None:
     if published is None:
         return None
     text, source, _ = published
-    if not text:
-        return Policy()  # the scheduler runs with the built-in defaults
     policy = _parsed.get(text)
     if policy is None:  # (threads of a server may both parse it: no harm)
         try:
-            policy = parse_policy(text, f"{source} (as the scheduler published it)")
+            policy = parse_published(text, source)
         except ConfigError as exc:
             log.warning("the scheduler's published policy cannot be read here: %s", exc)
             return None

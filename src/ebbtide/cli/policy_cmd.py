@@ -39,9 +39,9 @@ def _load(path: str | None) -> tuple[Any, str]:
 def _published() -> tuple[Any, str] | None:
     """The policy the scheduler of this store published, and its source; None when there
     is no store here, none was published, or the store is reached through a server."""
-    from ebbtide.client_checks import published_policy
+    from ebbtide.config.policy import parse_published
     from ebbtide.config.settings import Settings
-    from ebbtide.errors import NoStore
+    from ebbtide.errors import ConfigError, NoStore
     from ebbtide.queue.store import Store
 
     settings = Settings.from_env()
@@ -56,13 +56,18 @@ def _published() -> tuple[Any, str] | None:
         click.echo(f"ebb: note: the store's policy cannot be read ({first})", err=True)
         return None
     try:
-        policy = published_policy(store)
         record = store.published_policy()
     finally:
         store.close()
-    if policy is None or record is None:
+    if record is None:
         return None
-    return policy, f"as the scheduler published it ({record[1] or 'built-in defaults'})"
+    text, source, _ = record
+    try:
+        policy = parse_published(text, source)
+    except ConfigError as exc:  # a newer scheduler's: the file still explains
+        click.echo(f"ebb: note: the store's policy cannot be read here ({exc})", err=True)
+        return None
+    return policy, f"as the scheduler published it ({source or 'built-in defaults'})"
 
 
 def _iso(t: float | None) -> str | None:

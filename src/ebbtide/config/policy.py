@@ -565,6 +565,13 @@ def load_policy(path: Path | None) -> Policy:
     return parse_policy(read_config(path, "policy file"), str(path))
 
 
+def parse_published(text: str, source: str) -> Policy:
+    """The policy a scheduler published to the store (``Store.publish_policy``): its
+    file's ``text``, ``""`` for the built-in defaults; ``source`` (where the scheduler read
+    it) names it in errors.  Raises :class:`ConfigError` as :func:`parse_policy` does."""
+    return parse_policy(text, f"{source} (as the scheduler published it)") if text else Policy()
+
+
 def parse_policy(text: str, filename: str = "<policy>") -> Policy:
     node, data = load_yaml(text, filename)
     if data is None:

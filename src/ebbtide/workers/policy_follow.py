@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ebbtide.config.policy import Policy, parse_policy
+from ebbtide.config.policy import Policy, parse_published
 from ebbtide.errors import ConfigError
 from ebbtide.queue.interface import JobStore
 
@@ -79,14 +79,13 @@ class PolicyFollower:
             return None
         text, source, _ = published
         self.seen = text
-        where = f"{source or 'built-in defaults'}, as the scheduler published it"
         try:
-            policy = parse_policy(text, where) if text else Policy()
+            policy = parse_published(text, source)
         except ConfigError as exc:
             for line in str(exc).splitlines():
                 log.error("the scheduler's policy cannot be read here; keeping mine: %s", line)
             return None
-        log.info("policy: %s", where)
+        log.info("policy: %s, as the scheduler published it", source or "built-in defaults")
         if policy.allow_root_jobs:
             # the gate to root shells on this host stays with this host's root: whoever
             # can write the store must not open it for every worker at once
