@@ -226,9 +226,11 @@ def undrain(target: str, as_json: bool) -> None:
     the health checks."""
     node, device = _target(target)
     client = _client()
-    was_out = _out_of_service(client, node, device)
+    row = next((n for n in client.nodes() if n["name"] == node), None)
+    was_out = _out_of_service(row, device)
     client.undrain(node, device)
-    node_drain = _node_drain(client, node) if device is not None else None
+    # a device's undrain leaves its node's drain as it was
+    node_drain = row.get("drained") if row is not None and device is not None else None
     if node_drain:  # a trial's trap: "back in service", while the node's drain held it
         said = (
             f"{target}: its own drain and fault are lifted, but it stays out of service: "
@@ -240,16 +242,10 @@ def undrain(target: str, as_json: bool) -> None:
     _done(as_json, said, node=node, device=device, drained=False)
 
 
-def _node_drain(client: Any, node: str) -> str | None:
-    """The drain of the whole ``node``, in words (None: not drained as a whole)."""
-    row = next((n for n in client.nodes() if n["name"] == node), None)
-    return None if row is None else row.get("drained")
-
-
-def _out_of_service(client: Any, node: str, device: int | None) -> bool:
-    """Whether ``node`` (or its device ``device``) is drained or holds a fault now, as
-    ``ebb nodes`` would show it (True where it cannot tell: a node not reported)."""
-    row = next((n for n in client.nodes() if n["name"] == node), None)
+def _out_of_service(row: dict[str, Any] | None, device: int | None) -> bool:
+    """Whether the node of ``row`` (``ebb nodes --json``'s, or its device ``device``) is
+    drained or holds a fault, as ``ebb nodes`` shows it (True where it cannot tell: a
+    node not reported, ``row`` None)."""
     if row is None:
         return True
     devices = [d for d in row["devices"] if device is None or int(d["index"]) == device]

@@ -154,7 +154,7 @@ def qstat(
         if answered is not None:  # a server on this host answered: its table
             rows = [j for j in answered[0] if chosen_states.keeps(j)]
             _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
-            _note_no_scheduler(answered[1], rows)
+            _note_no_scheduler(lambda: answered[1], rows)
             return
     if ids:  # jobs named: no store is an error
         client = _client()
@@ -217,17 +217,15 @@ NO_SCHEDULER_NOTE = (
 )
 
 
-def _note_no_scheduler(
-    running: bool | Callable[[], bool | None] | None, jobs: Sequence[Any]
-) -> None:
+def _note_no_scheduler(running: Callable[[], bool | None], jobs: Sequence[Any]) -> None:
     """A trial's trap: with no scheduler running, a queued job's REASON stayed empty and
     nothing said why.  A note says so when a job listed is queued with no reason yet
-    (``running``: whether a scheduler leads, or how to ask, only asked then)."""
+    (``running``: whether a scheduler leads, asked only then)."""
     from ebbtide.queue.states import JobState
 
     if not any(j.state == JobState.QUEUED and not j.reason for j in jobs):
         return
-    if (running() if callable(running) else running) is False:
+    if running() is False:
         click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}", err=True)
 
 

@@ -247,7 +247,6 @@ class NodeAgent:
         # what a previous run journaled is delivered before the first reconcile
         self._view: View = (self.journal.seq, {})
         self._heartbeat_payload: dict[str, Any] = {}
-        self._runs_jobs_of_memo: tuple[tuple[str, bool, bool], str] | None = None
         #: per device: the online pids last named, when (monotonic seconds), and their names
         self._online_pods: dict[int, tuple[tuple[int, ...], float, list[str]]] = {}
         self._wake = threading.Event()
@@ -363,17 +362,13 @@ class NodeAgent:
     def _runs_jobs_of(self) -> str:
         """Whose jobs :meth:`_identity` lets run here, as the heartbeat says it (the
         policy's ``allow_root_jobs`` may change on a reload)."""
-        key = (self.run_as, self.allow_root_jobs, self.others_as_agent)
-        if self._runs_jobs_of_memo is None or self._runs_jobs_of_memo[0] != key:
-            runs = jobs_run_here(
-                self.run_as if self._switches_users() else RUN_AS_AGENT,
-                agent_uid=os.geteuid(),
-                allow_root_jobs=self.allow_root_jobs,
-                others_as_agent=self.others_as_agent,
-                runs_processes=self._runs_processes(),
-            )
-            self._runs_jobs_of_memo = (key, runs)
-        return self._runs_jobs_of_memo[1]
+        return jobs_run_here(
+            self.run_as if self._switches_users() else RUN_AS_AGENT,
+            agent_uid=os.geteuid(),
+            allow_root_jobs=self.allow_root_jobs,
+            others_as_agent=self.others_as_agent,
+            runs_processes=self._runs_processes(),
+        )
 
     def command(self, cmd: StartAttempt | EvictAttempt) -> None:
         """Queue a command from the scheduler (called from a message handler: stays short).
