@@ -588,17 +588,25 @@ def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
     assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
 
 
-def test_a_group_that_fits_nowhere_is_left_unread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A thousand jobs of a shape that fits nowhere behind two that fit: the pass reads
-    the first of them and the jobs it needed for its reasons, not the rest."""
-    monkeypatch.setattr(planner, "MAX_REASONS", 3)
-    read: list[int] = []
+def counted(read: list[int]) -> type[list[QueuedJob]]:
+    """A planning group's list that notes in ``read`` the id of each job the planner
+    reads from it."""
 
     class Counted(list[QueuedJob]):
         def __iter__(self) -> Any:
             for j in super().__iter__():
                 read.append(j.id)
                 yield j
+
+    return Counted
+
+
+def test_a_group_that_fits_nowhere_is_left_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thousand jobs of a shape that fits nowhere behind two that fit: the pass reads
+    the first of them and the jobs it needed for its reasons, not the rest."""
+    monkeypatch.setattr(planner, "MAX_REASONS", 3)
+    read: list[int] = []
+    Counted = counted(read)
 
     small = Counted([job(1, c=10), job(2, c=10)])
     huge = Counted(job(i, c=10, m=10**6) for i in range(3, 1003))
@@ -617,12 +625,7 @@ def test_groups_of_a_spent_array_or_quota_are_left_unread(
     group whose jobs may be in a backoff is read on (each end is a wake-up)."""
     monkeypatch.setattr(planner, "MAX_REASONS", 3)
     read: list[int] = []
-
-    class Counted(list[QueuedJob]):
-        def __iter__(self) -> Any:
-            for j in super().__iter__():
-                read.append(j.id)
-                yield j
+    Counted = counted(read)
 
     tasks = Counted(job(i, prio=3, array=7, limit=1) for i in range(1, 1001))
     capped = Counted(job(i, prio=2, queue="capped") for i in range(1001, 2001))
