@@ -206,8 +206,9 @@ def with_whole_gpu_memory(
     """A job that asks for whole GPUs (``-l ngpus=1``, ``--gres=gpu:1``) and not for an
     amount of their memory is given all of each card's memory it can ever have, as a PBS
     or Slurm user expects of a GPU: the smallest card's among the nodes that have reported
-    (so it may run on any of them), less what the planner always keeps back there for the
-    online side (``margin_mib``, ``defaults.margin_memory_mib``, and on a node measured
+    (so it may run on any of them; MIG instances count only where no whole GPU has
+    reported), less what the planner always keeps back there for the online side
+    (``margin_mib``, ``defaults.margin_memory_mib``, and on a node measured
     through Prometheus ``planning_mib`` more: a grant of the whole card would never fit),
     with a note saying so, and saying when no card has that much free now (online memory,
     the forecast's reserve: the job waits until one has).  With none reported, or an
@@ -222,6 +223,10 @@ def with_whole_gpu_memory(
     ]
     if not devices:
         return spec, None
+    # MIG instances are GPUs to the planner, but a whole GPU asked for means a card
+    cards = [(name, d) for name, d in devices if d.get("mig_parent") is None]
+    what = "the smallest card here" if cards else "the smallest MIG instance here"
+    devices = cards or devices
     _, least = min(
         devices,
         key=lambda nd: int(nd[1]["memory_mib"]) - _kept_back(nd[1], margin_mib, planning_mib),
@@ -232,7 +237,7 @@ def with_whole_gpu_memory(
     kept = f" less the {format_mib(int(kept_mib))} kept for the online side" if kept_mib else ""
     note = (
         f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
-        f"memory on each, the smallest card here ({format_mib(card)}){kept}; "
+        f"memory on each, {what} ({format_mib(card)}){kept}; "
         "-l gpumem=SIZE asks for less"
     )
     return spec.model_copy(update={"memory_mib": memory}), note + _room_now(

@@ -302,6 +302,33 @@ def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> Non
     store.close()
 
 
+def test_a_whole_gpu_is_sized_by_the_cards_not_by_mig_instances(home: Path) -> None:
+    """A MIG instance is a GPU to the planner, but ``ngpus=1`` means a card: a node of
+    10GiB instances beside 80GiB cards made every whole-GPU job a 8GiB one."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat(
+        "gpu-mig",
+        started_at=time.time(),
+        devices=[{"index": i, "memory_mib": 10240, "mig_parent": 0} for i in (0, 1)],
+    )
+    store.close()
+    out = json.loads(ebb("qsub", "--json", "--allow-future", "-l", "ngpus=1", "--", "true"))
+    # only instances have reported: the smallest of them, said as such
+    assert out["notes"][0].startswith(
+        "1 whole GPU with no gpumem: granted 8GiB of memory on each, the smallest MIG "
+        "instance here (10GiB) less the 2GiB kept for the online side"
+    )
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat("gpu-a", started_at=time.time(), devices=[{"index": 0, "memory_mib": 81920}])
+    store.close()
+    out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
+    assert out["notes"] == [
+        "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
+        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less"
+    ]
+
+
 def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> None:
     """A trial's trap: on a new ``ebb up`` a whole GPU waited 10 minutes (the cold reserve
     while the agent learns the online load) and the note did not say it would wait."""

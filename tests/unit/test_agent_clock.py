@@ -37,6 +37,7 @@ from ebbtide.workers import agent as agent_module
 from ebbtide.workers.agent import HEARTBEAT_PERIOD_S, NodeAgent
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.executor import Exit, Handle, Leftover
+from ebbtide.workers.headroom.base import DeviceInfo
 from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.heartbeat import write_period_s
 from ebbtide.workers.launch import Launch
@@ -269,6 +270,15 @@ def test_the_heartbeat_says_whose_jobs_the_node_runs(node: Node, store: Store) -
     node.agent._post_heartbeat()
     expected = "user:root" if os.geteuid() == 0 else "any"
     assert node.agent._get_heartbeat()["runs_jobs_of"] == expected
+
+
+def test_the_heartbeat_says_which_devices_are_mig_instances(node: Node) -> None:
+    """Clients size a whole GPU by the cards, not by MIG instances (``client_checks``)."""
+    node.agent._post_heartbeat()
+    assert [d["mig_parent"] for d in node.agent._get_heartbeat()["devices"]] == [None]
+    node.agent.devices = [DeviceInfo(index=0, memory_mib=10240, mig_parent=3)]
+    node.agent._post_heartbeat()
+    assert [d["mig_parent"] for d in node.agent._get_heartbeat()["devices"]] == [3]
 
 
 @pytest.mark.usefixtures("exact_periods")

@@ -98,6 +98,8 @@ class DeviceReport(_Message):
 
     index: int
     memory_mib: float
+    #: a MIG instance: the index of the GPU it is carved from (``None``: a whole GPU)
+    mig_parent: int | None = None
     #: online usage: compute in percent, memory in MiB
     online_compute_pct: float = 0.0
     online_memory_mib: float = 0.0

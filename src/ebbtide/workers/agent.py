@@ -1265,6 +1265,7 @@ class NodeAgent:
         # the executor may know the pods' names (Kubernetes): else pods are named by UID
         names = getattr(self.executor, "pod_name_of", None)
         by_index = {s.index: s for s in self.latest}
+        infos = {d.index: d for d in self.devices}
         views = []
         for d in self.device_views():
             reserve_c, reserve_m = self.forecasts.reserve(d.index, self.deadline_s)
@@ -1276,6 +1277,7 @@ class NodeAgent:
                 {
                     "index": d.index,
                     "memory_mib": d.memory_mib,
+                    "mig_parent": infos[d.index].mig_parent,
                     "online_compute_pct": d.online_compute_pct,
                     "online_memory_mib": d.online_memory_mib,
                     "offline_compute_pct": s.offline_compute_pct if s else None,
