@@ -17,7 +17,10 @@ from ebbtide.errors import UserError
     "-f",
     "--full",
     is_flag=True,
-    help="Also show, per device, who the online load is: its pods and other processes.",
+    help=(
+        "Also show, per device, who the online load is (its pods and other processes) and "
+        "which GPU a MIG instance is carved from; per node, whose jobs it runs."
+    ),
 )
 def nodes(as_json: bool, full: bool) -> None:
     """Show node agents and their devices: heartbeat age (and "agent silent" past the
@@ -77,6 +80,8 @@ def nodes(as_json: bool, full: bool) -> None:
                 f"{_slices(d):<22}  {state}{stopping}"
             )
             if full:
+                if d.get("mig_parent") is not None:
+                    click.echo(f"{'':<30}a MIG instance of GPU {d['mig_parent']}")
                 click.echo(f"{'':<30}online: {_online_pods(d)}")
         if full:
             click.echo(f"{'':<30}runs: {_runs(n.get('runs_jobs_of'))}")
