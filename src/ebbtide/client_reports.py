@@ -85,8 +85,9 @@ class ClientReports(ClientBase):
             scope = {"user": user, "queue": queue, "last": last}
             measured = self.store.measured_attempts(owner=user, queue=queue, jobs=last)
             if not measured and not self.store.list_jobs(
-                states=FINAL_STATES, owner=user, queue=queue, limit=1
-            ):  # a mistyped name, or nothing has ended yet: not the headroom source
+                states=FINAL_STATES, owner=user, queue=queue, limit=1, ran=True
+            ):  # a mistyped name, or nothing has run to its end (a job cancelled in the
+                # queue ran nowhere): not the headroom source
                 whose = " and ".join(
                     w for w in (user and f"of user {user}", queue and f"in queue {queue}") if w
                 )

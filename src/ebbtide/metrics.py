@@ -131,11 +131,9 @@ class Metrics:
             buckets=PASS_BUCKETS,
             registry=r,
         )
-        self.leader = Gauge(
-            "ebbtide_scheduler_leader",
-            "1 while this scheduler is the active one, 0 while it stands by.",
-            registry=r,
-        )
+        # ebbtide_scheduler_leader: made by the first scheduler that uses it (:attr:`leader`)
+        self._leader: Gauge | None = None
+        self._leader_lock = threading.Lock()
         # node agent: events
         self.evicted = Counter(
             "ebbtide_evicted_jobs",
@@ -250,6 +248,20 @@ class Metrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+
+    @property
+    def leader(self) -> Gauge:
+        """``ebbtide_scheduler_leader``, registered when a scheduler first sets it: a
+        process that runs none (``ebb worker``, ``ebb server``) exports no such series,
+        where a constant 0 would count it among the schedulers standing by."""
+        with self._leader_lock:
+            if self._leader is None:
+                self._leader = Gauge(
+                    "ebbtide_scheduler_leader",
+                    "1 while this scheduler is the active one, 0 while it stands by.",
+                    registry=self.registry,
+                )
+            return self._leader
 
     # -- node agent ---------------------------------------------------------------------
 

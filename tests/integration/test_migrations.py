@@ -457,3 +457,48 @@ def test_a_reading_command_leaves_a_database_without_ebbtide_alone(db_url: str) 
         engine.dispose()
     Store(db_url).close()  # a command that writes makes the store, as before
     Store(db_url, create=False).close()  # ... and one that reads then finds it
+
+
+def test_a_reading_open_writes_nothing_to_a_foreign_sqlite_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Opening a SQLite file that is not ebbtide's only to read (``create`` False) once
+    switched it to WAL, a write, before it found no schema: the file is left as it was."""
+    import sqlite3
+
+    from ebbtide.errors import NoStore
+
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('theirs')")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(NoStore, match="there is no ebbtide store at"):
+        Store(f"sqlite:///{path}", create=False)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, no -shm
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    finally:
+        conn.close()
+
+
+def test_a_reading_open_of_ebbtides_own_sqlite_store_keeps_it_in_wal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    path = tmp_path / "ebbtide.db"
+    Store(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    conn.close()
+    store = Store(f"sqlite:///{path}", create=False)
+    try:
+        assert store.list_jobs() == []
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        conn.close()

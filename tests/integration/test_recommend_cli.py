@@ -136,6 +136,17 @@ def test_no_measurement_says_why(store: Store) -> None:
         assert f"no job {whose} has finished yet" in text and "--headroom" not in text
 
 
+def test_a_job_cancelled_before_it_ran_is_not_a_finished_one(store: Store) -> None:
+    """A user whose only finished job was cancelled in the queue was told to change the
+    headroom source, as if a job had run and been measured nowhere."""
+    [queued] = store.submit(JobSpec(command=["x"]), "carol", defaults_deadline_s=30)
+    store.cancel(queued, user="carol")
+    text = ebb("recommend", "-u", "carol")
+    assert "no job of user carol has finished yet" in text and "--headroom" not in text
+    ran(store, "carol", usage=None)  # one that ran, unmeasured: now the headroom source
+    assert "--headroom nvml" in ebb("recommend", "-u", "carol")
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

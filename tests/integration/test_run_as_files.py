@@ -20,7 +20,7 @@ from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.attempt_files import UnsafeFile
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource
-from ebbtide.workers.runas import Identity
+from ebbtide.workers.runas import Identity, base_env
 from ebbtide.workers.status import StatusReader
 from tests.users import ALICE, BOB, User, real_user, require_root
 
@@ -297,3 +297,36 @@ def test_a_working_directory_its_owner_cannot_enter_is_refused(tmp_path, alice) 
     proc, status = run_shim(tmp_path, alice, ["true"], "--cwd", str(tmp_path))
     assert proc.returncode == shim.START_FAILED_EXIT
     assert f"could not enter {tmp_path} as {alice.user}: Permission denied" in status["error"]
+
+
+def test_an_owner_inherits_no_path_directory_it_cannot_enter(tmp_path, alice) -> None:  # type: ignore[no-untyped-def]
+    """An agent run from a virtual environment under root's 0700 home: a job with no
+    ``PATH`` of its own found ``python`` there and got ``Permission denied``."""
+    hidden = tmp_path / "venv" / "bin"  # tmp_path is root's, 0700
+    hidden.mkdir(parents=True)
+    tool = hidden / "ebbtest-tool"
+    tool.write_text("#!/bin/sh\necho hidden\n")
+    tool.chmod(0o755)
+    env = base_env(alice, {}, {"PATH": f"{hidden}:/usr/bin:/bin"})
+    assert env["PATH"] == "/usr/bin:/bin"
+    env_r, env_w = os.pipe()
+    os.write(env_w, json.dumps(env).encode())
+    os.close(env_w)
+    status = tmp_path / "shim.json"
+    try:
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-I", shim.__file__, "--status", str(status)),
+                *alice.shim_args(),
+                *("--env-fd", str(env_r), "--", "ebbtest-tool"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            pass_fds=(env_r,),
+        )
+    finally:
+        os.close(env_r)
+    error = json.loads(status.read_text())["error"]
+    assert proc.returncode == shim.START_FAILED_EXIT
+    assert "No such file or directory" in error and "Permission denied" not in error

@@ -118,3 +118,18 @@ def test_the_latest_finished_measured_jobs_of_a_user_or_queue(store: Store) -> N
     assert jobs(queue="default", jobs=1) == [bob]
     assert jobs(owner="bob", queue="other") == []
     assert jobs(job_id=running) == [running]  # one job: finished or not
+
+
+def test_only_jobs_that_ran_are_listed_with_ran(store: Store) -> None:
+    """``ebb recommend``'s "nothing has finished" check: a job cancelled in the queue
+    ended, but ran nowhere."""
+    from ebbtide.queue.states import FINAL_STATES
+
+    cancelled = submit(store, name="never")
+    store.cancel(cancelled, user="alice")
+    done = submit(store, name="done")
+    ran(store, done, None)
+    finished = store.list_jobs(states=FINAL_STATES, owner="alice")
+    assert [j.id for j in finished] == [cancelled, done]
+    assert [j.id for j in store.list_jobs(states=FINAL_STATES, owner="alice", ran=True)] == [done]
+    assert store.list_jobs(states=FINAL_STATES, ids=[cancelled], ran=True) == []

@@ -216,3 +216,36 @@ def test_factory_rejects_bad_trace_specs(spec: str) -> None:
 def test_factory_reports_a_missing_trace(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read the trace"):
         open_source(f"trace:{tmp_path / 'missing.csv'}", None)
+
+
+def test_the_live_replay_holds_its_last_row_and_says_so_once(
+    two_devices: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--headroom trace:FILE@10x`` held the trace's last row for ever once it ended,
+    silently: a flat line was taken for the trace.  It holds (a replayed spike stays, as
+    the README says) and warns once."""
+    source = open_source(f"trace:{two_devices}@10x", parse_devices("2x80GiB"))
+    assert isinstance(source, TraceSource) and not source.loop
+    source.sample(T0)  # the origin; the trace lasts 25 s, 2.5 s at 10x
+    caplog.set_level("INFO", logger="ebbtide.headroom")
+    assert usage(source, T0 + 2.4) == [(5, 500), (0, 100)]
+    assert not caplog.records
+    for k in range(1, 6):
+        assert usage(source, T0 + 2.5 * k) == [(5, 500), (0, 100)]
+    [said] = caplog.records
+    assert said.levelname == "WARNING" and str(two_devices) in said.getMessage()
+    assert "25 s of trace, 2.5 s at 10x" in said.getMessage()
+    assert "holding its last values" in said.getMessage()
+
+
+def test_a_looping_trace_says_once_that_it_starts_over(
+    two_devices: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = TraceSource(two_devices, parse_devices("2x80GiB"), start_time=T0, loop=True)
+    caplog.set_level("INFO", logger="ebbtide.headroom")
+    usage(source, T0 + 24)
+    assert not caplog.records
+    for k in range(1, 4):
+        assert usage(source, T0 + 25 * k + 6) == usage(source, T0 + 6)
+    [said] = caplog.records
+    assert said.levelname == "INFO" and "starting it over" in said.getMessage()

@@ -14,7 +14,7 @@ from ebbtide.metrics import CATALOGUE, Metrics
 from ebbtide.queue.spec import Dependency, JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.scheduling.loop import Scheduler
-from ebbtide.workers.agent import _outcome
+from ebbtide.workers.agent import NodeAgent, _outcome
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -177,4 +177,28 @@ def test_the_catalogue_names_every_metric_and_its_labels(metrics: Metrics, tmp_p
             for s in seen[name].samples:
                 assert set(s.labels) - {"le"} == set(labels), name
     finally:
+        store.close()
+
+
+def test_only_a_scheduler_exports_the_leader_gauge(metrics: Metrics, tmp_path: Path) -> None:
+    """``ebb worker`` exported ``ebbtide_scheduler_leader 0``: a node agent is no
+    scheduler standing by, and a dashboard counted it as one."""
+    from ebbtide.workers.devices import parse_devices
+    from ebbtide.workers.headroom.static import StaticSource
+
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    try:
+        agent = NodeAgent(
+            "n1", store, StaticSource(parse_devices("1x80GiB")), home=tmp_path, metrics=metrics
+        )
+        metrics.watch_agent("n1", heartbeat_age=lambda: 0.5, running=lambda: 0)
+        assert agent.metrics is metrics
+        exposed = generate_latest(metrics.registry).decode()
+        names = {f.name for f in text_string_to_metric_families(exposed)}
+        assert "ebbtide_agent_running_attempts" in names
+        assert "ebbtide_scheduler_leader" not in names
+        Scheduler(store, metrics=metrics)  # ebb up: a scheduler beside the agent
+        assert get(metrics, "ebbtide_scheduler_leader") == 0
+    finally:
+        agent.journal.close()
         store.close()

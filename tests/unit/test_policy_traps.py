@@ -71,7 +71,40 @@ def test_duplicate_keys_are_errors(text: str, line: int, col: int, path: str) ->
 
 def test_every_duplicate_is_reported() -> None:
     problems = _problems("admins: []\nadmins: []\ndefaults: {a: 1, a: 2}\n")
-    assert [p[2] for p in problems] == ["admins", "defaults.a"]
+    assert [(p[2], p[3].split(" (")[0]) for p in problems] == [
+        ("admins", "duplicate key"),
+        ("defaults.a", "duplicate key"),
+        ("defaults.a", "unknown key"),  # reported beside them, not after a second run
+    ]
+
+
+def test_a_duplicate_key_does_not_hide_the_files_other_errors() -> None:
+    """``ebb policy check`` reported only a duplicate key, and the file's other errors
+    one fix later: each error is reported in one run, with its line and field."""
+    problems = _problems(
+        "defaults:\n"
+        "  deadline_s: 10s\n"
+        "  deadline_s: 20s\n"
+        "  heartbeat_timeout_s: 0.000001\n"
+        "queues:\n"
+        "  gpu: {priority: on, colour: red}\n"
+    )
+    assert [(p[0], p[2]) for p in problems] == [
+        (3, "defaults.deadline_s"),
+        (4, "defaults.heartbeat_timeout_s"),
+        (6, "queues.gpu.priority"),
+        (6, "queues.gpu.colour"),
+    ]
+    assert "duplicate key (first given on line 2)" in problems[0][3]
+    # checks across fields run once the fields are each valid: with a duplicate too
+    crossed = _problems("queues:\n  a: {priority: 1}\n  a: {priority: 2}\n  b: {aliases: [a]}\n")
+    assert [p[2] for p in crossed] == ["queues.a", "queues.b.aliases.0"], crossed
+    # an error in a value given twice points at the one that counts: the last
+    last = _problems("defaults:\n  deadline_s: 10s\n  deadline_s: yes\n")
+    assert [(p[0], p[2]) for p in last] == [(3, "defaults.deadline_s")] * 2
+    # a value that cannot be built at all is reported beside the duplicate
+    built = _problems("admins: []\nadmins: []\ndefaults: {deadline_s: 2026-02-30}\n")
+    assert [p[2] for p in built] == ["admins", "defaults.deadline_s"]
 
 
 def test_merge_keys_may_override() -> None:

@@ -131,6 +131,28 @@ def check_tls(tls: Tls) -> None:
         ) from None
 
 
+#: uvicorn's lines about the process, which each of its servers (one per socket) writes
+_PROCESS_LINES = frozenset(
+    {"Started server process [%d]", "Shutting down", "Finished server process [%d]"}
+)
+
+
+class _OncePerProcess(logging.Filter):
+    """Lets each of uvicorn's :data:`_PROCESS_LINES` through once, not once per socket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in _PROCESS_LINES:
+            return True
+        if record.msg in self.said:
+            return False
+        self.said.add(str(record.msg))
+        return True
+
+
 class _Server(uvicorn.Server):
     """A uvicorn server that leaves signals to :class:`ApiServer` (it runs several)."""
 
@@ -169,7 +191,13 @@ class ApiServer:
             self.servers.append((_Server(config), sock))
 
     async def serve(self) -> None:
-        await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in self.servers))
+        once = _OncePerProcess()
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        uvicorn_log.addFilter(once)
+        try:
+            await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in self.servers))
+        finally:
+            uvicorn_log.removeFilter(once)
 
     def stop(self) -> None:
         for server, _ in self.servers:

@@ -25,7 +25,8 @@ def _agent_options(fn: Any) -> Any:
         default="static",
         show_default=True,
         help="Where online usage comes from: nvml (real GPUs, per process), static, "
-        "static:20%,8GiB, trace:FILE or trace:FILE@10x (replay 10x faster), or "
+        "static:20%,8GiB, trace:FILE or trace:FILE@10x (replay 10x faster; once it ends "
+        "its last row holds), or "
         "prometheus:URL (DCGM exporter figures through Prometheus or the exporter's "
         "/metrics; for planning: online load never triggers an eviction from them; a "
         "Prometheus server is asked for Hostname=--node unless ?LABEL=VALUE says otherwise).",

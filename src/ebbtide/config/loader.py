@@ -11,6 +11,10 @@ names the file, the line and column, and the field path:
 - more than :data:`MAX_VALUES` values, counting each value an alias repeats, and an alias
   inside its own anchor;
 - a key given twice in one mapping.
+
+A key given twice does not stop the reading: :func:`read_yaml` builds the value (the
+last one counts) and keeps the duplicate beside it, so that a caller validating the
+value reports every error of the file in one run (:meth:`YamlDocument.report`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -46,6 +51,10 @@ class _Problem(Exception):
     def __init__(self, loc: Loc, mark: Mark | None, message: str) -> None:
         super().__init__(message)
         self.loc, self.mark, self.message = loc, mark, message
+
+
+class _Duplicate(_Problem):
+    """A key given twice: reported, but the value can still be built and checked."""
 
 
 def read_config(path: str | os.PathLike[str], what: str = "config file") -> str:
@@ -128,27 +137,62 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
+@dataclass(frozen=True)
+class YamlDocument:
+    """A YAML file read: its node tree (for error positions), its value, and the keys it
+    gives twice (the last one counts in ``data``)."""
+
+    filename: str
+    node: yaml.Node | None
+    data: Any
+    duplicates: tuple[_Problem, ...] = ()
+
+    def report(self, problems: Sequence[tuple[Sequence[Any], str]] = ()) -> str:
+        """``file:line:col: path: message`` for each duplicate key, then for each of
+        ``problems`` (``(path, message)``, placed in the node tree); empty when none."""
+        placed = [*self.duplicates, *_placed(problems, self.node, self.filename)]
+        return _lines(placed, self.filename) if placed else ""
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for the duplicate keys, if any."""
+        if self.duplicates:
+            raise ConfigError(self.report())
+
+
 def load_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
     """Parse ``text`` (the file ``filename``); return its node tree (for error positions)
     and its value.  Raises :class:`ConfigError` for anything described in the module doc."""
+    document = read_yaml(text, filename)
+    document.check()
+    return document.node, document.data
+
+
+def read_yaml(text: str, filename: str) -> YamlDocument:
+    """Parse ``text`` (the file ``filename``) as :func:`load_yaml` does, but keep keys given
+    twice in the document rather than raise: its caller reports them with the other
+    errors it finds.  Raises :class:`ConfigError` for the rest of the module doc's list,
+    with the duplicates found before."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_FILE_BYTES:
         raise ConfigError(f"{filename}:1:1: (top): {size} bytes; at most {MAX_FILE_BYTES} (1 MiB)")
     loader = None
+    duplicates: list[_Problem] = []
     try:
         loader = _Loader(text)  # the reader checks every character here
         node = loader.get_single_node()
         if node is None:
-            return None, None
+            return YamlDocument(filename, None, None)
         problems = _walk(node, loader.paths)
-        if problems:
+        if any(not isinstance(p, _Duplicate) for p in problems):
             raise ConfigError(_lines(problems, filename))
+        duplicates = problems
         try:
-            return node, loader.construct_document(node)
+            data = loader.construct_document(node)
         except (ValueError, OverflowError, TypeError) as exc:  # outside any one node
             raise _Problem((), node.start_mark, f"cannot read the file: {exc}") from None
+        return YamlDocument(filename, node, data, tuple(duplicates))
     except _Problem as p:
-        raise ConfigError(_lines([p], filename)) from None
+        raise ConfigError(_lines([*duplicates, p], filename)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(_syntax_error(exc, text, filename)) from None
     finally:
@@ -187,7 +231,7 @@ def _children(node: yaml.Node) -> list[tuple[str | int, yaml.Node]]:
 
 
 def _duplicates(node: yaml.MappingNode, loc: Loc) -> list[_Problem]:
-    problems = []
+    problems: list[_Problem] = []
     first: dict[tuple[str, str], int] = {}
     for key, _value in node.value:
         if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
@@ -195,7 +239,7 @@ def _duplicates(node: yaml.MappingNode, loc: Loc) -> list[_Problem]:
         ident = (key.tag, str(key.value))
         if ident in first:
             problems.append(
-                _Problem(
+                _Duplicate(
                     (*loc, str(key.value)),
                     key.start_mark,
                     f"duplicate key (first given on line {first[ident]}); give each key once",
@@ -262,20 +306,27 @@ def format_problems(
     problems: Sequence[tuple[Sequence[Any], str]], node: yaml.Node | None, filename: str
 ) -> str:
     """``file:line:col: path: message`` for each ``(path, message)``, placed in ``node``."""
+    return _lines(_placed(problems, node, filename), filename)
+
+
+def _placed(
+    problems: Sequence[tuple[Sequence[Any], str]], node: yaml.Node | None, filename: str
+) -> list[_Problem]:
     placed = [_Problem(tuple(loc), None, msg) for loc, msg in problems]
     for p, (loc, _) in zip(placed, problems, strict=True):
         line, col = position(node, [str(part) for part in loc])
         p.mark = Mark(filename, 0, line - 1, col - 1, "", 0)
-    return _lines(placed, filename)
+    return placed
 
 
 def position(node: yaml.Node | None, loc: list[str]) -> tuple[int, int]:
-    """Line and column (1-based) of the YAML node at ``loc``, as deep as it goes."""
+    """Line and column (1-based) of the YAML node at ``loc``, as deep as it goes (of a key
+    given twice, the last one: its value is the one that counts)."""
     best = node
     for key in loc:
         if isinstance(best, yaml.MappingNode):
             nxt = None
-            for k, v in best.value:
+            for k, v in reversed(best.value):
                 if str(k.value) == key:
                     nxt = v if key != loc[-1] else k
                     break

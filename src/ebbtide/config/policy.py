@@ -33,7 +33,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from ebbtide.config.base import Strict
-from ebbtide.config.loader import format_problems, load_yaml, read_config
+from ebbtide.config.loader import read_config, read_yaml
 from ebbtide.config.types import NOT_BOOL, Duration, SizeMiB, between
 from ebbtide.config.windows import BlackoutWindow, CronWindow, LullWindow, Window
 from ebbtide.errors import ConfigError
@@ -573,7 +573,12 @@ def parse_published(text: str, source: str) -> Policy:
 
 
 def parse_policy(text: str, filename: str = "<policy>") -> Policy:
-    node, data = load_yaml(text, filename)
+    """The policy in ``text`` (the file ``filename``).  Raises :class:`ConfigError` with
+    every error found in one pass, each as ``file:line:col: path: message``: keys given
+    twice beside what validation finds (the last one counts while validating), and the
+    checks across fields once every field is valid."""
+    document = read_yaml(text, filename)
+    data = document.data
     if data is None:
         # an empty file is a mistake (a truncated copy, the wrong path), not a wish for
         # the defaults: those need no file at all
@@ -593,10 +598,10 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
             problems.append((_yaml_loc(err["loc"]), msg))
-        raise ConfigError(format_problems(problems, node, filename)) from None
+        raise ConfigError(document.report(problems)) from None
     problems = cross_check(policy)
-    if problems:
-        raise ConfigError(format_problems(problems, node, filename))
+    if problems or document.duplicates:
+        raise ConfigError(document.report(problems))
     return policy
 
 

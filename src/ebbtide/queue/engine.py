@@ -61,7 +61,8 @@ def _sqlite_engine(url: str, create: bool) -> sa.Engine:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        _enable_wal(cur)
+        if create:  # a switch to WAL is a write: not before the file is known to be ours
+            _enable_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.close()
 
@@ -101,7 +102,8 @@ def create_engine(url: str, *, create: bool = True) -> sa.Engine:
     """An engine for ``url``: SQLite tuned for several processes, or a pooled server.
     A URL that is not SQLite's or PostgreSQL's, or whose driver is missing, is a
     :class:`UserError` saying so; with ``create`` False a SQLite file that is not there
-    is one too (a command that only reads must not make an empty store)."""
+    is one too (a command that only reads must not make an empty store), and the file is
+    not switched to WAL (:func:`enable_wal` does, once it proved ebbtide's)."""
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
@@ -127,6 +129,21 @@ def create_engine(url: str, *, create: bool = True) -> sa.Engine:
             f"EBBTIDE_DB_URL: {redacted(url)} needs the {name} driver, which is not "
             f"installed: {hint}"
         ) from None
+
+
+def enable_wal(engine: sa.Engine) -> None:
+    """Switch a SQLite database to WAL (it stays so; a no-op elsewhere, or when it is
+    already): for an engine made with ``create`` False, once the file proved ebbtide's."""
+    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    conn = engine.raw_connection()  # outside a transaction, where the switch can be made
+    try:
+        cur = conn.cursor()
+        if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            _enable_wal(cur)
+        cur.close()
+    finally:
+        conn.close()
 
 
 @contextmanager

@@ -108,6 +108,7 @@ class JobStore(Protocol):
         array_id: int | None = None,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        ran: bool = False,
     ) -> list[Job]: ...
 
     def job_rows(

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from ebbtide.config.settings import redacted
 from ebbtide.errors import EbbtideError, NoStore, UserError
+from ebbtide.queue.engine import reading
 
 
 def _v1_initial(conn: Connection) -> None:
@@ -273,6 +274,10 @@ def migrate(engine: sa.Engine, *, create: bool = True) -> int:
     :class:`~ebbtide.errors.NoStore`, and nothing is written to it (a command that only
     reads, pointed at a shared database, must not fill it with ebbtide's tables)."""
     table = _version_table()
+    if not create:
+        with reading(engine) as conn:  # no write lock: the file may be someone else's
+            if current_version(conn) == 0:
+                raise NoStore(f"{redacted(engine.url.render_as_string(hide_password=False))}")
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             # one migrator at a time across processes

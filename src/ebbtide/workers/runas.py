@@ -15,8 +15,10 @@ what an owner means on its node:
   (:class:`~ebbtide.workers.agent.NodeAgent`); ``ebb worker`` defaults to ``owner``.
 
 An owner-mode attempt's environment starts from nothing of the agent's but what no one
-keeps secret and a program needs to run: a ``PATH`` (the job's own, else the agent's),
-the locale and the time zone.  The owner's login variables (``HOME``, ``USER``,
+keeps secret and a program needs to run: a ``PATH`` (the job's own, else the agent's
+less the directories the owner cannot search: an agent run from a virtual environment
+in root's 0700 home would give its jobs ``Permission denied``), the locale and the time
+zone.  The owner's login variables (``HOME``, ``USER``,
 ``LOGNAME``, ``SHELL``, from the password database) come on top of the job's own, so a
 job submitted by an admin for someone does not run with the admin's home.
 
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -210,13 +213,61 @@ def refuses(runs_jobs_of: str | None, owner: str) -> str | None:
     return None  # a value a newer agent wrote: let that agent decide
 
 
+def can_search(directory: str, uid: int, groups: Collection[int]) -> bool:
+    """Whether the user ``uid`` (in ``groups``) can reach into ``directory``: it and every
+    directory above it exist and give that user search (``x``) permission, by owner, then
+    group, then others, as the kernel decides.  Root passes everywhere."""
+    path = Path(directory)
+    if not path.is_absolute():
+        return False
+    if uid == 0:
+        return True
+    for d in (*reversed(path.parents), path):
+        try:
+            st = os.stat(d)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def owners_path(
+    path: str,
+    identity: Identity,
+    searchable: Callable[[str, int, Collection[int]], bool] = can_search,
+) -> str:
+    """The agent's ``PATH`` as ``identity``'s attempt inherits it: only the absolute
+    directories that user can search, in order, without repeats; :data:`DEFAULT_PATH`
+    when none is left."""
+    kept: list[str] = []
+    for d in path.split(os.pathsep):
+        if os.path.isabs(d) and d not in kept and searchable(d, identity.uid, identity.groups):
+            kept.append(d)
+    return os.pathsep.join(kept) or DEFAULT_PATH
+
+
 def base_env(
-    identity: Identity, job_env: Mapping[str, str], agent_env: Mapping[str, str]
+    identity: Identity,
+    job_env: Mapping[str, str],
+    agent_env: Mapping[str, str],
+    searchable: Callable[[str, int, Collection[int]], bool] = can_search,
 ) -> dict[str, str]:
     """An owner-mode attempt's environment before ebbtide's contract: the agent's
-    ``PASSED_VARIABLES`` and ``LC_*``, the job's own, then the owner's login variables."""
+    ``PASSED_VARIABLES`` and ``LC_*``, the job's own, then the owner's login variables.
+    The agent's ``PATH`` keeps only the directories the owner can search
+    (:func:`owners_path`, with ``searchable`` to decide); the job's own is kept as given."""
     env = {k: v for k, v in agent_env.items() if k in PASSED_VARIABLES or k.startswith("LC_")}
-    env["PATH"] = env.get("PATH") or DEFAULT_PATH
+    if "PATH" not in job_env:
+        env["PATH"] = owners_path(env.get("PATH", ""), identity, searchable)
     env.update(job_env)
     env.update(identity.login_env())
     return env

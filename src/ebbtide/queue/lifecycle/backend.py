@@ -125,6 +125,7 @@ class Backend(Protocol):
         array_id: int | None = None,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        ran: bool = False,
     ) -> list[Job]: ...
 
     def _states_of(self, job_ids: Collection[int]) -> dict[int, str]:

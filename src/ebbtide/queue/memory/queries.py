@@ -67,9 +67,12 @@ class MemoryQueryMixin(MemoryBase, JobLogic):
         array_id: int | None = None,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        ran: bool = False,
     ) -> list[Job]:
         with self._data.lock:
             rows = self._rows(states, owner, queue=queue, array_id=array_id, ids=ids)
+            if ran:
+                rows = [r for r in rows if r["attempts"] > 0]
             rows = [dict(r) for r in (rows if limit is None else rows[: max(limit, 0)])]
         return [Job.model_validate(r) for r in rows]
 

@@ -21,7 +21,7 @@ from ebbtide.config.settings import redacted
 from ebbtide.errors import NotLeader, StoreUnavailable
 from ebbtide.queue import migrations
 from ebbtide.queue.drains import Drains
-from ebbtide.queue.engine import create_engine, reading
+from ebbtide.queue.engine import create_engine, enable_wal, reading
 from ebbtide.queue.models import Attempt, Event, JobTable, Leadership, Node
 from ebbtide.queue.states import EventType
 from ebbtide.queue.tokens import Tokens
@@ -73,6 +73,8 @@ class StoreBase:
         if migrate:
             try:
                 migrations.migrate(self.engine, create=create)
+                if not create:  # an ebbtide store, then: WAL, as a store made here is
+                    enable_wal(self.engine)
             except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
                 self.engine.dispose()
                 cause = str(exc.orig or exc).strip().splitlines()[0] if str(exc) else ""

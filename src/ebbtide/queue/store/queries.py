@@ -59,7 +59,10 @@ class QueryMixin(TransitionMixin, JobLogic):
         array_id: int | None = None,
         ids: Iterable[int] | None = None,
         limit: int | None = None,
+        ran: bool = False,
     ) -> list[Job]:
+        """The jobs that match, oldest first; ``ran``: only those that ran (at least one
+        attempt; a job cancelled in the queue did not)."""
         stmt = sa.select(JOBS).order_by(JOBS.c.id)
         if states is not None:
             stmt = stmt.where(JOBS.c.state.in_([s.value for s in states]))
@@ -71,6 +74,8 @@ class QueryMixin(TransitionMixin, JobLogic):
             stmt = stmt.where(JOBS.c.array_id == array_id)
         if ids is not None:
             stmt = stmt.where(JOBS.c.id.in_(list(ids)))
+        if ran:
+            stmt = stmt.where(JOBS.c.attempts > 0)
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._read() as conn:

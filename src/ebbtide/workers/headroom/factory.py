@@ -7,7 +7,9 @@ Accepted forms:
 - ``static:COMPUTE%,MEM`` — a fixed online usage on every device, e.g. ``static:20%,8GiB``;
 - ``trace:PATH`` — replay a trace CSV (``.csv`` or ``.csv.gz``); a bare file name that is
   not found is looked up among the traces shipped with ebbtide (``trace:genai_sample.csv``);
-- ``trace:PATH@10x`` — the same, ten times faster than recorded;
+- ``trace:PATH@10x`` — the same, ten times faster than recorded.  Once a trace ended
+  its last row holds (a spike replayed in a test stays), and the source logs a warning
+  once, so a flat line is not taken for the trace;
 - ``prometheus:URL`` — NVIDIA DCGM exporter figures, for planning only, from a Prometheus
   server (``prometheus:http://HOST:9090``) or the exporter itself
   (``prometheus:http://HOST:9400/metrics``), optionally with ``?LABEL=VALUE`` selectors
@@ -77,9 +79,10 @@ def open_source(
 ) -> HeadroomSource:
     """Open the headroom source ``spec`` names (see the module doc).
 
-    ``speedup`` and ``loop`` apply to traces; a ``@Nx`` suffix in the spec overrides
-    ``speedup``.  ``node`` is this node's name: a Prometheus server is asked for the
-    series whose ``Hostname`` is it, unless the spec names selectors of its own.
+    ``speedup`` and ``loop`` apply to traces (``loop`` True: start over once the trace
+    ended, as ``ebb demo`` does); a ``@Nx`` suffix in the spec overrides ``speedup``.
+    ``node`` is this node's name: a Prometheus server is asked for the series whose
+    ``Hostname`` is it, unless the spec names selectors of its own.
     Raises ``ValueError`` naming the accepted forms on a bad spec.
     """
     text = spec.strip()

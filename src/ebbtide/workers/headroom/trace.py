@@ -4,7 +4,8 @@ The file has the header ``t_s,device,online_compute_pct,online_memory_mib`` (any
 order).  A row sets that device's online usage from ``t_s`` seconds after the start of the
 replay until that device's next row: a step function.  Before a device's first row its
 online usage is 0.  After the last row every device keeps its last value, unless the
-source loops.
+source loops (as ``ebb demo``'s does; ``--headroom trace:`` holds, so that a spike
+replayed in a test stays).  Either way the source logs once when the trace first ends.
 
 Replay time is ``(now - origin) * speedup`` where the origin is ``start_time`` or the
 ``now`` of the first :meth:`TraceSource.sample` call.  Lookups are ``O(log n)`` (bisect).
@@ -16,6 +17,7 @@ import bisect
 import csv
 import gzip
 import itertools
+import logging
 import math
 import os
 import statistics
@@ -26,6 +28,8 @@ from pathlib import Path
 
 from ebbtide.workers.devices import DEFAULT_DEVICE_MEMORY_MIB
 from ebbtide.workers.headroom.base import NO_OFFLINE, DeviceFault, DeviceInfo, DeviceSample, Offline
+
+log = logging.getLogger("ebbtide.headroom")
 
 TRACE_COLUMNS = ("t_s", "device", "online_compute_pct", "online_memory_mib")
 
@@ -186,6 +190,8 @@ class TraceSource:
         )
         self._origin = start_time
         self._lock = threading.Lock()
+        #: whether the end of the trace was reached (and said) yet
+        self._ended = False
 
     @property
     def duration_s(self) -> float:
@@ -201,10 +207,27 @@ class TraceSource:
             if self._origin is None:
                 self._origin = now
             origin = self._origin
-        t_s = (now - origin) * self.speedup
+            t_s = (now - origin) * self.speedup
+            ended = not self._ended and t_s >= self._trace.duration_s
+            self._ended = self._ended or ended
+        if ended:
+            self._say_ended()
         if self.loop and t_s >= 0:
             t_s %= self._trace.duration_s
         return t_s
+
+    def _say_ended(self) -> None:
+        length = f"{self._trace.duration_s:g} s of trace"
+        if self.speedup != 1:
+            length += f", {self._trace.duration_s / self.speedup:g} s at {self.speedup:g}x"
+        if self.loop:
+            log.info("headroom trace %s ended (%s): starting it over", self.path, length)
+        else:
+            log.warning(
+                "headroom trace %s ended (%s): holding its last values from now on",
+                self.path,
+                length,
+            )
 
     def sample(self, now: float, offline: Offline = NO_OFFLINE) -> list[DeviceSample]:
         t_s = self.trace_time_s(now)
