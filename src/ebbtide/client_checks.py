@@ -18,8 +18,8 @@ from ebbtide.errors import ConfigError, SpecError
 from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
+from ebbtide.queue.whose_jobs import refuses
 from ebbtide.units import format_mib, signal_name
-from ebbtide.workers.runas import refuses
 
 log = logging.getLogger("ebbtide.client")
 

@@ -7,6 +7,7 @@ attempt started long before ``NOW``, so each test states only what it is about.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins, QueuedJob, Snapshot
@@ -53,8 +54,11 @@ def dev(
     om: float = 0,
     rc: float = 0,
     rm: float = 0,
+    *,
+    runs: str | None = None,
 ) -> DeviceView:
-    """A device with online compute ``oc`` %, online memory ``om`` MiB and reserves."""
+    """A device with online compute ``oc`` %, online memory ``om`` MiB and reserves, on a
+    node whose agent runs ``runs``' jobs (``users``, ``user:bob``; None: not said)."""
     return DeviceView(
         node=node,
         index=i,
@@ -64,6 +68,7 @@ def dev(
         reserve_compute_pct=float(rc),
         reserve_memory_mib=float(rm),
         sampled_at=NOW,
+        runs_jobs_of=runs,
     )
 
 
@@ -144,3 +149,16 @@ class JobRow:
     deadline_s = 30.0
     compute_pct = 10.0
     memory_mib = 1024
+
+
+def counted(read: list[int]) -> type[list[QueuedJob]]:
+    """A planning group's list that notes in ``read`` the id of each job the planner
+    reads from it."""
+
+    class Counted(list[QueuedJob]):
+        def __iter__(self) -> Any:
+            for j in super().__iter__():
+                read.append(j.id)
+                yield j
+
+    return Counted

@@ -11,6 +11,10 @@ What the planner keeps to be fast at fleet scale is checked on its own too: the 
 the index keeps per shape for the next job of that shape, the nomination order sorted a
 priority at a time (or taken as given), the check that spares a calm device the relief
 reckoning, and the reasons for unplaced jobs worked out once per queue and timing.
+
+Each node says whose jobs it runs (anyone's, every user's but root's, one user's, or
+nothing, as an older agent), and each job has an owner: the reference places a job only
+on the nodes :func:`~ebbtide.queue.whose_jobs.refuses` lets it go to.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import pytest
 from ebbtide.preemption.relief import relief_for_device
 from ebbtide.preemption.victims import Eviction, EvictReason, evictions_for_device
 from ebbtide.queue.states import JobState
+from ebbtide.queue.whose_jobs import refuses, singled_out
 from ebbtide.scheduling import fit, planner
 from ebbtide.scheduling.admission import Unplaced
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom
@@ -47,7 +52,7 @@ from ebbtide.scheduling.snapshot import (
     queue_order,
 )
 
-from .builders import NOW, att, dev, job
+from .builders import NOW, att, counted, dev, job
 
 EPS = 1e-6
 
@@ -105,12 +110,13 @@ def reference_plan(snapshot: Snapshot) -> Plan:
     for f in free.values():
         by_node.setdefault(f.device.node, []).append(f)
     running = Counter(a.array_id for a in snapshot.active if a.array_id is not None)
+    runs = {d.node: d.runs_jobs_of for d in snapshot.devices}
 
-    misfits: set[tuple[float, int, int]] = set()
+    misfits: set[tuple[float, int, int, str]] = set()
     for j in sorted(snapshot.queued, key=lambda j: (-j.priority, j.id)):
         if len(out.dispatches) >= snapshot.max_dispatches:
             break
-        shape = (j.compute_pct, j.memory_mib, j.gpus)
+        shape = (j.compute_pct, j.memory_mib, j.gpus, j.owner)
         if shape in misfits:
             continue
         if (
@@ -119,7 +125,13 @@ def reference_plan(snapshot: Snapshot) -> Plan:
             and running[j.array_id] >= j.array_limit
         ):
             continue
-        placed = whole_fit(j, by_node) if j.gpus >= 1 else best_fit(j, list(free.values()))
+        # only the nodes that would run the job for its owner
+        takers = {n: fs for n, fs in by_node.items() if refuses(runs[n], j.owner) is None}
+        placed = (
+            whole_fit(j, takers)
+            if j.gpus >= 1
+            else best_fit(j, [f for f in free.values() if f.device.node in takers])
+        )
         if placed is None:
             misfits.add(shape)
             continue
@@ -183,6 +195,10 @@ def whole_fit(j: QueuedJob, by_node: dict[str, list[Free]]) -> tuple[str, tuple[
 
 #: Few distinct values, so that equal scores and exact fits are common.
 DEVICE_MIB = (81920.0, 81920.0, 40960.0, 147456.0, 0.5)
+#: Whose jobs a node runs (mostly anyone's; None: an older agent that does not say) ...
+RUNS = (None, "any", "any", "any", "users", "user:alice", "user:bob", "from-a-newer-agent")
+#: ... and whose the jobs are.
+OWNERS = ("alice", "alice", "bob", "carol", "root")
 ONLINE_COMPUTE = (0.0, 0.0, 10.0, 25.0, 50.0, 70.7, 90.0, 33.3)
 ONLINE_MEMORY = (0.0, 0.0, 8192.0, 20000.0, 40960.0, 70000.0, 12345.6, 75776.0000001)
 JOB_COMPUTE = (5.0, 10.0, 10.0, 24.3, 25.0, 30.0, 45.0, 50.0, 95.0, 0.5, 12.5, 0.0)
@@ -193,8 +209,11 @@ HUGE = 2.0**60
 
 def random_snapshot(rng: random.Random, *, huge: bool = False) -> Snapshot:
     nodes = [f"n{i}" for i in range(rng.randint(1, 4))]
+    # a fleet of nodes that all run anyone's, or one whose nodes each say their own
+    mixed = rng.random() < 0.6
     devices = []
     for node in nodes:
+        runs = rng.choice(RUNS) if mixed else "any"
         for i in range(rng.randint(1, 5)):
             devices.append(
                 dev(
@@ -205,12 +224,15 @@ def random_snapshot(rng: random.Random, *, huge: bool = False) -> Snapshot:
                     om=rng.choice(ONLINE_MEMORY),
                     rc=rng.choice((0.0, 0.0, 5.0)),
                     rm=rng.choice((0.0, 0.0, 1024.0)),
+                    runs=runs,
                 )
             )
     if huge:
         k = rng.randrange(len(devices))
         d = devices[k]
-        devices[k] = dev(node=d.node, i=d.index, mem=rng.choice((HUGE, float("inf"))))
+        devices[k] = dev(
+            node=d.node, i=d.index, mem=rng.choice((HUGE, float("inf"))), runs=d.runs_jobs_of
+        )
     active = []
     for n in range(rng.randint(0, 2 * len(devices))):
         d = rng.choice(devices)
@@ -244,6 +266,7 @@ def random_snapshot(rng: random.Random, *, huge: bool = False) -> Snapshot:
                 array=array,
                 limit=rng.choice((None, 1, 2, 3)) if array is not None else None,
                 attempts=rng.randint(0, 2),
+                owner=rng.choice(OWNERS),
             )
         )
     return Snapshot(
@@ -257,8 +280,10 @@ def random_snapshot(rng: random.Random, *, huge: bool = False) -> Snapshot:
     )
 
 
-def large_snapshot(rng: random.Random) -> Snapshot:
-    """Hundreds of devices and jobs: deep buckets, many placements per pass."""
+def large_snapshot(rng: random.Random, *, mixed: bool = False) -> Snapshot:
+    """Hundreds of devices and jobs: deep buckets, many placements per pass; ``mixed``:
+    nodes that each say whose jobs they run, and jobs of several owners."""
+    runs = [rng.choice(RUNS) if mixed else None for _ in range(40)]
     devices = [
         dev(
             node=f"n{i // 8}",
@@ -266,6 +291,7 @@ def large_snapshot(rng: random.Random) -> Snapshot:
             mem=rng.choice((81920.0, 147456.0)),
             oc=round(rng.uniform(0, 90), rng.choice((0, 1))),
             om=float(rng.randrange(0, 60000, 512)),
+            runs=runs[i // 8],
         )
         for i in range(rng.randint(50, 300))
     ]
@@ -282,6 +308,8 @@ def large_snapshot(rng: random.Random) -> Snapshot:
         for i in range(1, rng.randint(200, 3000))
     ]
     queued = [q if not q.gpus else job(q.id, c=100, m=q.memory_mib, gpus=q.gpus) for q in queued]
+    if mixed:
+        queued = [dataclasses.replace(q, owner=rng.choice(OWNERS)) for q in queued]
     active = [
         att(
             10_000 + n,
@@ -348,11 +376,12 @@ def searches(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return calls
 
 
+@pytest.mark.parametrize("mixed", [False, True], ids=["anyones", "mixed-fleet"])
 @pytest.mark.parametrize("seed", range(5))
 def test_large_snapshots_plan_as_the_reference(
-    seed: int, scans: Counter[str], searches: Counter[str]
+    seed: int, mixed: bool, scans: Counter[str], searches: Counter[str]
 ) -> None:
-    s = large_snapshot(random.Random(1000 + seed))
+    s = large_snapshot(random.Random(1000 + seed), mixed=mixed)
     expected = reference_plan(s)
     assert len(expected.dispatches) > 50
     assert as_plain(plan(s)) == as_plain(expected)
@@ -495,13 +524,19 @@ def test_shapes_known_to_fit_nowhere_are_passed_over_once_the_reasons_are_full(
     assert any(p.wake_at is not None for p, _ in bulk)  # and backoffs waited
 
 
-def grouped(s: Snapshot) -> Snapshot:
+def grouped(s: Snapshot, *, by_owner: bool = True) -> Snapshot:
     """``s`` with its queue as the scheduler's copy hands it over: by planning group, each
-    group in scheduling order (``s`` has one job per id, as a store does)."""
+    group in scheduling order (``s`` has one job per id, as a store does), owners told
+    apart as its nodes single them out (``by_owner`` False: not at all, as a copy that
+    has not heard of the nodes yet)."""
+    told = frozenset(
+        o for d in s.devices if by_owner and (o := singled_out(d.runs_jobs_of)) is not None
+    )
     by_group: dict[Any, list[QueuedJob]] = {}
     for j in sorted(s.queued, key=queue_order):
-        by_group.setdefault(plan_group(j), []).append(j)
-    return dataclasses.replace(s, queued=GroupedJobs(list(by_group.values()), len(s.queued)))
+        by_group.setdefault(plan_group(j, told), []).append(j)
+    groups = list(by_group.values())
+    return dataclasses.replace(s, queued=GroupedJobs(groups, len(s.queued), singled_out=told))
 
 
 def renumbered(rng: random.Random, s: Snapshot) -> Snapshot:
@@ -568,7 +603,8 @@ def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
     reads, with a group left unread once none of its jobs can start (it fits nowhere, its
     array is at its limit, its queue's quota is spent) and the reasons are full (three
     here), it decides what the queue in order decides: dispatches, reasons, wake-up,
-    with windows (groups finer than shapes), quotas and backoffs, and without."""
+    with windows (groups finer than shapes), quotas and backoffs, and without; in fleets
+    whose nodes refuse some owners' jobs, with the groups told apart by owner and not."""
     monkeypatch.setattr(planner, "MAX_REASONS", 3)
     rng = random.Random(9000 + seed)
     left_behind = 0
@@ -578,27 +614,15 @@ def test_a_queue_by_planning_group_plans_as_the_queue_in_order(
             s = under_quotas(rng, s)
         if rng.random() < 0.4:
             s = windowed(rng, s)
-        decided = plan(grouped(s))
+        decided = plan(grouped(s, by_owner=rng.random() < 0.8))
         assert decided == plan(in_order(s), queued_in_order=True), f"case {case}"
         left_behind += len(s.queued) - len(decided.dispatches) - len(decided.blocked)
     assert left_behind > 100  # jobs were left unread
-    s = renumbered(rng, large_snapshot(rng))
-    assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
-    s = under_quotas(rng, s)
-    assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
-
-
-def counted(read: list[int]) -> type[list[QueuedJob]]:
-    """A planning group's list that notes in ``read`` the id of each job the planner
-    reads from it."""
-
-    class Counted(list[QueuedJob]):
-        def __iter__(self) -> Any:
-            for j in super().__iter__():
-                read.append(j.id)
-                yield j
-
-    return Counted
+    for mixed in (False, True):
+        s = renumbered(rng, large_snapshot(rng, mixed=mixed))
+        assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
+        s = under_quotas(rng, s)
+        assert plan(grouped(s)) == plan(in_order(s), queued_in_order=True)
 
 
 def test_a_group_that_fits_nowhere_is_left_unread(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.whose_jobs import refuses
 from ebbtide.workers.launch import env_for
 from ebbtide.workers.runas import (
     DEFAULT_PATH,
@@ -21,7 +22,6 @@ from ebbtide.workers.runas import (
     can_search,
     job_path,
     jobs_run_here,
-    refuses,
     resolve,
 )
 from tests.unit.builders import JobRow

@@ -408,7 +408,7 @@ def test_a_pass_reconciles_from_its_copy_and_spares_an_attempt_started_since(
     stale = dataclasses.replace(running, state=JobState.DISPATCHED, dispatched_at=T0 - 3600)
     reads: list[float] = []
 
-    def work(now: float) -> tuple[Any, list[Any]]:
+    def work(now: float, *_: Any) -> tuple[Any, list[Any]]:
         reads.append(now)
         return [], [stale]
 

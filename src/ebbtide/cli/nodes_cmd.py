@@ -89,7 +89,7 @@ def nodes(as_json: bool, full: bool) -> None:
 
 def _runs(runs_jobs_of: str | None) -> str:
     """Whose jobs a node's agent runs, in words (``ebb nodes -f``)."""
-    from ebbtide.workers.runas import RUNS_ANYONES, RUNS_ONE_PREFIX, RUNS_USERS
+    from ebbtide.queue.whose_jobs import RUNS_ANYONES, RUNS_ONE_PREFIX, RUNS_USERS
 
     if not runs_jobs_of:
         return "not said (an older agent)"

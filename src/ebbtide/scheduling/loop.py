@@ -56,6 +56,7 @@ from ebbtide.queue.models import NodeRow
 from ebbtide.queue.outcomes import NODE_SILENT, NOT_STARTED, TAKEN_BACK
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
+from ebbtide.queue.whose_jobs import singled_out
 from ebbtide.scheduling.leader import LeaderLock
 from ebbtide.scheduling.mirror import Mirror
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
@@ -147,7 +148,8 @@ class Scheduler:
         defaults = self.policy.defaults
         devices = []
         drains = {(d.node, d.device): d.describe() for d in self.store.drains.drained()}
-        for node in self.store.nodes() if nodes is None else nodes:
+        nodes = self.store.nodes() if nodes is None else nodes
+        for node in nodes:
             if node.stopping or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
                 continue
             for d in node_devices(node.name, node.devices_json):
@@ -172,18 +174,27 @@ class Scheduler:
                         else 0.0,
                         unavailable=unavailable(node.name, d, drains),
                         planning_only=not d.eviction_trigger,
+                        runs_jobs_of=node.runs_jobs_of,
                     )
                 )
-        queued, active = self.work(now) if work is None else work
+        queued, active = self.work(now, nodes) if work is None else work
         gates = self.runtime.gates(now, [(d.node, d.index) for d in devices])
         return self.policy.plan_rules().snapshot(now, queued, active, devices, gates)
 
-    def work(self, now: float) -> tuple[Sequence[QueuedJob], list[ActiveAttempt]]:
+    def work(
+        self, now: float, nodes: Sequence[NodeRow] | None = None
+    ) -> tuple[Sequence[QueuedJob], list[ActiveAttempt]]:
         """The queued jobs (in scheduling order) and the active attempts now: the
-        mirror's copy brought up to date, or the whole of both read."""
+        mirror's copy brought up to date (its groups telling apart the owners that a node
+        of ``nodes`` singles out; None: read them), or the whole of both read."""
         if self.mirror is not None:
             epoch = self.leader.epoch if self.leader is not None else None
-            return self.mirror.sync(self.store, now, epoch=epoch)
+            told = frozenset(
+                o
+                for n in (self.store.nodes() if nodes is None else nodes)
+                if (o := singled_out(n.runs_jobs_of)) is not None
+            )
+            return self.mirror.sync(self.store, now, epoch=epoch, singled_out=told)
         return self.store.queued_jobs(), self.store.active_attempts()
 
     def run_once(self) -> Plan:
@@ -198,7 +209,7 @@ class Scheduler:
                     log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
         # read once a pass: reconciling and planning both go by them
         nodes = self.store.nodes()
-        queued, active = self.work(now)
+        queued, active = self.work(now, nodes)
         gone = self.reconcile(now, nodes, active)
         if gone:  # requeued: their slices are free; they are planned from the next pass
             active = [a for a in active if (a.job_id, a.attempt) not in gone]

@@ -24,6 +24,12 @@ runs of at most ``2 × RUN_LENGTH`` jobs (:class:`OrderedJobs`): an insertion or
 are (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, with a lookup by id for the jobs a
 pass dispatches), merges them as it reads and leaves a group unread once none of its jobs
 can start, so nothing in a pass reads the whole queue.
+
+Owners are told apart only as the nodes single them out (a node that runs every user's
+jobs but root's, or one user's only: :func:`~ebbtide.queue.whose_jobs.singled_out`); where
+no node does, every owner's jobs share their groups.  An owner singled out for the first
+time splits the groups once, from the copy; one that no node singles out any more is
+forgotten at the next full read.
 """
 
 from __future__ import annotations
@@ -149,11 +155,16 @@ class ChangeFeed(Protocol):
 class Groups:
     """Queued jobs by planning group, each group an :class:`OrderedJobs`."""
 
-    def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
-        """``jobs`` in scheduling order (as the store lists them)."""
+    def __init__(
+        self, jobs: Iterable[QueuedJob] = (), singled_out: frozenset[str] = frozenset()
+    ) -> None:
+        """``jobs`` in scheduling order (as the store lists them); ``singled_out``: the
+        owners told apart (:func:`~ebbtide.scheduling.snapshot.plan_group`)."""
+        #: the owners the groups tell apart
+        self.singled_out = singled_out
         by_group: dict[Hashable, list[QueuedJob]] = {}
         for job in jobs:
-            by_group.setdefault(plan_group(job), []).append(job)
+            by_group.setdefault(plan_group(job, singled_out), []).append(job)
         self._groups = {g: OrderedJobs(js, in_order=True) for g, js in by_group.items()}
         self._group_of = {j.id: g for g, js in by_group.items() for j in js}
 
@@ -163,7 +174,7 @@ class Groups:
     def add(self, job: QueuedJob) -> None:
         """Add ``job`` (one of its id is taken out first)."""
         self.discard(job.id)
-        group = plan_group(job)
+        group = plan_group(job, self.singled_out)
         self._groups.setdefault(group, OrderedJobs()).add(job)
         self._group_of[job.id] = group
 
@@ -184,7 +195,7 @@ class Groups:
 
     def view(self) -> GroupedJobs:
         """The planner's view (read only, until the next change)."""
-        return GroupedJobs(list(self._groups.values()), len(self), self.find)
+        return GroupedJobs(list(self._groups.values()), len(self), self.find, self.singled_out)
 
 
 class Mirror:
@@ -208,20 +219,29 @@ class Mirror:
         self._cursor = None
 
     def sync(
-        self, store: ChangeFeed, now: float, *, epoch: int | None = None
+        self,
+        store: ChangeFeed,
+        now: float,
+        *,
+        epoch: int | None = None,
+        singled_out: frozenset[str] = frozenset(),
     ) -> tuple[GroupedJobs, list[ActiveAttempt]]:
         """Bring the copy up to date with ``store`` at ``now`` (Unix seconds) in
         leadership ``epoch``; return the queued jobs in scheduling order (by planning
-        group) and the active attempts by job id, as :meth:`Store.queued_jobs` and
+        group, owners in ``singled_out`` told apart: those some node singles out) and the
+        active attempts by job id, as :meth:`Store.queued_jobs` and
         :meth:`Store.active_attempts` would.  A store error leaves the copy to be rebuilt
         at the next call."""
         try:
             followed = self._follow(store, now, epoch)
             if followed is not True:
-                self._rebuild(store, now, epoch, fallback=followed is None)
+                self._rebuild(store, now, epoch, singled_out, fallback=followed is None)
         except BaseException:
             self.reset()
             raise
+        told = self._queued.singled_out
+        if not singled_out <= told:  # a node singles out someone new: split the groups
+            self._queued = Groups(self._queued.view(), told | singled_out)
         active = [self._active[job_id] for job_id in sorted(self._active)]
         return self._queued.view(), active
 
@@ -246,11 +266,17 @@ class Mirror:
         return True
 
     def _rebuild(
-        self, store: ChangeFeed, now: float, epoch: int | None, *, fallback: bool = False
+        self,
+        store: ChangeFeed,
+        now: float,
+        epoch: int | None,
+        singled_out: frozenset[str],
+        *,
+        fallback: bool = False,
     ) -> None:
         start = store.changes_since(None)
         assert start is not None  # a new cursor always begins
-        self._queued = Groups(store.queued_jobs())
+        self._queued = Groups(store.queued_jobs(), singled_out)
         self._active = {a.job_id: a for a in store.active_attempts()}
         # the copy's objects are walked once by a full garbage collection, here in the
         # pass that reads everything anyway, not by the one the copy's allocations would

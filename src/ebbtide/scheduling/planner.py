@@ -15,9 +15,11 @@ One pass reads as numbered phases (after kueue's scheduling cycle):
 3. **nominate**: queued jobs in order — priority (high first), then submission order
    (a requeued job keeps its place ahead of later submissions of its priority).
 4. **admit**: each job goes to the device that fits it best (least headroom left over,
-   compute and memory together, each as a fraction of the device); a job that fits
-   nowhere is skipped, and so is every later job of the same shape.  Never into
-   headroom that does not cover the slice plus the margin.
+   compute and memory together, each as a fraction of the device) among the devices of
+   nodes that run its owner's jobs (:mod:`~ebbtide.scheduling.owners`); a job that fits
+   nowhere is skipped, and so is every later job of the same shape (and, where some node
+   refuses someone's jobs, the same owner).  Never into headroom that does not cover the
+   slice plus the margin.
 
 One pass over 1,000,000 queued jobs and 10,000 devices takes about 80 ms on two shared
 cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
@@ -31,6 +33,10 @@ cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
   already (the store lists it so), and sorted a priority at a time otherwise;
 - a device whose slices all fit (most of a fleet) skips the relief reckoning, and why a
   job finds no device is worked out once per queue and timing, not once per job;
+- whose jobs each node runs is looked at per job only where some node refuses someone's
+  (:class:`~ebbtide.scheduling.owners.Owners`); then each class of owners that some node
+  refuses gets a fit index of the devices that take its jobs, kept in step with the
+  pass's own;
 - once the reasons are full, the jobs of shapes known to fit nowhere are passed over: given
   the queue by planning group (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, as the
   scheduler's copy of the queue keeps it), such a group is left unread, and so is a group
@@ -67,8 +73,9 @@ from ebbtide.scheduling.admission import (
     share_evictions,
 )
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, within
-from ebbtide.scheduling.fit import EPS, FitIndex, Free, WholeFit, whole_pick
+from ebbtide.scheduling.fit import EPS, FitIndex, Free, WholeFit, fits, whole_pick
 from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT as MIN_WHOLE_GPU_HEADROOM_PCT
+from ebbtide.scheduling.owners import Allowed, Owners
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceView,
@@ -89,6 +96,11 @@ _ID = attrgetter("id")
 _SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
 _SHAPE_AND_TIMING = attrgetter(
     "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
+)
+#: ... and, where some node refuses someone's jobs, of one owner: they go to the same nodes
+_SHAPE_AND_OWNER = attrgetter("compute_pct", "memory_mib", "gpus", "owner")
+_SHAPE_TIMING_AND_OWNER = attrgetter(
+    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s", "owner"
 )
 _COMPUTE = attrgetter("compute_pct")
 _MEMORY = attrgetter("memory_mib")
@@ -226,10 +238,18 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     # 3. nominate, 4. admit
     index = FitIndex(free.values())
     wholes = WholeFit(by_node, index)
+    # whose jobs each node runs: looked at per job only where some node refuses someone's
+    owners = Owners(snapshot.devices)
+    anyone = owners.anyone
+    if not anyone:
+        owners.bind(list(free.values()), by_node, index)
     misfits: dict[tuple[object, ...], str] = {}
     unplaced = Unplaced(snapshot, snapshot.devices)
     dispatches = out.dispatches
-    shape_of = _SHAPE if lanes is None else _SHAPE_AND_TIMING
+    if anyone:
+        shape_of = _SHAPE if lanes is None else _SHAPE_AND_TIMING
+    else:
+        shape_of = _SHAPE_AND_OWNER if lanes is None else _SHAPE_TIMING_AND_OWNER
 
     def admit(job: QueuedJob, shape: tuple[object, ...]) -> None:
         """Place ``job``, of a shape not known to fit nowhere, or say why not."""
@@ -249,15 +269,24 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
         if quotas is not None and (why := quotas.refusal(job)) is not None:
             refuse(job, why)
             return
+        takers = None if anyone else owners.allowed(job.owner)
         if job.gpus >= 1:
             allowed = lanes.allows(job) if lanes is not None else None
-            placed = _place_whole(job, by_node, index, wholes, allowed)
+            if takers is None:
+                placed = _place_whole(job, by_node, index, wholes, allowed)
+            else:
+                placed = _place_whole(
+                    job, takers.by_node, index, takers.wholes(), allowed, takers.index()
+                )
         elif lanes is not None and not lanes.plain(job):
-            placed = _place_gated(job, lanes, index)
+            placed = _place_gated(job, lanes, index, takers)
+        elif takers is None:
+            placed = _place_fraction(job, free.values(), index)
         else:
-            placed = _place_fraction(job, free, index)
+            placed = _place_fraction(job, takers.frees, index, takers.index())
         if placed is None:
-            misfits[shape] = unplaced.reason(job)
+            why = None if takers is None else owners.reason(job, takers, _room(job, lanes))
+            misfits[shape] = why or unplaced.reason(job)
             refuse(job, misfits[shape])
             return
         node, devices = placed
@@ -271,11 +300,14 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
 
     def spent(job: QueuedJob, shape: tuple[object, ...]) -> bool:
         """Whether every later job of ``job``'s planning group is refused this pass, and
-        does nothing more than say why: its shape fits nowhere, its array is at its limit,
-        or its queue's own quota is spent (none of the group in a backoff, whose end the
-        refusal would ask to be woken at).  What each counts only grows in a pass."""
+        does nothing more than say why: its shape fits nowhere (where some node refuses
+        someone's jobs: nowhere its owner's go, the groups told apart by owner as the
+        nodes do, none of the group in a backoff: the other owners of its group are read
+        as the plain queue reads them), its array is at its limit, or its queue's own
+        quota is spent (none of the group in a backoff, whose end the refusal would ask
+        to be woken at).  What each counts only grows in a pass."""
         if shape in misfits:
-            return True
+            return anyone or (by_owner and job.evictions < 2)
         if (
             job.array_id is not None
             and job.array_limit is not None
@@ -286,6 +318,9 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
 
     queued = snapshot.queued
     if isinstance(queued, GroupedJobs):
+        # the groups hold one class of owners each (as the nodes of this pass tell them
+        # apart), so that one's misfit is the group's
+        by_owner = owners.singled_out <= queued.singled_out
         # the groups merged in scheduling order; once the reasons are full, a group none
         # of whose jobs can start (see ``spent``) is left behind unread (a pass reads what
         # it places and refuses)
@@ -419,13 +454,15 @@ def _within_share(f: Free, q: QueueGate, job: QueuedJob) -> bool:
 
 
 def _place_gated(
-    job: QueuedJob, lanes: _Lanes, index: FitIndex
+    job: QueuedJob, lanes: _Lanes, index: FitIndex, takers: Allowed | None = None
 ) -> tuple[str, tuple[int, ...]] | None:
     now = lanes.now
     cands = [
         f
         for f, q in lanes.lane(job.queue)
-        if fits_before_close(job, q.open_until, now) and _within_share(f, q, job)
+        if fits_before_close(job, q.open_until, now)
+        and _within_share(f, q, job)
+        and (takers is None or takers.takes(f))
     ]
     best = fit.best_fit_scan(job, cands)
     if best is None:
@@ -441,6 +478,18 @@ def _spend(f: Free, job: QueuedJob, index: FitIndex) -> None:
     f.alloc_memory += job.memory_mib
     f.offline_slices += 1
     index.refile(f)
+
+
+def _room(job: QueuedJob, lanes: _Lanes | None) -> Callable[[list[Free]], bool]:
+    """Whether a node's devices, as they are now, would take ``job`` were its owner not
+    refused there (by the rules the placement applies)."""
+    if job.gpus >= 1:
+        allowed = lanes.allows(job) if lanes is not None else None
+        return lambda frees: whole_pick(frees, job, allowed) is not None
+    if lanes is not None and not lanes.plain(job):
+        open_here = lanes.allows(job)
+        return lambda frees: any(open_here(f) and fits(f, job) for f in frees)
+    return lambda frees: any(fits(f, job) for f in frees)
 
 
 def _nominated(queued: Iterable[QueuedJob]) -> Iterator[list[QueuedJob]]:
@@ -466,9 +515,12 @@ def _minus_priority(job: QueuedJob) -> int:
 
 
 def _place_fraction(
-    job: QueuedJob, free: dict[tuple[str, int], Free], index: FitIndex
+    job: QueuedJob, frees: Iterable[Free], index: FitIndex, search: FitIndex | None = None
 ) -> tuple[str, tuple[int, ...]] | None:
-    best = index.best_fit(job) if index.serves(job) else fit.best_fit_scan(job, free.values())
+    """The best fit among ``frees``, found by ``search`` (an index of just those devices;
+    None: ``index``, the pass's own, of every device) or by a scan; spent in ``index``."""
+    search = index if search is None else search
+    best = search.best_fit(job) if search.serves(job) else fit.best_fit_scan(job, frees)
     if best is None:
         return None
     _spend(best, job, index)
@@ -481,11 +533,14 @@ def _place_whole(
     index: FitIndex,
     wholes: WholeFit,
     allowed: Callable[[Free], bool] | None = None,
+    search: FitIndex | None = None,
 ) -> tuple[str, tuple[int, ...]] | None:
-    """``gpus`` devices on one node with no offline slice, each with compute headroom of at
-    least :data:`MIN_WHOLE_GPU_HEADROOM_PCT`; the job then holds all of that headroom."""
+    """``gpus`` devices on one node of ``by_node`` with no offline slice, each with compute
+    headroom of at least :data:`MIN_WHOLE_GPU_HEADROOM_PCT`; the job then holds all of that
+    headroom.  ``wholes`` and ``search`` (None: ``index``) index ``by_node``'s devices;
+    what the job takes is spent in ``index``, the pass's own."""
     best: list[Free] | None = None
-    if allowed is None and index.serves(job):
+    if allowed is None and (index if search is None else search).serves(job):
         best = wholes.best(job)
     else:
         best_score = 0.0

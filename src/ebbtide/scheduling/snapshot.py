@@ -7,7 +7,7 @@ simulator all build these and call the same pure functions.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -44,14 +44,16 @@ def queue_order(job: QueuedJob) -> tuple[int, int]:
     return (-job.priority, job.id)
 
 
-def plan_group(job: QueuedJob) -> tuple[object, ...]:
+def plan_group(job: QueuedJob, singled_out: Container[str] = ()) -> tuple[object, ...]:
     """What makes queued jobs fit, or not, together: the shape of their slice (they fit
-    where the others do) and, under windows, their queue and timing (they fit in time
-    where the others do); and what makes them refused together: their queue (its quota),
-    their array when it has a limit, and whether they may be in a backoff (evicted twice
-    or more).  Once the planner knows that one fits nowhere, or that its array or its
-    queue's quota is spent, it knows it of every job of the group.  See
-    :class:`GroupedJobs`."""
+    where the others do), under windows their queue and timing (they fit in time where
+    the others do), and their owner where a node singles it out (``singled_out``: the
+    owners some node treats unlike the others, :func:`~ebbtide.queue.whose_jobs.singled_out`;
+    every other owner's jobs go to the same nodes); and what makes them refused together:
+    their queue (its quota), their array when it has a limit, and whether they may be in
+    a backoff (evicted twice or more).  Once the planner knows that one fits nowhere, or
+    that its array or its queue's quota is spent, it knows it of every job of the group.
+    See :class:`GroupedJobs`."""
     limit = job.array_limit
     return (
         job.compute_pct,
@@ -63,6 +65,7 @@ def plan_group(job: QueuedJob) -> tuple[object, ...]:
         None if limit is None else job.array_id,
         limit,
         job.evictions >= 2,
+        job.owner if job.owner in singled_out else "",
     )
 
 
@@ -75,16 +78,22 @@ class GroupedJobs(Sequence[QueuedJob]):
     the jobs it places and refuses, not the whole queue (the scheduler's copy of the queue
     keeps these groups: :mod:`ebbtide.scheduling.mirror`).  :meth:`find` looks a job up by
     id (``find``: the holder's own lookup; without one it reads the groups).  Indexing
-    makes the whole list once (for tests)."""
+    makes the whole list once (for tests).
+
+    ``singled_out``: the owners the groups were told apart by (:func:`plan_group`); the
+    planner leaves a group unread for want of a node that runs its owner's jobs only
+    when that covers every owner some node of the pass singles out."""
 
     def __init__(
         self,
         groups: Sequence[Iterable[QueuedJob]],
         size: int,
         find: Callable[[int], QueuedJob | None] | None = None,
+        singled_out: frozenset[str] = frozenset(),
     ) -> None:
         #: each group, iterable again and again, in scheduling order
         self.groups = groups
+        self.singled_out = singled_out
         self._size = size
         self._find = find
         self._list: list[QueuedJob] | None = None
@@ -186,6 +195,10 @@ class DeviceView:
     #: the figures come from a planning-only source (seconds old): no online-pressure
     #: eviction is decided on them
     planning_only: bool = False
+    #: whose jobs its node's agent runs, as its heartbeat says (``any``, ``users``,
+    #: ``user:NAME``: :mod:`ebbtide.queue.whose_jobs`); None: not said (an older agent),
+    #: anyone's
+    runs_jobs_of: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:

@@ -37,6 +37,7 @@ from typing import Final, Literal
 
 from ebbtide.errors import EbbtideError
 from ebbtide.identity import user_name
+from ebbtide.queue.whose_jobs import RUNS_ANYONES, RUNS_ONE_PREFIX, RUNS_USERS
 
 RunAs = Literal["owner", "agent"]
 #: Attempts run as their owners (``ebb worker``'s default).
@@ -170,15 +171,6 @@ def resolve(
     )
 
 
-#: Whose jobs a node runs, as its heartbeat says (``nodes.runs_jobs_of``): anyone's ...
-RUNS_ANYONES: Final = "any"
-#: ... every user's but root's (owner mode, as root, without ``allow_root_jobs``) ...
-RUNS_USERS: Final = "users"
-#: ... or one user's only: ``user:NAME`` (an owner-mode agent that is not root; a root
-#: agent in agent mode that gives no one else a root shell)
-RUNS_ONE_PREFIX: Final = "user:"
-
-
 def jobs_run_here(
     run_as: str,
     *,
@@ -197,20 +189,6 @@ def jobs_run_here(
     if agent_uid != 0:
         return RUNS_ONE_PREFIX + user_name(agent_uid)
     return RUNS_ANYONES if allow_root_jobs else RUNS_USERS
-
-
-def refuses(runs_jobs_of: str | None, owner: str) -> str | None:
-    """Why a node whose heartbeat said ``runs_jobs_of`` would refuse ``owner``'s job, in
-    words that name what it runs; None when it would take it, or when it did not say (an
-    agent older than the field)."""
-    if not runs_jobs_of or runs_jobs_of == RUNS_ANYONES:
-        return None
-    if runs_jobs_of == RUNS_USERS:
-        return "does not run root's jobs (allow_root_jobs is false)" if owner == "root" else None
-    if runs_jobs_of.startswith(RUNS_ONE_PREFIX):
-        only = runs_jobs_of[len(RUNS_ONE_PREFIX) :]
-        return None if owner == only else f"runs only {only}'s jobs"
-    return None  # a value a newer agent wrote: let that agent decide
 
 
 def can_search(directory: str, uid: int, groups: Collection[int]) -> bool:
