@@ -200,7 +200,7 @@ def test_the_pods_on_a_card_from_nvml_to_ebb_nodes(
     assert "online:" not in run_nodes(monkeypatch, rows)
     assert "MIG" not in shown
     reports[1]["mig_parent"] = 0
-    assert "a MIG instance of GPU 0" in run_nodes(monkeypatch, rows, "-f")
+    assert "a MIG instance of the GPU NVML numbers 0" in run_nodes(monkeypatch, rows, "-f")
 
 
 def test_nodes_json_always_has_online_pods(monkeypatch: pytest.MonkeyPatch) -> None:

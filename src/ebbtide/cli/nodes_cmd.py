@@ -81,7 +81,7 @@ def nodes(as_json: bool, full: bool) -> None:
             )
             if full:
                 if d.get("mig_parent") is not None:
-                    click.echo(f"{'':<30}a MIG instance of GPU {d['mig_parent']}")
+                    click.echo(f"{'':<30}a MIG instance of the GPU NVML numbers {d['mig_parent']}")
                 click.echo(f"{'':<30}online: {_online_pods(d)}")
         if full:
             click.echo(f"{'':<30}runs: {_runs(n.get('runs_jobs_of'))}")
