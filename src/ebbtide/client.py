@@ -33,9 +33,11 @@ from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.client_checks import (
     NO_AGENT_NOTE,
     check_fits_fleet,
+    check_share_fits,
     check_someone_runs,
     kubernetes_grant,
     policy_in_effect,
+    runs_jobs_of,
     submit_notes,
     with_whole_gpu_memory,
 )
@@ -158,9 +160,10 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         spec = with_submit_host(spec)
         notes = submit_notes(spec, self.policy)
         nodes = self.store.nodes()
-        margin = self.policy.defaults.margin_memory_mib
-        planning = self.policy.defaults.planning_margin_memory_mib
-        spec, memory_note = with_whole_gpu_memory(spec, nodes, margin, planning)
+        mine = runs_jobs_of(self.user, nodes)  # a whole GPU is one of theirs
+        defaults = self.policy.defaults
+        margin, planning = defaults.margin_memory_mib, defaults.planning_margin_memory_mib
+        spec, memory_note = with_whole_gpu_memory(spec, mine, margin, planning)
         named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})
@@ -174,7 +177,10 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             spec = spec.model_copy(update={"priority": queue.priority})
         self._check_deadline(spec)
         if not flag(allow_future, "allow_future"):
-            check_fits_fleet(spec, nodes, margin, planning)
+            check_fits_fleet(spec, mine, margin, planning)
+            check_share_fits(
+                spec, mine, defaults.margin_compute_pct, defaults.planning_margin_compute_pct
+            )
             check_someone_runs(self.user, nodes)
         grant = kubernetes_grant(spec, self.policy)
         ids = self.store.submit(

@@ -19,6 +19,8 @@ from ebbtide.kube.profiles import Grant, grant_for
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.queue.whose_jobs import refuses
+from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
+from ebbtide.scheduling.fit import EPS as FIT_EPS
 from ebbtide.units import format_mib, signal_name
 
 log = logging.getLogger("ebbtide.client")
@@ -169,6 +171,40 @@ def check_fits_fleet(
         f"no node could ever hold it: it asks for {asked} on one node, and the largest "
         f"nodes are {offers}{more}{kept}; give --allow-future (allow_future=True) if such a "
         "node will join",
+    )
+
+
+def check_share_fits(
+    spec: JobSpec, nodes: Sequence[Any], margin_pct: float = 0.0, planning_pct: float = 0.0
+) -> None:
+    """Refuse a share of a GPU that no device could ever give: the planner keeps
+    ``margin_pct`` of every GPU's compute for the online side (``planning_pct`` more on a
+    device measured through Prometheus), so ``-l gpu=96%`` would wait for good, while
+    ``-l gpu=1`` (a whole GPU, beside the online load) would run.  Whole GPUs are not
+    shares: they are left alone."""
+    if spec.gpus or (not margin_pct and not planning_pct):
+        return
+    devices = [d for node in nodes for d in json.loads(node.devices_json or "[]")]
+    planned = bool(devices) and all(d.get("eviction_trigger") is False for d in devices)
+    most = DEVICE_COMPUTE_PCT - margin_pct - (planning_pct if planned else 0.0)
+    if spec.compute_pct <= most + FIT_EPS:
+        return
+    where = " (and more on nodes measured through Prometheus)" if planned else ""
+    raise SpecError(
+        "gpu",
+        f"no device could ever give {spec.compute_pct:g}% of a GPU: "
+        f"{DEVICE_COMPUTE_PCT - most:g}% of each GPU's compute is always kept for the "
+        f"online side{where}, so a share is at most {most:g}%; ask for less, or for a "
+        "whole GPU (-l gpu=1), which runs beside the online load",
+    )
+
+
+def runs_jobs_of(owner: str, nodes: Sequence[Any]) -> list[Any]:
+    """The ``nodes`` that would run ``owner``'s jobs (their heartbeat's ``runs_jobs_of``;
+    one that did not say runs anyone's), or all of them where none would: then
+    :func:`check_someone_runs` says so."""
+    return [n for n in nodes if refuses(getattr(n, "runs_jobs_of", None), owner) is None] or list(
+        nodes
     )
 
 

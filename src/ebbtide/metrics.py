@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import (
     REGISTRY,
@@ -57,6 +57,9 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 #: one API request, in seconds
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: a metric, as :meth:`Metrics._scheduler_metric` makes it
+M = TypeVar("M")
+
 #: one scheduler pass, in seconds
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -125,15 +128,10 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=r,
         )
-        self.pass_duration = Histogram(
-            "ebbtide_scheduler_pass_duration_seconds",
-            "Time one scheduler pass took (snapshot, plan, apply).",
-            buckets=PASS_BUCKETS,
-            registry=r,
-        )
-        # ebbtide_scheduler_leader: made by the first scheduler that uses it (:attr:`leader`)
-        self._leader: Gauge | None = None
-        self._leader_lock = threading.Lock()
+        # the pass duration and the leader gauge: made by the first scheduler that uses
+        # them (:attr:`pass_duration`, :attr:`leader`)
+        self._schedulers: dict[str, Any] = {}
+        self._schedulers_lock = threading.Lock()
         # node agent: events
         self.evicted = Counter(
             "ebbtide_evicted_jobs",
@@ -254,14 +252,36 @@ class Metrics:
         """``ebbtide_scheduler_leader``, registered when a scheduler first sets it: a
         process that runs none (``ebb worker``, ``ebb server``) exports no such series,
         where a constant 0 would count it among the schedulers standing by."""
-        with self._leader_lock:
-            if self._leader is None:
-                self._leader = Gauge(
-                    "ebbtide_scheduler_leader",
-                    "1 while this scheduler is the active one, 0 while it stands by.",
-                    registry=self.registry,
-                )
-            return self._leader
+        return self._scheduler_metric(
+            "leader",
+            lambda: Gauge(
+                "ebbtide_scheduler_leader",
+                "1 while this scheduler is the active one, 0 while it stands by.",
+                registry=self.registry,
+            ),
+        )
+
+    @property
+    def pass_duration(self) -> Histogram:
+        """``ebbtide_scheduler_pass_duration_seconds``, registered at a scheduler's first
+        pass (as :attr:`leader`: no empty histogram from a process that runs none)."""
+        return self._scheduler_metric(
+            "pass_duration",
+            lambda: Histogram(
+                "ebbtide_scheduler_pass_duration_seconds",
+                "Time one scheduler pass took (snapshot, plan, apply).",
+                buckets=PASS_BUCKETS,
+                registry=self.registry,
+            ),
+        )
+
+    def _scheduler_metric(self, name: str, make: Callable[[], M]) -> M:
+        """A scheduler's own metric ``name``, made by ``make`` at its first use."""
+        with self._schedulers_lock:
+            if name not in self._schedulers:
+                self._schedulers[name] = make()
+            metric: M = self._schedulers[name]
+            return metric
 
     # -- node agent ---------------------------------------------------------------------
 

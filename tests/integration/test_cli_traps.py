@@ -329,6 +329,47 @@ def test_a_whole_gpu_is_sized_by_the_cards_not_by_mig_instances(home: Path) -> N
     ]
 
 
+def test_a_whole_gpu_is_sized_by_the_nodes_that_run_the_owners_jobs(home: Path) -> None:
+    """A trial's trap: ``--gres=gpu:1`` was sized by a 40GiB card on a node that runs
+    someone else's jobs only, and got 38GiB of an 80GiB card."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat("gpu-a", started_at=time.time(), devices=[{"index": 0, "memory_mib": 81920}])
+    store.heartbeat(
+        "gpu-b",
+        started_at=time.time(),
+        devices=[{"index": 0, "memory_mib": 40960}],
+        runs_jobs_of="user:ebbtide-nobody-else",
+    )
+    store.close()
+    out = json.loads(ebb("sbatch", "--json", "--gres=gpu:1", "--wrap", "true"))
+    assert out["notes"][0].startswith(
+        "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
+        "(80GiB)"
+    )
+
+
+def test_a_share_no_device_could_ever_give_is_refused(home: Path) -> None:
+    """A trial's trap: ``-l gpu=96%`` waited for good, as the planner keeps 5 % of every
+    GPU's compute for the online side; a whole GPU runs beside the online load."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat("gpu-a", started_at=time.time(), devices=[{"index": 0, "memory_mib": 81920}])
+    store.close()
+    for share in ("96%", "0.99"):
+        result = CliRunner().invoke(cli, ["qsub", "-l", f"gpu={share}", "--", "true"])
+        assert result.exit_code == 1, result.output
+        assert "gpu: no device could ever give" in result.output
+        assert (
+            "5% of each GPU's compute is always kept for the online side, so a share is at "
+            "most 95%; ask for less, or for a whole GPU (-l gpu=1)" in result.output
+        )
+    ebb("qsub", "-l", "gpu=95%", "--", "true")
+    ebb("qsub", "-l", "gpu=1", "--", "true")
+    ebb("qsub", "--allow-future", "-l", "gpu=99%", "--", "true")  # a policy may change
+    assert len(json.loads(ebb("qstat", "--json"))) == 3
+
+
 def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> None:
     """A trial's trap: on a new ``ebb up`` a whole GPU waited 10 minutes (the cold reserve
     while the agent learns the online load) and the note did not say it would wait."""

@@ -182,7 +182,8 @@ def test_the_catalogue_names_every_metric_and_its_labels(metrics: Metrics, tmp_p
 
 def test_only_a_scheduler_exports_the_leader_gauge(metrics: Metrics, tmp_path: Path) -> None:
     """``ebb worker`` exported ``ebbtide_scheduler_leader 0``: a node agent is no
-    scheduler standing by, and a dashboard counted it as one."""
+    scheduler standing by, and a dashboard counted it as one; and an empty pass-duration
+    histogram."""
     from ebbtide.workers.devices import parse_devices
     from ebbtide.workers.headroom.static import StaticSource
 
@@ -197,8 +198,12 @@ def test_only_a_scheduler_exports_the_leader_gauge(metrics: Metrics, tmp_path: P
         names = {f.name for f in text_string_to_metric_families(exposed)}
         assert "ebbtide_agent_running_attempts" in names
         assert "ebbtide_scheduler_leader" not in names
+        assert "ebbtide_scheduler_pass_duration_seconds" not in names
         Scheduler(store, metrics=metrics)  # ebb up: a scheduler beside the agent
         assert get(metrics, "ebbtide_scheduler_leader") == 0
+        metrics.pass_duration.observe(0.01)  # (as its loop does at each pass)
+        exposed = generate_latest(metrics.registry).decode()
+        assert "ebbtide_scheduler_pass_duration_seconds_count 1.0" in exposed
     finally:
         agent.journal.close()
         store.close()
