@@ -248,7 +248,7 @@ def test_a_job_that_cannot_run_as_its_owner_fails_at_once_with_the_reason(node, 
     assert jobs[unknown]["attempts"] == 1
     reason = job(env, unknown)["reason"]
     assert "owner ebbtest-nosuchuser is not a user on node n1" in reason
-    waiting = "waiting: no node with room runs root's jobs (n1: every user's but root's)"
+    waiting = "waiting: no node runs root's jobs (n1: every user's but root's)"
     wait_for(lambda: job(env, root)["reason"] == waiting, 30, "root's job's reason")
     assert job(env, root)["state"] == "queued" and job(env, root)["attempts"] == 0
     # a checkpoint directory alice could not make is not made by root for her either

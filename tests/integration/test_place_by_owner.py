@@ -61,11 +61,13 @@ def test_each_job_goes_to_a_node_that_runs_its_owners(world: tuple[Store, Schedu
 def test_a_job_only_refusing_nodes_have_room_for_waits_saying_why(
     world: tuple[Store, Scheduler],
 ) -> None:
-    """Root's job waits while only gpu-a has room, with the reason qstat shows; a node
-    that turns to run anyone's (a new policy there) takes it at the next pass."""
+    """Root's job waits while only gpu-a has room (gpu-c, full, runs it), with the reason
+    qstat shows, and says that no node runs it once gpu-c is gone; a node that turns to
+    run anyone's (a new policy there) takes it at the next pass."""
     store, scheduler = world
     beat(store, "gpu-a", "any")
     beat(store, "gpu-b", "user:bob", online_pct=90.0)
+    beat(store, "gpu-c", "any", online_pct=100.0)
     first = submit(store, "root")
     assert [d.job_id for d in scheduler.run_once().dispatches] == [first]
     beat(store, "gpu-a", "users")  # restarted without allow_root_jobs
@@ -79,6 +81,11 @@ def test_a_job_only_refusing_nodes_have_room_for_waits_saying_why(
     )
     if scheduler.mirror is not None:  # its copy now tells root's jobs apart
         assert scheduler.mirror._queued.singled_out == frozenset({"root", "bob"})
+    store.forget_node("gpu-c")
+    scheduler.run_once()
+    assert store.get(root).reason == (
+        "waiting: no node runs root's jobs (gpu-a: every user's but root's; gpu-b: bob's only)"
+    )
     beat(store, "gpu-a", "any")
     assert [d.job_id for d in scheduler.run_once().dispatches] == [root]
 

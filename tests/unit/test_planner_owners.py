@@ -29,9 +29,22 @@ def placed(s: Snapshot) -> dict[int, tuple[str, tuple[int, ...]]]:
 
 
 def test_roots_job_on_a_node_that_runs_users_jobs_waits() -> None:
+    """gpu-a has room, but room there would never help: no node runs root's jobs."""
     s = snap([job(1, owner="root"), job(2, owner="alice")], devices=[dev("gpu-a", runs="users")])
     decided = plan(s)
     assert [d.job_id for d in decided.dispatches] == [2]
+    assert decided.blocked[1] == NOT_RUN_ANYWHERE.format(
+        owner="root", nodes="gpu-a: every user's but root's"
+    )
+    assert (
+        decided.blocked[1] == "waiting: no node runs root's jobs (gpu-a: every user's but root's)"
+    )
+
+
+def test_a_job_only_refusing_nodes_have_room_for_waits_saying_so() -> None:
+    devices = [dev("gpu-a", runs="users"), dev("gpu-c", oc=95, runs="any")]
+    decided = plan(snap([job(1, c=30, owner="root")], devices=devices))
+    assert decided.dispatches == []
     assert decided.blocked[1] == NOT_RUN_WITH_ROOM.format(
         owner="root", nodes="gpu-a: every user's but root's"
     )
@@ -44,7 +57,7 @@ def test_alices_job_on_a_node_that_runs_bobs_only_waits() -> None:
     s = snap([job(1, owner="alice")], devices=[dev("gpu-b", runs="user:bob")])
     decided = plan(s)
     assert decided.dispatches == []
-    assert decided.blocked[1] == "waiting: no node with room runs alice's jobs (gpu-b: bob's only)"
+    assert decided.blocked[1] == "waiting: no node runs alice's jobs (gpu-b: bob's only)"
     # bob's goes there
     assert placed(snap([job(1, owner="bob")], devices=[dev("gpu-b", runs="user:bob")])) == {
         1: ("gpu-b", (0,))
@@ -108,8 +121,10 @@ def test_under_windows_too() -> None:
     gates = {d.key: DeviceGates(open={"default": closing}) for d in devices}
     s = dataclasses.replace(snap([job(1, c=30, owner="alice")], devices=devices), gates=gates)
     assert placed(s) == {1: ("gpu-c", (0,))}
-    s = dataclasses.replace(s, devices=devices[:1])
+    s = dataclasses.replace(s, devices=[devices[0], dev("gpu-c", oc=95, runs="any")])
     assert plan(s).blocked[1].startswith("waiting: no node with room runs alice's jobs")
+    s = dataclasses.replace(s, devices=devices[:1])
+    assert plan(s).blocked[1].startswith("waiting: no node runs alice's jobs")
 
 
 def test_no_room_anywhere_is_said_as_before() -> None:
@@ -131,6 +146,48 @@ def test_every_owner_is_told_their_own_reason() -> None:
     devices = [dev("gpu-b", runs="user:bob")]
     decided = plan(snap([job(1, owner="alice"), job(2, owner="carol")], devices=devices))
     assert "alice's jobs" in decided.blocked[1] and "carol's jobs" in decided.blocked[2]
+
+
+def test_why_a_class_of_owners_waits_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Owners that no node singles out go to the same nodes: the reason of a shape that
+    fits nowhere they go is worked out at the first of their jobs, and written for each
+    job with its own owner's name; root's, singled out, has its own."""
+    calls: list[str] = []
+    reason = Owners.reason
+
+    def counting(self: Owners, *args: Any) -> Any:
+        calls.append("reason")
+        return reason(self, *args)
+
+    monkeypatch.setattr(Owners, "reason", counting)
+    devices = [
+        dev("gpu-a", oc=95, runs="users"),
+        dev("gpu-b", runs="user:bob"),
+        dev("gpu-c", oc=95, runs="any"),
+    ]
+    names = [f"user{i}" for i in range(50)]
+    jobs = [job(i, c=30, owner=o) for i, o in enumerate(names, 1)]
+    decided = plan(snap([*jobs, job(51, c=30, owner="root")], devices=devices))
+    assert decided.dispatches == [] and len(calls) == 2
+    assert [decided.blocked[i] for i in range(1, 52)] == [
+        f"waiting: no node with room runs {o}'s jobs (gpu-b: bob's only)" for o in [*names, "root"]
+    ]
+
+
+def test_the_headroom_reason_is_of_the_nodes_that_run_the_owners_jobs() -> None:
+    """Where no refusing node has room either, a job is told why the nodes that would run
+    it take nothing, not what the others say: alice's one node drained, or cooling down."""
+    drained = dataclasses.replace(dev("gpu-c", runs="any"), unavailable="gpu-c drained by root")
+    busy = dev("gpu-b", oc=95, runs="user:bob")
+    decided = plan(snap([job(1, c=30, owner="alice")], devices=[busy, drained]))
+    assert decided.blocked[1] == "waiting: no device takes work (gpu-c drained by root)"
+    cooling = dataclasses.replace(dev("gpu-c", runs="any"), cooldown_until=NOW + 60)
+    decided = plan(snap([job(1, c=30, owner="alice")], devices=[busy, cooling]))
+    assert decided.blocked[1].startswith("waiting: devices cooling down after evictions")
+    # bob's job may go to either node: what both say
+    decided = plan(snap([job(1, c=30, owner="bob")], devices=[busy, drained]))
+    assert decided.blocked[1].startswith("waiting for headroom: no device has 30%")
+    assert decided.blocked[1].endswith("gpu-c drained by root")
 
 
 def test_owners_are_told_apart_only_where_a_node_singles_them_out() -> None:
@@ -166,11 +223,13 @@ def test_a_group_whose_owner_no_node_with_room_runs_is_left_unread(
     assert again == decided and len(read) == len(jobs)
 
 
-def test_a_group_of_several_owners_in_a_backoff_is_read_on(
+def test_owners_of_one_class_share_a_misfit_backoffs_included(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Alice's and carol's jobs go to the same nodes (one group), but only carol's is in
-    a backoff: alice's finding no node leaves the group read on, for carol's wake-up."""
+    """Alice's and carol's jobs go to the same nodes (one class of owners): once alice's
+    finds no node, carol's of that shape, in a backoff of its own, fits nowhere either,
+    and its backoff's end would change nothing, so the pass asks to be woken at none
+    (as where every node runs anyone's), reading the queue by group or in order."""
     monkeypatch.setattr(planner, "MAX_REASONS", 1)
     first = job(1, prio=2, owner="alice")
     ready = dataclasses.replace(job(2, prio=1, owner="alice"), evictions=2, requeued_at=0.0)
@@ -181,7 +240,8 @@ def test_a_group_of_several_owners_in_a_backoff_is_read_on(
     jobs = [first, ready, waits]
     decided = plan(dataclasses.replace(s, queued=by_group(jobs, frozenset({"bob"}), [])))
     assert decided == plan(dataclasses.replace(s, queued=jobs), queued_in_order=True)
-    assert decided.wake_at == NOW + 29
+    assert decided.wake_at is None
+    assert decided.blocked == {1: "waiting: no node runs alice's jobs (gpu-b: bob's only)"}
 
 
 def test_a_fleet_that_runs_anyones_groups_and_places_as_before() -> None:

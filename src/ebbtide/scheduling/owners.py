@@ -2,7 +2,8 @@
 
 Each node's heartbeat says whose jobs its agent runs (``DeviceView.runs_jobs_of``, read by
 :mod:`ebbtide.queue.whose_jobs`); the planner puts a job only on a device of a node that
-would run it for its owner, and a job that only other nodes have room for waits with
+would run it for its owner; a job that no node up runs for its owner waits with
+:data:`NOT_RUN_ANYWHERE`, and one that only other nodes have room for with
 :data:`NOT_RUN_WITH_ROOM`.  A node that does not say (an older agent) runs anyone's.  In
 most fleets every node runs anyone's: then :attr:`Owners.anyone` holds and the planner
 looks at nothing here per job.
@@ -10,16 +11,18 @@ looks at nothing here per job.
 Owners are told apart only where a node singles them out (root, where a node runs every
 user's jobs but root's; NAME, where one runs NAME's only): every other owner's jobs go to
 the same nodes, so they share one :class:`Allowed`, whose fit index is built at the first
-job that needs it and kept in step with the pass's own.
+job that needs it and kept in step with the pass's own, and one reason
+(:class:`OwnersWait`, which names each job's owner only when it is written).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from ebbtide.queue.whose_jobs import RUNS_ANYONES, in_words, refuses, singled_out
 from ebbtide.scheduling.fit import FitIndex, Free, WholeFit
-from ebbtide.scheduling.snapshot import DeviceView, QueuedJob
+from ebbtide.scheduling.snapshot import DeviceView
 
 #: Why a job waits that only nodes which would refuse its owner have room for; ``nodes``
 #: names the first few of them, each with whose jobs it runs.
@@ -28,6 +31,19 @@ NOT_RUN_WITH_ROOM = "waiting: no node with room runs {owner}'s jobs ({nodes})"
 NOT_RUN_ANYWHERE = "waiting: no node runs {owner}'s jobs ({nodes})"
 #: At most this many nodes are named in one of these reasons.
 NAMED_NODES = 3
+
+
+@dataclass(frozen=True)
+class OwnersWait:
+    """Why the jobs of one class of owners (and one shape) wait, whoever their owner:
+    :data:`NOT_RUN_WITH_ROOM` or :data:`NOT_RUN_ANYWHERE` with the nodes named, and the
+    owner's name put in by :meth:`text` for each job whose reason is written."""
+
+    template: str
+    nodes: str
+
+    def text(self, owner: str) -> str:
+        return self.template.format(owner=owner, nodes=self.nodes)
 
 
 class Allowed:
@@ -98,9 +114,14 @@ class Owners:
         """The pass's devices (in snapshot order, and by node) and its fit index."""
         self._frees, self._by_node, self._index = frees, by_node, index
 
+    def class_of(self, owner: str) -> str:
+        """``owner``'s class: the owner where a node singles it out, else "" (every other
+        owner's jobs go to the same nodes)."""
+        return owner if owner in self.singled_out else ""
+
     def allowed(self, owner: str) -> Allowed | None:
         """The devices that take ``owner``'s jobs; None where every device does."""
-        key = owner if owner in self.singled_out else ""
+        key = self.class_of(owner)
         if key in self._allowed:
             return self._allowed[key]
         refused = {n: r for n, r in self.refusing.items() if refuses(r, owner) is not None}
@@ -111,17 +132,16 @@ class Owners:
         self._allowed[key] = allowed
         return allowed
 
-    def reason(
-        self, job: QueuedJob, allowed: Allowed, room: Callable[[list[Free]], bool]
-    ) -> str | None:
-        """Why ``job``, placed nowhere among ``allowed``, waits for its owner's sake: some
-        node that refuses its owner has ``room`` for it, or no node up runs its owner's
-        jobs; None when neither (it waits for headroom as any job would)."""
+    def reason(self, allowed: Allowed, room: Callable[[list[Free]], bool]) -> OwnersWait | None:
+        """Why a job of the owners ``allowed`` serves, placed nowhere among its devices,
+        waits for its owner's sake: no node up runs its owner's jobs (room or not: room
+        would not help), or some node that refuses its owner has ``room`` for it; None
+        when neither (it waits as any job would, for the devices that take its jobs)."""
+        if not allowed.frees:
+            return OwnersWait(NOT_RUN_ANYWHERE, _named(allowed.refused, allowed))
         roomy = [n for n in allowed.refused if room(self._by_node.get(n, []))]
         if roomy:
-            return NOT_RUN_WITH_ROOM.format(owner=job.owner, nodes=_named(roomy, allowed))
-        if not allowed.frees:
-            return NOT_RUN_ANYWHERE.format(owner=job.owner, nodes=_named(allowed.refused, allowed))
+            return OwnersWait(NOT_RUN_WITH_ROOM, _named(roomy, allowed))
         return None
 
 

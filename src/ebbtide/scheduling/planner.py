@@ -18,8 +18,8 @@ One pass reads as numbered phases (after kueue's scheduling cycle):
    compute and memory together, each as a fraction of the device) among the devices of
    nodes that run its owner's jobs (:mod:`~ebbtide.scheduling.owners`); a job that fits
    nowhere is skipped, and so is every later job of the same shape (and, where some node
-   refuses someone's jobs, the same owner).  Never into headroom that does not cover the
-   slice plus the margin.
+   refuses someone's jobs, of an owner whose jobs go to the same nodes).  Never into
+   headroom that does not cover the slice plus the margin.
 
 One pass over 1,000,000 queued jobs and 10,000 devices takes about 80 ms on two shared
 cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
@@ -36,7 +36,8 @@ cores, with the queue in the store's order (``benchmarks/plan_scale.py``):
 - whose jobs each node runs is looked at per job only where some node refuses someone's
   (:class:`~ebbtide.scheduling.owners.Owners`); then each class of owners that some node
   refuses gets a fit index of the devices that take its jobs, kept in step with the
-  pass's own;
+  pass's own, and a job that fits nowhere is known of the whole class (the owners no
+  node singles out share one), so many owners cost what one does;
 - once the reasons are full, the jobs of shapes known to fit nowhere are passed over: given
   the queue by planning group (:class:`~ebbtide.scheduling.snapshot.GroupedJobs`, as the
   scheduler's copy of the queue keeps it), such a group is left unread, and so is a group
@@ -52,7 +53,7 @@ import heapq
 import math
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, count, islice
 from operator import attrgetter, not_
@@ -75,7 +76,7 @@ from ebbtide.scheduling.admission import (
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, within
 from ebbtide.scheduling.fit import EPS, FitIndex, Free, WholeFit, fits, whole_pick
 from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT as MIN_WHOLE_GPU_HEADROOM_PCT
-from ebbtide.scheduling.owners import Allowed, Owners
+from ebbtide.scheduling.owners import Allowed, Owners, OwnersWait
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
     DeviceView,
@@ -96,11 +97,6 @@ _ID = attrgetter("id")
 _SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
 _SHAPE_AND_TIMING = attrgetter(
     "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
-)
-#: ... and, where some node refuses someone's jobs, of one owner: they go to the same nodes
-_SHAPE_AND_OWNER = attrgetter("compute_pct", "memory_mib", "gpus", "owner")
-_SHAPE_TIMING_AND_OWNER = attrgetter(
-    "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s", "owner"
 )
 _COMPUTE = attrgetter("compute_pct")
 _MEMORY = attrgetter("memory_mib")
@@ -243,13 +239,30 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     anyone = owners.anyone
     if not anyone:
         owners.bind(list(free.values()), by_node, index)
-    misfits: dict[tuple[object, ...], str] = {}
+    # shapes known to fit nowhere (where some node refuses someone's jobs: nowhere their
+    # class of owners' jobs go), and why; an owner's name is put in as a reason is written
+    misfits: dict[tuple[object, ...], str | OwnersWait] = {}
     unplaced = Unplaced(snapshot, snapshot.devices)
+    # where some node refuses someone's: per class of owners that some node refuses, the
+    # reason of the devices that take its jobs (not of the devices that would refuse them)
+    unplaced_of: dict[str, Unplaced] = {}
     dispatches = out.dispatches
-    if anyone:
-        shape_of = _SHAPE if lanes is None else _SHAPE_AND_TIMING
-    else:
-        shape_of = _SHAPE_AND_OWNER if lanes is None else _SHAPE_TIMING_AND_OWNER
+    of_shape = _SHAPE if lanes is None else _SHAPE_AND_TIMING
+    shape_of: Callable[[QueuedJob], tuple[object, ...]] = of_shape
+    if not anyone:
+        told = {o: o for o in owners.singled_out}.get
+
+        def of_shape_and_class(job: QueuedJob) -> tuple[object, ...]:
+            """... and the class of its owner (:meth:`Owners.class_of`): they go to the
+            same nodes."""
+            return of_shape(job), told(job.owner, "")
+
+        shape_of = of_shape_and_class
+
+    def refuse_misfit(job: QueuedJob, shape: tuple[object, ...]) -> None:
+        if len(out.blocked) < MAX_REASONS:
+            why = misfits[shape]
+            out.blocked[job.id] = why if isinstance(why, str) else why.text(job.owner)
 
     def admit(job: QueuedJob, shape: tuple[object, ...]) -> None:
         """Place ``job``, of a shape not known to fit nowhere, or say why not."""
@@ -285,9 +298,16 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
         else:
             placed = _place_fraction(job, takers.frees, index, takers.index())
         if placed is None:
-            why = None if takers is None else owners.reason(job, takers, _room(job, lanes))
-            misfits[shape] = why or unplaced.reason(job)
-            refuse(job, misfits[shape])
+            if takers is None:
+                misfits[shape] = unplaced.reason(job)
+            elif (wait := owners.reason(takers, _room(job, lanes))) is not None:
+                misfits[shape] = wait
+            else:
+                key = owners.class_of(job.owner)
+                if key not in unplaced_of:
+                    unplaced_of[key] = Unplaced(snapshot, [f.device for f in takers.frees])
+                misfits[shape] = unplaced_of[key].reason(job)
+            refuse_misfit(job, shape)
             return
         node, devices = placed
         dispatches.append(
@@ -301,13 +321,13 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     def spent(job: QueuedJob, shape: tuple[object, ...]) -> bool:
         """Whether every later job of ``job``'s planning group is refused this pass, and
         does nothing more than say why: its shape fits nowhere (where some node refuses
-        someone's jobs: nowhere its owner's go, the groups told apart by owner as the
-        nodes do, none of the group in a backoff: the other owners of its group are read
-        as the plain queue reads them), its array is at its limit, or its queue's own
-        quota is spent (none of the group in a backoff, whose end the refusal would ask
-        to be woken at).  What each counts only grows in a pass."""
+        someone's jobs: nowhere its class of owners' go, the groups told apart by owner
+        at least as the nodes of the pass do, so that every job of the group has the
+        shape, as ``misfits`` keys it, of ``job``), its array is at its limit, or its
+        queue's own quota is spent (none of the group in a backoff, whose end the
+        refusal would ask to be woken at).  What each counts only grows in a pass."""
         if shape in misfits:
-            return anyone or (by_owner and job.evictions < 2)
+            return by_owner
         if (
             job.array_id is not None
             and job.array_limit is not None
@@ -319,7 +339,8 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     queued = snapshot.queued
     if isinstance(queued, GroupedJobs):
         # the groups hold one class of owners each (as the nodes of this pass tell them
-        # apart), so that one's misfit is the group's
+        # apart), so that one's misfit is the group's (every owner's one class where no
+        # node singles one out)
         by_owner = owners.singled_out <= queued.singled_out
         # the groups merged in scheduling order; once the reasons are full, a group none
         # of whose jobs can start (see ``spent``) is left behind unread (a pass reads what
@@ -333,7 +354,7 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
             if shape not in misfits:
                 admit(job, shape)
             else:
-                refuse(job, misfits[shape])
+                refuse_misfit(job, shape)
             if len(out.blocked) >= MAX_REASONS and spent(job, shape):
                 heapq.heappop(heads)
                 continue
@@ -355,7 +376,7 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
             if shape not in misfits:
                 admit(job, shape)
                 continue
-            refuse(job, misfits[shape])
+            refuse_misfit(job, shape)
             if len(out.blocked) >= MAX_REASONS:
                 # nothing more to say, and this shape fits nowhere: no job of a shape
                 # known to fit nowhere changes anything now, so go on to the next of
@@ -373,7 +394,7 @@ def _next_unknown(
     behind: int,
     start: int,
     shape_of: Callable[[QueuedJob], tuple[object, ...]],
-    misfits: dict[tuple[object, ...], str],
+    misfits: Container[tuple[object, ...]],
     end: int,
 ) -> int:
     """The position of the next job, from ``start`` on, whose shape ``misfits`` does not
