@@ -5,23 +5,31 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ebbtide.errors import ConfigError
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.workers import attempt_files, shim
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.attempt_files import UnsafeFile
 from ebbtide.workers.devices import parse_devices
+from ebbtide.workers.executor import LocalExecutor
 from ebbtide.workers.headroom.static import StaticSource
+from ebbtide.workers.launch import launch_for
 from ebbtide.workers.runas import Identity, base_env
 from ebbtide.workers.status import StatusReader
+from tests.unit.builders import JobRow
 from tests.users import ALICE, BOB, User, real_user, require_root
 
 PYTHON = "/usr/bin/python3"  # the test venv's python is in root's home: not for others
@@ -308,7 +316,7 @@ def test_an_owner_inherits_no_path_directory_it_cannot_enter(tmp_path, alice) ->
     tool.write_text("#!/bin/sh\necho hidden\n")
     tool.chmod(0o755)
     env = base_env(alice, {}, {"PATH": f"{hidden}:/usr/bin:/bin"})
-    assert env["PATH"] == "/usr/bin:/bin"
+    assert env["PATH"] == f"{hidden}:/usr/bin:/bin"  # the shim's to trim, as alice
     env_r, env_w = os.pipe()
     os.write(env_w, json.dumps(env).encode())
     os.close(env_w)
@@ -318,7 +326,7 @@ def test_an_owner_inherits_no_path_directory_it_cannot_enter(tmp_path, alice) ->
             [
                 *(sys.executable, "-I", shim.__file__, "--status", str(status)),
                 *alice.shim_args(),
-                *("--env-fd", str(env_r), "--", "ebbtest-tool"),
+                *("--trim-path", "--env-fd", str(env_r), "--", "ebbtest-tool"),
             ],
             capture_output=True,
             text=True,
@@ -330,3 +338,109 @@ def test_an_owner_inherits_no_path_directory_it_cannot_enter(tmp_path, alice) ->
     error = json.loads(status.read_text())["error"]
     assert proc.returncode == shim.START_FAILED_EXIT
     assert "No such file or directory" in error and "Permission denied" not in error
+
+
+PRINT_PATH = "import os; print(os.environ['PATH'])"
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory every user can pass through (in ``/tmp``, 0711), unlike pytest's."""
+    d = Path(tempfile.mkdtemp(dir="/tmp", prefix="ebbtest-"))
+    d.chmod(0o711)
+    yield d
+    shutil.rmtree(d)
+
+
+def path_as_owner(tmp_path: Path, who: Identity, spec: JobSpec) -> str:
+    """The ``PATH`` that ``spec``'s job sees, started as the agent starts an owner's
+    attempt: its launch (environment, shim arguments), the local executor, the shim."""
+    home = Path(tempfile.mkdtemp(dir=tmp_path))
+    launch = launch_for(
+        spec, JobRow(), 1, home=home, node="n1", devices=[], lease_s=60, identity=who
+    )
+    executor = LocalExecutor(run_dir=home / "run")
+    handle = executor.start(launch)
+    try:
+        handle.popen.wait(20)  # type: ignore[union-attr]
+        ended = executor.poll(handle)
+    finally:
+        executor.sweep(handle)
+    assert ended is not None and ended.code == 0, (ended, launch.stderr_path.read_text())
+    return launch.stdout_path.read_text().strip()
+
+
+def test_an_owner_gets_of_the_agents_path_what_the_kernel_lets_it_search(  # type: ignore[no-untyped-def]
+    tmp_path, alice, shared, monkeypatch
+) -> None:
+    """Mode bits as root sees them are not the owner's view: a link into a 0700
+    directory (whose ancestors were never checked) passed, as did anything a slow mount
+    made the agent wait for; a job's own ``PATH`` is its business."""
+    private = tmp_path / "private" / "bin"  # tmp_path is root's, 0700
+    private.mkdir(parents=True, mode=0o755)
+    linked = shared / "linked-bin"
+    linked.symlink_to(private)  # the link is reachable; where it leads is not
+    hidden = tmp_path / "venv" / "bin"
+    hidden.mkdir(parents=True)
+    public = shared / "bin"
+    public.mkdir(mode=0o755)
+    agents = [hidden, linked, public, "/usr/bin", "/bin", "/usr/bin", "bin", shared / "gone"]
+    monkeypatch.setenv("PATH", ":".join(map(str, agents)))
+    command = [PYTHON, "-c", PRINT_PATH]
+    assert path_as_owner(tmp_path, alice, JobSpec(command=command)) == f"{public}:/usr/bin:/bin"
+    own = f"{hidden}:{linked}:bin"  # -v PATH / -V: kept as given, however useless
+    assert path_as_owner(tmp_path, alice, JobSpec(command=command, env={"PATH": own})) == own
+
+
+#: POSIX ACL tags and the version of their extended attribute (``linux/posix_acl_xattr.h``)
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+ACL_XATTR_VERSION = 2
+ACL_UNDEFINED_ID = 0xFFFFFFFF
+
+
+def set_user_acl(directory: Path, uid: int, perm: int) -> None:
+    """Give the user ``uid`` the permissions ``perm`` (``rwx`` bits) on ``directory`` by an
+    ACL entry, with ``setfacl`` or, without it, the extended attribute the kernel reads;
+    skip when neither can (a file system without ACLs)."""
+    setfacl = shutil.which("setfacl")
+    if setfacl is not None:
+        bits = "".join(c for c, b in zip("rwx", (4, 2, 1), strict=True) if perm & b) or "-"
+        proc = subprocess.run(
+            [setfacl, "-m", f"u:{uid}:{bits}", str(directory)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"setfacl cannot set an ACL here: {proc.stderr.strip()}")
+        return
+    mode = stat.S_IMODE(os.stat(directory).st_mode)
+    group = (mode >> 3) & 7
+    entries = [
+        (ACL_USER_OBJ, (mode >> 6) & 7, ACL_UNDEFINED_ID),
+        (ACL_USER, perm, uid),
+        (ACL_GROUP_OBJ, group, ACL_UNDEFINED_ID),
+        (ACL_MASK, group | perm, ACL_UNDEFINED_ID),
+        (ACL_OTHER, mode & 7, ACL_UNDEFINED_ID),
+    ]
+    value = struct.pack("<I", ACL_XATTR_VERSION)
+    value += b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        os.setxattr(directory, "system.posix_acl_access", value)
+    except OSError as exc:
+        pytest.skip(f"no setfacl, and no ACL can be set here: {exc.strerror}")
+
+
+def test_an_acl_grants_or_denies_an_owner_a_path_directory(  # type: ignore[no-untyped-def]
+    tmp_path, alice, shared, monkeypatch
+) -> None:
+    """``drwx--x---+`` with ``user:alice:--x``: alice may search it, which mode bits alone
+    denied; ``drwxr-xr-x+`` with ``user:alice:---``: she may not, which they allowed."""
+    granted = shared / "granted"
+    granted.mkdir()
+    granted.chmod(0o710)
+    set_user_acl(granted, alice.uid, 0o1)
+    denied = shared / "denied"
+    denied.mkdir()
+    denied.chmod(0o755)
+    set_user_acl(denied, alice.uid, 0)
+    monkeypatch.setenv("PATH", f"{denied}:{granted}:/usr/bin:/bin")
+    seen = path_as_owner(tmp_path, alice, JobSpec(command=[PYTHON, "-c", PRINT_PATH]))
+    assert seen == f"{granted}:/usr/bin:/bin"

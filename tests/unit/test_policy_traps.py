@@ -12,8 +12,9 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from yaml.error import Mark
 
-from ebbtide.config.loader import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
+from ebbtide.config.loader import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, _lines, _Problem
 from ebbtide.config.policy import (
     MIN_DISPATCH_TIMEOUT_S,
     MIN_HEARTBEAT_TIMEOUT_S,
@@ -105,6 +106,53 @@ def test_a_duplicate_key_does_not_hide_the_files_other_errors() -> None:
     # a value that cannot be built at all is reported beside the duplicate
     built = _problems("admins: []\nadmins: []\ndefaults: {deadline_s: 2026-02-30}\n")
     assert [p[2] for p in built] == ["admins", "defaults.deadline_s"]
+
+
+def test_a_files_errors_are_listed_in_file_order() -> None:
+    """Duplicates came first, then validation's errors: lines 8, 3, 4, 8."""
+    problems = _problems(
+        "defaults:\n"
+        "  deadline_s: 10s\n"
+        "  heartbeat_timeout_s: 0.000001\n"
+        "  colour: red\n"
+        "queues:\n"
+        "  a: {priority: 1, priority: 2}\n"
+        "  b: {max_running: 1, max_running: 2}\n"
+        "  c: {colour: red, priority: 1, priority: 2}\n"
+        "admins: []\n"
+        "admins: []\n"
+    )
+    assert [p[:3] for p in problems] == [
+        (3, 3, "defaults.heartbeat_timeout_s"),
+        (4, 3, "defaults.colour"),
+        (6, 20, "queues.a.priority"),
+        (7, 23, "queues.b.max_running"),
+        (8, 7, "queues.c.colour"),
+        (8, 33, "queues.c.priority"),
+        (10, 1, "admins"),
+    ]
+
+
+def test_an_error_with_no_position_comes_last_in_its_order() -> None:
+    """The loader's own errors carry no position when it has none to give."""
+
+    def at(line: int, col: int) -> Mark:
+        return Mark("p.yaml", 0, line - 1, col - 1, "", 0)
+
+    problems = [
+        _Problem(("late",), at(9, 1), "x"),
+        _Problem(("nowhere",), None, "first unplaced"),
+        _Problem(("early",), at(2, 5), "x"),
+        _Problem(("again",), None, "second unplaced"),
+        _Problem(("early", "left"), at(2, 1), "x"),
+    ]
+    assert [line.split(": ")[1] for line in _lines(problems, "p.yaml").splitlines()] == [
+        "early.left",
+        "early",
+        "late",
+        "nowhere",
+        "again",
+    ]
 
 
 def test_merge_keys_may_override() -> None:

@@ -3,26 +3,26 @@ the environment an owner-mode attempt gets."""
 
 from __future__ import annotations
 
-import os
 import pwd
 import tempfile
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.whose_jobs import refuses
+from ebbtide.workers import shim
 from ebbtide.workers.launch import env_for
 from ebbtide.workers.runas import (
     DEFAULT_PATH,
     Identity,
     RunAsRefused,
     base_env,
-    can_search,
     job_path,
     jobs_run_here,
     resolve,
+    trims_path,
 )
 from tests.unit.builders import JobRow
 
@@ -152,12 +152,8 @@ AGENT_ENV = {
 }
 
 
-def everywhere(directory: str, uid: int, groups: Collection[int]) -> bool:
-    return True
-
-
 def test_an_owner_mode_environment_holds_nothing_of_the_agents_but_path_and_locale() -> None:
-    env = base_env(ALICE, {"MINE": "1"}, AGENT_ENV, searchable=everywhere)
+    env = base_env(ALICE, {"MINE": "1"}, AGENT_ENV)
     assert env == {
         "PATH": "/opt/agent/bin:/usr/bin",
         "LANG": "C.UTF-8",
@@ -179,32 +175,17 @@ def test_the_jobs_path_wins_and_its_login_variables_do_not() -> None:
     assert base_env(ALICE, {}, {})["PATH"] == DEFAULT_PATH
 
 
-@pytest.mark.parametrize(
-    ("agent_path", "expected"),
-    [
-        ("/root/.venv/bin:/usr/bin:/bin", "/usr/bin:/bin"),
-        ("/usr/bin:/root/.venv/bin:/bin:/usr/bin", "/usr/bin:/bin"),
-        ("/root/.venv/bin", DEFAULT_PATH),  # nothing left
-        ("bin:.::/usr/bin", "/usr/bin"),  # relative entries: the agent's cwd, not the job's
-        ("", DEFAULT_PATH),
-    ],
-)
-def test_an_owner_inherits_only_the_agents_path_directories_it_can_search(
-    agent_path: str, expected: str
-) -> None:
-    """An agent run from a virtual environment in root's 0700 home: its jobs' ``python``
-    resolved there, and the owner got ``Permission denied``."""
-
-    def searchable(directory: str, uid: int, groups: Collection[int]) -> bool:
-        assert (uid, tuple(groups)) == (ALICE.uid, ALICE.groups)
-        return not directory.startswith("/root")
-
-    env = base_env(ALICE, {}, {"PATH": agent_path}, searchable=searchable)
-    assert env["PATH"] == expected
+def test_the_agents_path_goes_to_the_shim_whole_for_it_to_trim_as_the_owner() -> None:
+    """Which of the agent's directories the owner can search is the kernel's to say, as
+    the owner (ACLs, links, root squashed on NFS): the shim's child decides it just before
+    the job's exec, never the agent from mode bits, nor in its loop."""
+    agent_path = "/root/.venv/bin:bin:/usr/bin"
+    assert base_env(ALICE, {}, {"PATH": agent_path})["PATH"] == agent_path
+    assert trims_path(ALICE, {})
     mine = {"PATH": "/root/.venv/bin:bin"}  # the job's own PATH is kept as given
-    assert base_env(ALICE, mine, {"PATH": agent_path}, searchable=searchable)["PATH"] == (
-        "/root/.venv/bin:bin"
-    )
+    assert base_env(ALICE, mine, {"PATH": agent_path})["PATH"] == "/root/.venv/bin:bin"
+    assert not trims_path(ALICE, mine)
+    assert not trims_path(None, {})  # agent mode: the agent's user, its PATH as before
 
 
 @pytest.fixture
@@ -214,32 +195,18 @@ def shared_tmp() -> Iterator[Path]:
         yield Path(d)
 
 
-def test_a_directory_is_searchable_by_the_permission_bits_the_kernel_would_use(
-    shared_tmp: Path,
-) -> None:
-    if os.geteuid() == 0:  # give it an owner that is not root, whom bits can keep out
-        os.chown(shared_tmp, 54321, 54321)
-    st = os.stat(shared_tmp)
-    owner, group = st.st_uid, st.st_gid
-    other = owner + 12345
-    inner = shared_tmp / "inner"
-    inner.mkdir(mode=0o755)
+def test_the_shim_keeps_the_absolute_directories_there_are_once_each(shared_tmp: Path) -> None:
+    """Run as the test's own user (whom the kernel lets search what it lets it): what
+    is not a directory, not absolute or a repeat goes; none left: the default."""
+    a, b = shared_tmp / "a", shared_tmp / "b"
+    a.mkdir()
+    b.mkdir()
     (shared_tmp / "file").write_text("")
-
-    def check(mode: int, uid: int, groups: tuple[int, ...], where: Path = shared_tmp) -> bool:
-        shared_tmp.chmod(mode)
-        return can_search(str(where), uid, groups)
-
-    assert check(0o701, other, ())
-    assert not check(0o700, other, ())
-    assert check(0o710, other, (group,)) and not check(0o710, other, ())
-    assert not check(0o070, owner, (group,))  # the owner's own bits decide
-    assert not check(0o700, other, (), inner)  # a directory above it keeps others out
-    assert check(0o711, other, (), inner)
-    assert not can_search(str(shared_tmp / "missing"), other, ())
-    assert not can_search(str(shared_tmp / "file"), other, ())
-    assert not can_search("relative/bin", other, ())
-    assert can_search("/root", 0, (0,))  # root passes everywhere
+    given = f"{a}:bin:.::{shared_tmp / 'missing'}:{shared_tmp / 'file'}:{b}:{a}"
+    assert shim.searchable_path(given) == f"{a}:{b}"
+    assert shim.searchable_path("relative:") == DEFAULT_PATH
+    assert shim.searchable_path("") == DEFAULT_PATH
+    assert shim.DEFAULT_PATH == DEFAULT_PATH
 
 
 def test_the_attempts_environment_as_its_owner(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]

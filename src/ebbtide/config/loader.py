@@ -148,8 +148,9 @@ class YamlDocument:
     duplicates: tuple[_Problem, ...] = ()
 
     def report(self, problems: Sequence[tuple[Sequence[Any], str]] = ()) -> str:
-        """``file:line:col: path: message`` for each duplicate key, then for each of
-        ``problems`` (``(path, message)``, placed in the node tree); empty when none."""
+        """``file:line:col: path: message`` for each duplicate key and each of
+        ``problems`` (``(path, message)``, placed in the node tree), in file order; empty
+        when none."""
         placed = [*self.duplicates, *_placed(problems, self.node, self.filename)]
         return _lines(placed, self.filename) if placed else ""
 
@@ -289,6 +290,11 @@ def _walk(root: yaml.Node, paths: dict[int, Loc]) -> list[_Problem]:
 
 
 def _lines(problems: Sequence[_Problem], filename: str) -> str:
+    """One ``file:line:col: path: message`` line per problem, in file order (by line, then
+    column; those with no position last, as given), whoever found each."""
+    problems = sorted(
+        problems, key=lambda p: (0, p.mark.line, p.mark.column) if p.mark else (1, 0, 0)
+    )
     out = []
     for p in problems[:MAX_REPORTED]:
         line, col = (p.mark.line + 1, p.mark.column + 1) if p.mark else (1, 1)

@@ -102,6 +102,10 @@ class Launch:
     device_uuids: tuple[str, ...] = ()
     #: whom the job runs as; None: the agent's user (see :mod:`ebbtide.workers.runas`)
     identity: Identity | None = None
+    #: ``env``'s ``PATH`` is the agent's, not the job's: the job keeps only the directories
+    #: its user can search, which that user's process decides just before the exec
+    #: (:func:`~ebbtide.workers.runas.trims_path`)
+    trim_path: bool = False
     #: directories the job's user makes before the job starts (a checkpoint directory it
     #: named, where the agent is not that user: never made by the agent)
     make_dirs: tuple[str, ...] = ()
@@ -284,6 +288,7 @@ class LocalExecutor:
             str(status_path),
             *(["--cwd", launch.cwd] if launch.cwd else []),
             *(identity.shim_args() if identity is not None else []),
+            *(["--trim-path"] if launch.trim_path else []),
             *(arg for d in launch.make_dirs for arg in ("--mkdir", d)),
             *(["--stdout", launch.job_stdout] if launch.job_stdout else []),
             *(["--stderr", launch.job_stderr] if launch.job_stderr else []),

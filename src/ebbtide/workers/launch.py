@@ -22,7 +22,7 @@ from ebbtide.units import signal_name
 from ebbtide.workers import attempt_files
 from ebbtide.workers.executor import Launch
 from ebbtide.workers.headroom.base import DeviceInfo
-from ebbtide.workers.runas import Identity, base_env, job_path
+from ebbtide.workers.runas import Identity, base_env, job_path, trims_path
 
 
 def argv_for(spec: JobSpec, attempt_dir: Path, identity: Identity | None = None) -> list[str]:
@@ -188,6 +188,7 @@ def launch_for(
         memory_mib=int(job.memory_mib),
         device_uuids=tuple(d.uuid or d.visible_id for d in devices),
         identity=identity,
+        trim_path=trims_path(identity, spec.env),
         make_dirs=make_dirs,
         job_stdout=outputs.get("stdout"),
         job_stderr=outputs.get("stderr"),

@@ -16,11 +16,12 @@ what an owner means on its node:
 
 An owner-mode attempt's environment starts from nothing of the agent's but what no one
 keeps secret and a program needs to run: a ``PATH`` (the job's own, else the agent's
-less the directories the owner cannot search: an agent run from a virtual environment
-in root's 0700 home would give its jobs ``Permission denied``), the locale and the time
-zone.  The owner's login variables (``HOME``, ``USER``,
-``LOGNAME``, ``SHELL``, from the password database) come on top of the job's own, so a
-job submitted by an admin for someone does not run with the admin's home.
+less the directories the owner cannot search, which the attempt's shim drops as the
+owner, just before the job's exec: an agent run from a virtual environment in root's
+0700 home would give its jobs ``Permission denied``), the locale and the time zone.
+The owner's login variables (``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, from the
+password database) come on top of the job's own, so a job submitted by an admin for
+someone does not run with the admin's home.
 
 The decision (:func:`resolve`) is pure but for the two lookups it is given.
 """
@@ -29,8 +30,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import stat
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -38,6 +38,7 @@ from typing import Final, Literal
 from ebbtide.errors import EbbtideError
 from ebbtide.identity import user_name
 from ebbtide.queue.whose_jobs import RUNS_ANYONES, RUNS_ONE_PREFIX, RUNS_USERS
+from ebbtide.workers import shim
 
 RunAs = Literal["owner", "agent"]
 #: Attempts run as their owners (``ebb worker``'s default).
@@ -49,8 +50,9 @@ RUN_AS_CHOICES: Final = (RUN_AS_OWNER, RUN_AS_AGENT)
 #: The agent's variables an owner-mode attempt still gets: where programs are, and how to
 #: speak and tell the time (besides ``LC_*``).  None of them is anyone's secret.
 PASSED_VARIABLES: Final = frozenset({"PATH", "LANG", "LANGUAGE", "TZ"})
-#: ``PATH`` when neither the job nor the agent has one.
-DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+#: ``PATH`` when neither the job nor the agent has one (or the owner can search none of
+#: the agent's directories).
+DEFAULT_PATH: Final = shim.DEFAULT_PATH
 
 
 class RunAsRefused(EbbtideError):
@@ -191,64 +193,28 @@ def jobs_run_here(
     return RUNS_ANYONES if allow_root_jobs else RUNS_USERS
 
 
-def can_search(directory: str, uid: int, groups: Collection[int]) -> bool:
-    """Whether the user ``uid`` (in ``groups``) can reach into ``directory``: it and every
-    directory above it exist and give that user search (``x``) permission, by owner, then
-    group, then others, as the kernel decides.  Root passes everywhere."""
-    path = Path(directory)
-    if not path.is_absolute():
-        return False
-    if uid == 0:
-        return True
-    for d in (*reversed(path.parents), path):
-        try:
-            st = os.stat(d)
-        except OSError:
-            return False
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-        if st.st_uid == uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid in groups:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            return False
-    return True
-
-
-def owners_path(
-    path: str,
-    identity: Identity,
-    searchable: Callable[[str, int, Collection[int]], bool] = can_search,
-) -> str:
-    """The agent's ``PATH`` as ``identity``'s attempt inherits it: only the absolute
-    directories that user can search, in order, without repeats; :data:`DEFAULT_PATH`
-    when none is left."""
-    kept: list[str] = []
-    for d in path.split(os.pathsep):
-        if os.path.isabs(d) and d not in kept and searchable(d, identity.uid, identity.groups):
-            kept.append(d)
-    return os.pathsep.join(kept) or DEFAULT_PATH
-
-
 def base_env(
-    identity: Identity,
-    job_env: Mapping[str, str],
-    agent_env: Mapping[str, str],
-    searchable: Callable[[str, int, Collection[int]], bool] = can_search,
+    identity: Identity, job_env: Mapping[str, str], agent_env: Mapping[str, str]
 ) -> dict[str, str]:
     """An owner-mode attempt's environment before ebbtide's contract: the agent's
     ``PASSED_VARIABLES`` and ``LC_*``, the job's own, then the owner's login variables.
-    The agent's ``PATH`` keeps only the directories the owner can search
-    (:func:`owners_path`, with ``searchable`` to decide); the job's own is kept as given."""
+    The agent's ``PATH`` (:data:`DEFAULT_PATH` when it has none) is passed on whole: the
+    attempt's shim keeps of it only what the owner can search (:func:`trims_path`); the
+    job's own is kept as given."""
     env = {k: v for k, v in agent_env.items() if k in PASSED_VARIABLES or k.startswith("LC_")}
-    if "PATH" not in job_env:
-        env["PATH"] = owners_path(env.get("PATH", ""), identity, searchable)
+    if not env.get("PATH"):
+        env["PATH"] = DEFAULT_PATH
     env.update(job_env)
     env.update(identity.login_env())
     return env
+
+
+def trims_path(identity: Identity | None, job_env: Mapping[str, str]) -> bool:
+    """Whether an attempt's ``PATH`` is the agent's, which its shim trims, as the owner,
+    to the directories the owner can search: an owner-mode attempt's whose job gives no
+    ``PATH`` of its own (a job's own is its business, and an agent-mode attempt's user is
+    the agent's)."""
+    return identity is not None and "PATH" not in job_env
 
 
 def job_path(path: str, identity: Identity | None) -> Path:

@@ -29,9 +29,12 @@ user before the job's ``exec``: supplementary groups, then the group, then the u
 good (real, effective and saved ids).  Only then does the child make the directories the
 job named (``--mkdir``: its checkpoint directory) and enter its working directory (its
 ``--cwd``, else the user's ``--home``, else ``/``), so that it makes and enters nothing
-the user could not.  The shim keeps what the agent relies on — killing the whole tree,
-writing the status file (in a directory of the agent's, never through a link) — out of
-the job's reach.
+the user could not.  Told that the job's ``PATH`` is the agent's (``--trim-path``: the
+job gave none), the child then keeps of it only the absolute directories that user can
+search, as the kernel decides for the user (mode bits, ACLs, links, a file server that
+maps root to nobody) and away from the agent's loop, which no slow mount then stalls.
+The shim keeps what the agent relies on — killing the whole tree, writing the status
+file (in a directory of the agent's, never through a link) — out of the job's reach.
 
 It uses the standard library only and is run by path (``python -I shim.py``), so it
 starts in a few tens of milliseconds and no job environment (``PYTHONPATH``…) reaches it.
@@ -54,6 +57,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 #: prctl option: orphaned descendants are re-parented to this process, not to init
 PR_SET_CHILD_SUBREAPER = 36
@@ -74,6 +78,9 @@ CAUSE_DEADLINE = "deadline"  # the eviction deadline the agent set came: killed 
 RENEW = b"."
 KILL = b"K"
 DEADLINE = b"D"
+
+#: ``PATH`` when none of the directories of the agent's is left for the job's user.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 #: Exit code when the job could not be started (as a shell says for "command not found").
 START_FAILED_EXIT = 127
@@ -288,6 +295,9 @@ def _child_setup(
     cwd: str | None = None,
     report_fd: int | None = None,
     outputs: Outputs | None = None,
+    trim_path: bool = False,
+    argv: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> None:  # pragma: no cover - runs in the child before exec
     """In the job's process before exec (and, with ``user``, after ``subprocess`` made it
     that user): die with the shim (set now: a change of user clears it); as the user, make
@@ -295,21 +305,57 @@ def _child_setup(
     its output goes to (``outputs``), telling ``report_fd`` why not if that fails; then
     take back the default action of the signals the shim catches before letting them in,
     so a warning sent between fork and exec ends the job as it would a moment later (the
-    shim's own handlers would swallow it)."""
+    shim's own handlers would swallow it).  With ``trim_path``, exec ``argv`` here with
+    ``env`` (None: the shim's own) less the ``PATH`` directories this user cannot search."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
         if user is not None:
             _enter(user, make_dirs, cwd)
         if outputs is not None:
             _redirect(outputs, user)
+        job_env = None
+        if trim_path:
+            job_env = dict(os.environ if env is None else env)
+            job_env["PATH"] = searchable_path(job_env.get("PATH", ""))
+        for signum in FORWARDED:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        if job_env is not None:
+            _exec(argv, job_env)
     except _NotStarted as exc:
         if report_fd is not None:
             with contextlib.suppress(OSError):
                 os.write(report_fd, str(exc).encode())
         raise
-    for signum in FORWARDED:
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+
+def searchable_path(path: str) -> str:
+    """``path`` (a ``PATH``) as this process's user can use it: only its absolute
+    directories the user can search (real uid and groups, as the kernel decides: ACLs,
+    links and every directory on the way included), in order, without repeats;
+    :data:`DEFAULT_PATH` when none is left."""
+    kept: list[str] = []
+    for d in path.split(os.pathsep):
+        if os.path.isabs(d) and d not in kept and os.path.isdir(d) and os.access(d, os.X_OK):
+            kept.append(d)
+    return os.pathsep.join(kept) or DEFAULT_PATH
+
+
+def _exec(argv: Sequence[str], env: dict[str, str]) -> NoReturn:  # pragma: no cover - child
+    """Exec the job with ``env``, finding its command on ``env``'s ``PATH`` as this user.
+
+    (``subprocess`` execs with the environment it built before the fork, so an
+    environment decided in the child is exec'd here.  Its ``close_fds`` would come after
+    this: every descriptor above stderr (the lease pipe) is closed on exec instead.)"""
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                with contextlib.suppress(OSError):  # the listing's own, closed by now
+                    os.set_inheritable(int(name), False)
+    try:
+        os.execvpe(argv[0], list(argv), env)
+    except OSError as exc:  # worded as subprocess words it
+        raise _NotStarted(f"[Errno {exc.errno}] {exc.strerror}: {argv[0]!r}") from None
 
 
 def _redirect(outputs: Outputs, user: User | None) -> None:  # pragma: no cover - in the child
@@ -368,11 +414,13 @@ def run(
     make_dirs: Sequence[str] = (),
     env: dict[str, str] | None = None,
     outputs: Outputs | None = None,
+    trim_path: bool = False,
 ) -> int:
     """Supervise one attempt (see the module doc); return the shim's exit code.  With
     ``user``, the job runs as that user, who makes ``make_dirs`` first; ``env`` is the
     job's environment (None: the shim's own); ``outputs`` where its output goes (None:
-    the shim's own stdout and stderr)."""
+    the shim's own stdout and stderr); ``trim_path``: ``env``'s ``PATH`` is the agent's,
+    of which the job keeps only the directories its user can search."""
     me = os.getpid()
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     wake_r, wake_w = os.pipe()
@@ -388,7 +436,7 @@ def run(
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     # the child says on this pipe why it could not get ready (as another user, or with its
     # output files: subprocess itself only says that something failed); it closes on exec
-    needs_report = user is not None or outputs is not None
+    needs_report = user is not None or outputs is not None or trim_path
     report_r, report_w = os.pipe() if needs_report else (None, None)
     try:
         # a single-threaded process: preexec_fn is safe here
@@ -397,7 +445,17 @@ def run(
             env=env,
             # as another user the child enters it itself, once it is that user
             cwd=(cwd or None) if user is None else None,
-            preexec_fn=functools.partial(_child_setup, user, make_dirs, cwd, report_w, outputs),
+            preexec_fn=functools.partial(
+                _child_setup,
+                user,
+                make_dirs,
+                cwd,
+                report_w,
+                outputs,
+                trim_path=trim_path,
+                argv=argv,
+                env=env,
+            ),
             close_fds=True,
             process_group=0,  # the job's own group: killed in one call, the shim spared
             # subprocess does setgroups, setregid, setreuid in this order, before preexec_fn
@@ -584,6 +642,12 @@ def main(args: Sequence[str] | None = None) -> int:
         "own stays the agent's minimal one, so nothing the job sets (LD_PRELOAD, ...) acts "
         "on the shim",
     )
+    parser.add_argument(
+        "--trim-path",
+        action="store_true",
+        help="the job's PATH is the agent's, not the job's: keep only its absolute "
+        "directories the job's user can search, as that user decides just before the exec",
+    )
     parser.add_argument("--stdout", help="the file the job's stdout goes to")
     parser.add_argument("--stderr", help="the file the job's stderr goes to")
     parser.add_argument(
@@ -622,6 +686,7 @@ def main(args: Sequence[str] | None = None) -> int:
         outputs=(
             Outputs(ns.stdout, ns.stderr, ns.truncate_output) if ns.stdout or ns.stderr else None
         ),
+        trim_path=ns.trim_path,
     )
 
 
