@@ -38,7 +38,9 @@ class ClientAdmin(ClientBase):
     def nodes(self) -> builtins.list[dict[str, Any]]:
         """Node agents as ``ebb nodes --json`` shows them: heartbeat age, whether the agent
         is ``silent`` (no heartbeat within the policy's timeout), drains, and per
-        device the latest online (and offline) usage, health, the last fault, cooldown."""
+        device the latest online (and offline) usage, the reserve its agent keeps back,
+        health, the last fault, cooldown, ``drained`` (the drain in force: its own or its
+        node's) and ``device_drain`` (its own: by, reason, at; it outlasts the node's)."""
         now = time.time()
         cooldown_s = self.policy.defaults.eviction_cooldown_s
         drains = {(d.node, d.device): d for d in self.store.drains.drained()}
@@ -53,8 +55,13 @@ class ClientAdmin(ClientBase):
             for d in devices:
                 evicted = d.get("last_eviction_at")
                 d["cooldown_until"] = evicted + cooldown_s if evicted else None
-                drain = drains.get((n.name, int(d["index"]))) or node_drain
+                own = drains.get((n.name, int(d["index"])))
+                drain = own or node_drain
                 d["drained"] = drain.describe() if drain else None
+                # the device's own drain, which outlasts the node's (undrained apart)
+                d["device_drain"] = (
+                    {"by": own.by, "reason": own.reason, "at": own.at} if own else None
+                )
                 d.setdefault("health", "healthy")
                 slices = held.get((n.name, int(d["index"])), [])
                 d["slices"] = {
@@ -65,7 +72,8 @@ class ClientAdmin(ClientBase):
             out.append(
                 {
                     "name": n.name,
-                    "heartbeat_age_s": round(now - n.heartbeat_at, 3),
+                    # never below 0: a heartbeat stamped by a clock a little ahead
+                    "heartbeat_age_s": max(0.0, round(now - n.heartbeat_at, 3)),
                     # silent past the policy's heartbeat timeout: the scheduler treats
                     # its attempts as lost and plans nothing there
                     "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
@@ -95,8 +103,11 @@ class ClientAdmin(ClientBase):
         self.store.drains.drain(node, target, by=self.caller.actor, reason=reason)
 
     def undrain(self, node: str, device: int | None = None) -> None:
-        """Return ``node`` (or one device) to service: lifts drains, and clears a fault the
-        node agent holds against it (it takes work again at once).  Admins only."""
+        """Return ``node`` (or one device) to service: lifts its drain, and clears a fault
+        the node agent holds against it (it takes work again at once).  A node's undrain
+        lifts the node's drain only: a device drained on its own stays drained (``ebb
+        node undrain NODE/DEVICE`` lifts that); it clears held faults on every device.
+        Admins only."""
         self._device_admin("undrain", node, device)
         self.store.drains.undrain(
             node, WHOLE_NODE if device is None else device, by=self.caller.actor

@@ -782,6 +782,59 @@ def test_draining_again_without_a_reason_keeps_the_reason_given(home: Path) -> N
     assert ebb("node", "undrain", "gpu-a") == "gpu-a back in service\n"
 
 
+def test_undraining_a_node_keeps_its_devices_own_drains_and_names_them(home: Path) -> None:
+    """An SRE's trap: ``ebb node undrain gpu-a`` said "gpu-a back in service" and the fan
+    drain of gpu-a/1 was gone without a word."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    devices = [
+        {"index": i, "memory_mib": 81920, "online_compute_pct": 0.0, "online_memory_mib": 0.0}
+        for i in range(4)
+    ]
+    store.heartbeat("gpu-a", started_at=time.time(), devices=devices)
+    store.close()
+    ebb("node", "drain", "gpu-a/1", "--reason", "fan")
+    ebb("node", "drain", "gpu-a/3")
+    ebb("node", "drain", "gpu-a", "--reason", "upgrade")
+    [node] = json.loads(ebb("nodes", "--json"))
+    assert node["devices"][1]["device_drain"]["reason"] == "fan"
+    assert node["devices"][0]["device_drain"] is None
+    me = node["devices"][3]["device_drain"]["by"]
+    assert ebb("node", "undrain", "gpu-a") == (
+        "gpu-a back in service; "
+        "gpu-a/1 stays drained (fan): ebb node undrain gpu-a/1; "
+        f"gpu-a/3 stays drained (by {me}): ebb node undrain gpu-a/3\n"
+    )
+    lines = ebb("nodes").splitlines()[1:]
+    states = [line.rsplit("  ", 1)[1] for line in lines]
+    assert states[0] == "ok" and states[2] == "ok"
+    assert states[1].startswith("gpu-a/1 drained by ") and states[1].endswith(": fan")
+    # nothing left on the node itself: it says so, and still names the device drains
+    out = json.loads(ebb("node", "undrain", "gpu-a", "--json"))
+    assert out["drained"] is False and out["stays_drained"] == [
+        {"device": 1, "by": me, "reason": "fan"},
+        {"device": 3, "by": me, "reason": ""},
+    ]
+    said = ebb("node", "undrain", "gpu-a")
+    assert said.startswith("gpu-a was not drained; gpu-a/1 stays drained (fan)")
+    ebb("node", "undrain", "gpu-a/1")
+    ebb("node", "undrain", "gpu-a/3")
+    assert ebb("node", "undrain", "gpu-a") == "gpu-a was in service already\n"
+    assert json.loads(ebb("node", "undrain", "gpu-a", "--json"))["stays_drained"] == []
+
+
+def test_a_heartbeat_from_a_clock_a_little_ahead_is_0s_old(home: Path) -> None:
+    """An SRE's trap: ``ebb nodes`` showed an age of ``-0.0s``."""
+    home.mkdir(parents=True, exist_ok=True)
+    ahead = FakeClock(start=time.time() + 5)
+    Store(f"sqlite:///{home / 'ebbtide.db'}", clock=ahead).heartbeat(
+        "gpu-a", started_at=ahead.time(), devices=[]
+    )
+    [node] = json.loads(ebb("nodes", "--json"))
+    assert node["heartbeat_age_s"] == 0.0
+    assert ebb("nodes").splitlines()[1].split()[:2] == ["gpu-a", "0.0s"]
+
+
 def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

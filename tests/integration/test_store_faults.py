@@ -89,11 +89,22 @@ def test_drains_and_undrains_are_kept_per_device(store: Store) -> None:
     assert d.drained() == []
 
 
-def test_undraining_a_node_lifts_its_device_drains(store: Store) -> None:
-    store.drains.drain("n1", 2, by="root")
-    store.drains.undrain("n1", WHOLE_NODE, by="root")
-    assert store.drains.drained() == []
-    assert set(store.drains.undrains("n1")) == {2, WHOLE_NODE}
+def test_undraining_a_node_keeps_the_drains_set_on_its_devices(store: Store) -> None:
+    """An SRE's trap: ``ebb node undrain gpu-a`` silently lifted the fan drain of
+    gpu-a/1; a device's own drain is a separate decision from the node's."""
+    store.drains.drain("n1", 1, by="root", reason="fan")
+    store.drains.drain("n1", WHOLE_NODE, by="root", reason="upgrade")
+    store.drains.drain("n2", 0, by="root", reason="other node")
+    store.drains.undrain("n1", WHOLE_NODE, by="admin2")
+    assert [(d.node, d.device, d.by, d.reason) for d in store.drains.drained()] == [
+        ("n1", 1, "root", "fan"),
+        ("n2", 0, "root", "other node"),
+    ]
+    # the agent clears held faults on every device from the node's undrain
+    assert set(store.drains.undrains("n1")) == {WHOLE_NODE}
+    store.drains.undrain("n1", 1, by="admin2")
+    assert [d.node for d in store.drains.drained()] == ["n2"]
+    assert set(store.drains.undrains("n1")) == {1, WHOLE_NODE}
 
 
 @pytest.mark.parametrize("device", [0, WHOLE_NODE])

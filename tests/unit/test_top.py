@@ -365,6 +365,51 @@ def test_a_frame_shows_totals_queues_gpus_evictions_and_keys() -> None:
     assert lines[-1].startswith("gpus 1-5 of 5") and "q quit" in lines[-1]
 
 
+def reserved() -> FleetSnapshot:
+    """gpu-a/0 nearly idle but for a 72000 MiB reserve; gpu-a/1 on the cold one."""
+    forecast = device(0, 3, reserve_compute_pct=5.0, reserve_memory_mib=72000.0)
+    cold = device(
+        1, 10, reserve_compute_pct=30.0, reserve_memory_mib=8 * GIB, reserve_cold_for_s=420
+    )
+    out = device(2, 0, reserve_compute_pct=9.0, reserve_memory_mib=GIB, drained="gpu-a/2 drained")
+    return snapshot(nodes=[node("gpu-a", forecast, cold, out)], jobs=[])
+
+
+def test_the_reserve_is_in_the_snapshot_and_not_taken_off_the_headroom() -> None:
+    snap = reserved()
+    idle, cold, _ = snap.gpus
+    assert (idle.reserve_compute_pct, idle.reserve_memory_mib, idle.reserve_cold_for_s) == (
+        5.0,
+        72000.0,
+        0.0,
+    )
+    assert idle.headroom_compute_pct == 97 and cold.reserve_cold_for_s == 420
+    t = snap.totals
+    # over every GPU, as the headroom; a drained one keeps nothing back for anyone
+    assert t.reserve_compute_pct == pytest.approx((5 + 30) / 3)
+    assert t.reserve_memory_mib == 72000 + 8 * GIB
+    gpu = json.loads(json.dumps(snap.to_dict()))["gpus"][0]
+    assert (gpu["reserve_memory_mib"], gpu["reserve_cold_for_s"]) == (72000.0, 0.0)
+
+
+def test_a_row_shows_what_is_kept_back_beside_the_free_room() -> None:
+    """An SRE's trap: ``ebb top --once`` showed a card nearly idle with no slices while a
+    job waited on the forecast's 72000 MiB reserve, which only ``--json`` had."""
+    lines = draw(reserved(), ViewState()).splitlines()
+    assert "headroom 62% (kept 12%)" in lines[1] and "free 155 of 240 GiB (kept 78)" in lines[1]
+    heading = next(line for line in lines if line.startswith("GPU"))
+    idle = next(line for line in lines if line.startswith("gpu-a/0"))
+    kept, kept_gib = heading.index("KEPT") + len("KEPT"), heading.index("KEPT GiB") + 8
+    assert idle[kept - 3 : kept] == " 5%" and idle[kept_gib - 3 : kept_gib] == " 70"
+    assert idle[heading.index("FREE") :].startswith(" 97%")
+    cold = next(line for line in lines if line.startswith("gpu-a/1"))
+    assert cold[kept - 3 : kept] == "30%" and cold.endswith(" ok     warming up (cold reserve)")
+    narrow = draw(reserved(), ViewState(), width=80).splitlines()
+    heading = next(line for line in narrow if line.startswith("GPU"))
+    assert "KEPT" in heading and "KEPT GiB" not in heading
+    assert all(len(line) <= 80 for line in narrow)
+
+
 def test_only_the_rows_that_fit_are_drawn_and_scrolling_moves_them() -> None:
     snap = many(1000)
     text = draw(snap, ViewState(), height=30)

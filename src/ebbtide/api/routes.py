@@ -364,7 +364,8 @@ def drain(
 def undrain(
     client: Caller, node: str, body: Annotated[UndrainRequest, Body()] | None = None
 ) -> dict[str, Any]:
-    """Admins only; lifts drains and clears a fault the node agent holds against it."""
+    """Admins only; lifts its drain (a node's own only: a device drained on its own stays
+    drained) and clears a fault the node agent holds against it."""
     body = body or UndrainRequest()
     client.undrain(node, body.device)
     return {"node": node, "device": body.device, "drained": False}

@@ -18,20 +18,25 @@ from ebbtide.errors import UserError
     "--full",
     is_flag=True,
     help=(
-        "Also show, per device, who the online load is (its pods and other processes) and "
-        "which GPU a MIG instance is carved from; per node, whose jobs it runs."
+        "Also show, per device, who the online load is (its pods and other processes), "
+        "which GPU a MIG instance is carved from, and what is kept back there and why; per "
+        "node, whose jobs it runs."
     ),
 )
 def nodes(as_json: bool, full: bool) -> None:
     """Show node agents and their devices: heartbeat age (and "agent silent" past the
-    policy's heartbeat timeout); per device the latest online
-    load, the slices ebbtide holds there, and its state: ok, out of service (the fault:
-    the XID and what it means, and when), drained (by whom, why), cooling down after an
-    eviction, or showing stale figures; and the last fault seen.  With ``-f``, a line per
-    device names the online pods using it (``namespace/name`` or ``pod:<uid>/<container>``)
-    and online processes in no pod (``pid:<n> (<name>)``), as its agent last saw them,
-    and a line per node says whose jobs its agent runs (anyone's; every user's but
-    root's; one user's only)."""
+    policy's heartbeat timeout); per device the latest online load, the slices ebbtide
+    holds there, what admission keeps back there for the online side's growth (KEPT
+    BACK: compute / memory, the forecast's reserve; the policy's margin comes on top),
+    and its state: ok, out of service (the fault: the XID and what it means, and when),
+    drained (by whom, why), cooling down after an eviction, showing stale figures, or
+    warming up (its agent is still learning the online load and keeps the cold reserve,
+    ``defaults.forecast_warmup_s``); and the last fault seen.  With ``-f``, a line per
+    device names the online pods using it (``namespace/name`` or
+    ``pod:<uid>/<container>``) and online processes in no pod (``pid:<n> (<name>)``), as
+    its agent last saw them, and says what is kept back there and why; a line per node
+    says whose jobs its agent runs (anyone's; every user's but root's; one user's
+    only)."""
     from ebbtide.errors import NoStore
 
     try:
@@ -51,10 +56,11 @@ def nodes(as_json: bool, full: bool) -> None:
     now = time.time()
     click.echo(
         f"{'NODE':<16} {'AGE':>6}  {'DEV':>3}  {'ONLINE (compute / memory)':<27}  "
-        f"{'EBBTIDE SLICES':<22}  STATE"
+        f"{'EBBTIDE SLICES':<18}  {'KEPT BACK':<14}  STATE"
     )
     for n in rows:
-        age = f"{n['heartbeat_age_s']:.1f}s"
+        # never "-0.0s": a heartbeat stamped by a clock a little ahead of this one
+        age = f"{max(0.0, n['heartbeat_age_s']):.1f}s"
         if not n["devices"]:
             silent = " (agent silent)" if n.get("silent") else ""
             click.echo(f"{n['name'][:16]:<16} {age:>6}  no devices{silent}")
@@ -77,12 +83,13 @@ def nodes(as_json: bool, full: bool) -> None:
                 state = ", ".join(["unknown", *([str(d["drained"])] if d.get("drained") else [])])
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "
-                f"{_slices(d):<22}  {state}{stopping}"
+                f"{_slices(d):<18}  {_kept_back(d):<14}  {state}{stopping}"
             )
             if full:
                 if d.get("mig_parent") is not None:
                     click.echo(f"{'':<30}a MIG instance of the GPU NVML numbers {d['mig_parent']}")
                 click.echo(f"{'':<30}online: {_online_pods(d)}")
+                click.echo(f"{'':<30}kept back: {_kept_back_why(d)}")
         if full:
             click.echo(f"{'':<30}runs: {_runs(n.get('runs_jobs_of'))}")
 
@@ -107,6 +114,43 @@ def _load(d: dict[str, Any]) -> str:
         f"{d['online_compute_pct']:.0f}% / {format_mib(d['online_memory_mib'])} "
         f"of {format_mib(d['memory_mib'])}"
     )
+
+
+def _reserve(d: dict[str, Any]) -> tuple[float, float]:
+    """The reserve a device's agent keeps back: compute in percent, memory in MiB."""
+    return float(d.get("reserve_compute_pct") or 0.0), float(d.get("reserve_memory_mib") or 0.0)
+
+
+def _kept_back(d: dict[str, Any]) -> str:
+    """The KEPT BACK column: ``30% / 8GiB``, ``-`` for none."""
+    from ebbtide.units import format_mib
+
+    compute, memory = _reserve(d)
+    if compute < 0.5 and memory < 1:
+        return "-"
+    return f"{compute:.0f}% / {format_mib(memory)}"
+
+
+def _cold_s(d: dict[str, Any]) -> float:
+    """For how many more seconds the reserve is the cold one (0: the forecast)."""
+    return float(d.get("reserve_cold_for_s") or 0.0)
+
+
+def _kept_back_why(d: dict[str, Any]) -> str:
+    """What ``-f`` says of the reserve: how much, and why."""
+    shown = _kept_back(d)
+    if shown == "-":
+        return "nothing for the online side's growth (the policy's margin aside)"
+    if _cold_s(d) > 0:
+        why = (
+            f"{shown}, the cold reserve while its agent learns the online load "
+            f"(defaults.forecast_warmup_s, {_ago(_cold_s(d))} left)"
+        )
+    else:
+        why = f"{shown} for the online side's growth within the eviction deadline (forecast)"
+    if d.get("eviction_trigger") is False:
+        why += ", with the planning margin for device-level figures"
+    return f"{why}; the policy's margin comes on top"
 
 
 def _online_pods(d: dict[str, Any]) -> str:
@@ -143,6 +187,8 @@ def _state(d: dict[str, Any], now: float) -> str:
         parts.append(f"cooling down {d['cooldown_until'] - now:.0f}s")
     if d.get("eviction_trigger") is False:
         parts.append("planning only (device-level figures)")
+    if _cold_s(d) > 0 and _kept_back(d) != "-":
+        parts.append(f"warming up (the cold reserve, {_ago(_cold_s(d))} left)")
     last = d.get("last_fault")
     if last and d.get("health") != "unhealthy":
         parts.append(f"last fault: {last.get('meaning')}{_since(last, now)}")
@@ -186,6 +232,7 @@ def node_group() -> None:
       ebb node drain gpu-a --reason "driver upgrade"   nothing new on any device of gpu-a
       ebb node drain gpu-a/3                           nothing new on device 3
       ebb node undrain gpu-a/3                         back in service, fault cleared
+      ebb node undrain gpu-a                           the node's drain lifted (not gpu-a/3's)
       ebb node forget gpu-z                            a retired node leaves `ebb nodes`
     """
 
@@ -226,16 +273,28 @@ def forget(node: str, as_json: bool) -> None:
 @click.argument("target", metavar="NODE[/DEVICE]")
 @click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
 def undrain(target: str, as_json: bool) -> None:
-    """Return a node or device to service at once: lifts drains, and clears a fault its
-    agent holds against it (an XID, a device that stopped answering) without waiting for
-    the health checks."""
+    """Return a node or device to service at once: lifts its drain, and clears a fault
+    its agent holds against it (an XID, a device that stopped answering) without waiting
+    for the health checks.  Undraining a node lifts the node's drain and clears held
+    faults on all its devices, but a device drained on its own (`ebb node drain
+    NODE/DEVICE`) stays drained: the output names each one and how to lift it
+    (`stays_drained` in --json)."""
     node, device = _target(target)
     client = _client()
     row = next((n for n in client.nodes() if n["name"] == node), None)
     was_out = _out_of_service(row, device)
     client.undrain(node, device)
+    if device is None:
+        stays = _own_drains(row)
+        said = f"{target} back in service" if was_out else f"{target} was not drained"
+        if not was_out and not stays:
+            said = f"{target} was in service already"
+        said = "; ".join([said, *(_stays_drained(node, i, d) for i, d in stays)])
+        listed = [{"device": i, "by": d.get("by"), "reason": d.get("reason")} for i, d in stays]
+        _done(as_json, said, node=node, device=device, drained=False, stays_drained=listed)
+        return
     # a device's undrain leaves its node's drain as it was
-    node_drain = row.get("drained") if row is not None and device is not None else None
+    node_drain = row.get("drained") if row is not None else None
     if node_drain:  # a trial's trap: "back in service", while the node's drain held it
         said = (
             f"{target}: its own drain and fault are lifted, but it stays out of service: "
@@ -247,13 +306,32 @@ def undrain(target: str, as_json: bool) -> None:
     _done(as_json, said, node=node, device=device, drained=False)
 
 
+def _own_drains(row: dict[str, Any] | None) -> list[tuple[int, dict[str, Any]]]:
+    """The drains an admin set on devices of the node of ``row`` themselves, by device:
+    a node's undrain leaves them (``device_drain`` of ``ebb nodes --json``)."""
+    devices = row["devices"] if row is not None else []
+    return [(int(d["index"]), d["device_drain"]) for d in devices if d.get("device_drain")]
+
+
+def _stays_drained(node: str, index: int, drain: dict[str, Any]) -> str:
+    """``gpu-a/1 stays drained (fan): ebb node undrain gpu-a/1``."""
+    why = drain.get("reason") or f"by {drain.get('by') or 'an admin'}"
+    return f"{node}/{index} stays drained ({why}): ebb node undrain {node}/{index}"
+
+
 def _out_of_service(row: dict[str, Any] | None, device: int | None) -> bool:
     """Whether the node of ``row`` (``ebb nodes --json``'s, or its device ``device``) is
-    drained or holds a fault, as ``ebb nodes`` shows it (True where it cannot tell: a
-    node not reported, ``row`` None)."""
+    drained or holds a fault, as ``ebb nodes`` shows it, that its undrain lifts (True
+    where it cannot tell: a node not reported, ``row`` None).  A node's undrain leaves
+    its devices' own drains (``device_drain``; a server that does not report them lifts
+    them too)."""
     if row is None:
         return True
     devices = [d for d in row["devices"] if device is None or int(d["index"]) == device]
+
+    def lifted(d: dict[str, Any]) -> bool:
+        return bool(d.get("drained")) and (device is not None or not d.get("device_drain"))
+
     return bool(row.get("drained")) or any(
-        d.get("drained") or d.get("health", "healthy") != "healthy" for d in devices
+        lifted(d) or d.get("health", "healthy") != "healthy" for d in devices
     )

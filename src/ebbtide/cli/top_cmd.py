@@ -52,7 +52,10 @@ def top(
     """Watch the fleet live: per GPU a bar of online load (red █), ebbtide's slices
     (green ▒) and headroom (·), its figures, state and the attempts on it; fleet totals
     and each queue's depth above; the latest evictions below, with their latency and
-    whether they met their deadline.
+    whether they met their deadline.  FREE (and headroom) is capacity less online and
+    offline use: the policy's margin and what the forecast keeps back for online growth
+    (KEPT, and KEPT GiB on a wide terminal; "warming up (cold reserve)" while an agent
+    still learns the online load) are not taken off it, so admission offers less.
 
     \b
     Keys:

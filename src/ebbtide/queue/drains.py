@@ -2,8 +2,10 @@
 
 A drain keeps new attempts off a device (or a whole node: device ``-1``); what runs
 there goes on.  An undrain returns it to service, and also clears a fault the node agent
-holds against the device (the agent reads undrains every heartbeat).  Rows are kept,
-so the last word on each device — who, when, why — stays on record.
+holds against the device (the agent reads undrains every heartbeat).  A node's drain and
+its devices' own drains are separate decisions: undraining the node lifts the node's
+drain only, and a device drained on its own stays drained until it is undrained itself.
+Rows are kept, so the last word on each device — who, when, why — stays on record.
 """
 
 from __future__ import annotations
@@ -64,15 +66,10 @@ class Drains:
         self._set(node, device, DRAINED, by, reason)
 
     def undrain(self, node: str, device: int, *, by: str) -> None:
-        """Back in service: the drain is lifted, and a fault the agent holds is cleared
-        (for :data:`WHOLE_NODE`, on every device of the node)."""
-        with self.engine.begin() as conn:
-            if device == WHOLE_NODE:  # lifts the node's device drains too
-                conn.execute(
-                    DRAINS.update()
-                    .where(DRAINS.c.node == node, DRAINS.c.state == DRAINED)
-                    .values(state=UNDRAINED, by=by, reason="", at=self.clock.time())
-                )
+        """Back in service: the drain of ``node``/``device`` is lifted, and a fault the
+        agent holds is cleared (for :data:`WHOLE_NODE`, on every device of the node).
+        For :data:`WHOLE_NODE` only the node's drain is lifted: a device an admin
+        drained on its own stays drained."""
         self._set(node, device, UNDRAINED, by, "")
 
     def drained(self) -> list[Drain]:

@@ -169,11 +169,14 @@ def _totals(snapshot: FleetSnapshot, width: int) -> Text:
     line.append(f"online {t.online_compute_pct:.0f}%", style="red")
     line.append("  ")
     line.append(f"offline {t.offline_compute_pct:.0f}%", style="green")
-    line.append(f"  headroom {t.headroom_compute_pct:.0f}% ")
+    # headroom and free are before the reserve and the margin are kept back: the
+    # reserve (KEPT) is said beside them
+    line.append(f"  headroom {t.headroom_compute_pct:.0f}% (kept {t.reserve_compute_pct:.0f}%) ")
     line.append_text(_bar(t.online_compute_pct, t.offline_compute_pct, True, _bar_width(width)))
     line.append(
         f"   memory online {_gib(t.online_memory_mib)}  offline {_gib(t.offline_memory_mib)}  "
-        f"free {_gib(t.headroom_memory_mib)} of {_gib(t.memory_mib)} GiB"
+        f"free {_gib(t.headroom_memory_mib)} of {_gib(t.memory_mib)} GiB "
+        f"(kept {_gib(t.reserve_memory_mib)})"
     )
     if t.unavailable:
         line.append(f"   {t.unavailable} GPUs take no work", style="yellow")
@@ -221,11 +224,11 @@ def _gpu_lines(gpus: Sequence[GpuView], state: ViewState, width: int) -> list[Te
     bar_width = _bar_width(width)
     wide = width >= 100  # room for the memory column
     names = min(max(max((len(g.name) for g in gpus), default=3), 3), 24)
-    memory = f"{'MEM GiB':>13} " if wide else ""
+    memory = f"{'MEM GiB':>13} {'KEPT GiB':>8} " if wide else ""
     lines = [
         _heading(
             f"{_fit('GPU', names)} {_fit('COMPUTE', bar_width)} {'ONL':>4} {'OFF':>4} "
-            f"{'FREE':>4} {memory}{'STATE':<6} ATTEMPTS"
+            f"{'FREE':>4} {'KEPT':>4} {memory}{'STATE':<6} ATTEMPTS"
         )
     ]
     for g in gpus:
@@ -236,11 +239,12 @@ def _gpu_lines(gpus: Sequence[GpuView], state: ViewState, width: int) -> list[Te
         _append_bar(line, g.online_compute_pct, g.offline_compute_pct, usable, bar_width)
         line.append(
             f" {g.online_compute_pct:>3.0f}% {g.offline_compute_pct:>3.0f}% "
-            f"{g.headroom_compute_pct:>3.0f}% "
+            f"{g.headroom_compute_pct:>3.0f}% {g.reserve_compute_pct:>3.0f}% "
         )
         if wide:
             used = f"{_gib(g.online_memory_mib)}+{_gib(g.offline_memory_mib)}/{_gib(g.memory_mib)}"
             line.append(_fit(used, 13, right=True) + " ")
+            line.append(_fit(_gib(g.reserve_memory_mib), 8, right=True) + " ")
         line.append(_fit(word, 6), style=style)
         line.append(" ")
         _append_attempts(line, g, shown_attempts(g, state))
@@ -252,6 +256,10 @@ def _append_attempts(line: Text, gpu: GpuView, attempts: Sequence[AttemptView]) 
     noted = bool(gpu.note) and gpu.state != "ok"
     if noted:
         line.append(gpu.note + (": " if attempts else ""), style="yellow")
+    elif gpu.reserve_cold_for_s > 0 and gpu.state not in NO_WORK_STATES:
+        # KEPT is the cold reserve, not a forecast: say so, as `ebb nodes` does
+        line.append("warming up (cold reserve)" + (": " if attempts else ""), style="cyan")
+        noted = True
     for pos, a in enumerate(attempts[:MAX_ATTEMPTS_NAMED]):
         if pos:
             line.append(", ")

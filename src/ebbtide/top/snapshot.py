@@ -68,8 +68,13 @@ class GpuView:
     #: the slices ebbtide's attempts hold here (granted, not measured)
     offline_compute_pct: float
     offline_memory_mib: float
-    #: online growth kept back from admission
+    #: what admission keeps back here for the online side's growth (the forecast's
+    #: reserve; the policy's margin comes on top): compute in percent, memory in MiB
     reserve_compute_pct: float
+    reserve_memory_mib: float
+    #: the reserve is the cold one (its agent is still learning the online load) for
+    #: this many more seconds; 0: it is the forecast
+    reserve_cold_for_s: float
     #: one word of :data:`STATE_WORDS`
     state: str
     #: what the state is about, in words (the fault, who drained it and why), or ""
@@ -82,13 +87,16 @@ class GpuView:
 
     @property
     def headroom_compute_pct(self) -> float:
-        """Compute neither online nor offline uses; none where the device takes no work."""
+        """Compute neither online nor offline uses; none where the device takes no work.
+        The reserve and the policy's margin are not taken off it: admission offers less."""
         if self.state in NO_WORK_STATES:
             return 0.0
         return max(0.0, 100.0 - self.online_compute_pct - self.offline_compute_pct)
 
     @property
     def headroom_memory_mib(self) -> float:
+        """Memory neither online nor offline uses (the reserve and the margin not taken
+        off); none where the device takes no work."""
         if self.state in NO_WORK_STATES:
             return 0.0
         return max(0.0, self.memory_mib - self.online_memory_mib - self.offline_memory_mib)
@@ -154,6 +162,10 @@ class FleetTotals:
     online_memory_mib: float
     offline_memory_mib: float
     headroom_memory_mib: float
+    #: what admission keeps back for online growth where work may run: compute as a
+    #: mean over every GPU (as the headroom), memory summed
+    reserve_compute_pct: float
+    reserve_memory_mib: float
     attempts: int
     paused: int
 
@@ -206,6 +218,8 @@ def _gpu_dict(g: GpuView) -> dict[str, Any]:
         "headroom_compute_pct": g.headroom_compute_pct,
         "headroom_memory_mib": g.headroom_memory_mib,
         "reserve_compute_pct": g.reserve_compute_pct,
+        "reserve_memory_mib": g.reserve_memory_mib,
+        "reserve_cold_for_s": g.reserve_cold_for_s,
         "attempts": [_fields(a) for a in g.attempts],
     }
 
@@ -296,6 +310,8 @@ def build_snapshot(
                         (0.0 if a.suspended else a.memory_mib for a in attempts), 0.0
                     ),
                     reserve_compute_pct=float(d.get("reserve_compute_pct") or 0.0),
+                    reserve_memory_mib=float(d.get("reserve_memory_mib") or 0.0),
+                    reserve_cold_for_s=float(d.get("reserve_cold_for_s") or 0.0),
                     state=state,
                     note=note,
                     attempts=attempts,
@@ -361,9 +377,15 @@ def _totals(nodes: Sequence[Mapping[str, Any]], gpus: Sequence[GpuView]) -> Flee
         online_memory_mib=sum(g.online_memory_mib for g in gpus),
         offline_memory_mib=sum(g.offline_memory_mib for g in gpus),
         headroom_memory_mib=sum(g.headroom_memory_mib for g in gpus),
+        reserve_compute_pct=mean(g.reserve_compute_pct for g in gpus if _takes_work(g)),
+        reserve_memory_mib=sum(g.reserve_memory_mib for g in gpus if _takes_work(g)),
         attempts=len({a.job_id for g in gpus for a in g.attempts}),
         paused=len({a.job_id for g in gpus for a in g.attempts if a.paused}),
     )
+
+
+def _takes_work(g: GpuView) -> bool:
+    return g.state not in NO_WORK_STATES
 
 
 # -- reading ----------------------------------------------------------------------------

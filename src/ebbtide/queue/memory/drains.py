@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from ebbtide.clock import Clock
-from ebbtide.queue.drains import DRAINED, UNDRAINED, WHOLE_NODE, Drain
+from ebbtide.queue.drains import DRAINED, UNDRAINED, Drain
 
 
 class MemoryDrains:
@@ -24,14 +24,10 @@ class MemoryDrains:
             self._rows[(node, device)] = (DRAINED, by, reason, self.clock.time())
 
     def undrain(self, node: str, device: int, *, by: str) -> None:
-        """Back in service (for :data:`WHOLE_NODE`, the node's device drains lifted too)."""
+        """Back in service (for :data:`WHOLE_NODE`, the node's own drain only: a device
+        drained on its own stays drained)."""
         with self._lock:
-            now = self.clock.time()
-            if device == WHOLE_NODE:
-                for key, (state, *_) in list(self._rows.items()):
-                    if key[0] == node and state == DRAINED:
-                        self._rows[key] = (UNDRAINED, by, "", now)
-            self._rows[(node, device)] = (UNDRAINED, by, "", now)
+            self._rows[(node, device)] = (UNDRAINED, by, "", self.clock.time())
 
     def drained(self) -> list[Drain]:
         """Every drain in force, by node and device."""
