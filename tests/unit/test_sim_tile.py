@@ -4,6 +4,7 @@ whole simulation on a tiled fleet (its candidate devices checked against every d
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from ebbtide.sim.online import DeviceLoad
 from ebbtide.sim.planning import Candidates
 from ebbtide.sim.policies import ebbtide_policy
 from ebbtide.sim.runner import describe_workload
-from ebbtide.sim.state import SimAttempt, SimDevice, SimJobState
+from ebbtide.sim.state import EVICTING, RUNNING, STARTING, SimAttempt, SimDevice, SimJobState
 from ebbtide.sim.tile import (
     TILE_MAX,
     TILE_MAX_PHASE_S,
@@ -102,15 +103,18 @@ def test_bad_tile_is_a_user_error(text: str) -> None:
     assert parse_tile(" 70 ") == 70
 
 
-def test_a_tiled_fleet_simulates_within_capacity() -> None:
+@pytest.mark.parametrize("seed", [7, 11])
+def test_a_tiled_fleet_simulates_within_capacity(seed: int) -> None:
     """Three copies: conservation after every change, and every pass on the candidate
-    devices decides what a pass on every device would (``debug``)."""
-    load = tile_load(random_online(7), 3, seed=7)
-    sim = Simulation(load, synthetic(7, span_s=SPAN_S), ebbtide_policy(), seed=7, debug=True)
+    devices decides what a pass on every device would (``debug``), devices short of
+    compute where slices pause left out."""
+    load = tile_load(random_online(seed), 3, seed=seed)
+    stream = synthetic(seed, span_s=SPAN_S)
+    sim = Simulation(load, stream, ebbtide_policy(), seed=seed, debug=True)
     tally = sim.run()
     assert tally.deadline_misses == 0
     assert tally.pauses > 0 and tally.dispatches > 0
-    again = Simulation(load, synthetic(7, span_s=SPAN_S), ebbtide_policy(), seed=7).run()
+    again = Simulation(load, stream, ebbtide_policy(), seed=seed).run()
     assert again.figures(0.0) == tally.figures(0.0)
 
 
@@ -148,3 +152,67 @@ def test_candidates_take_a_device_once_its_pause_ran_too_long() -> None:
     dev.seen_c, dev.view = 82.0, None
     candidates.touch(dev)
     assert pick(801.0) == []
+
+
+def packed_device(online_c: float, online_m: float = 0.0) -> SimDevice:
+    """A device with one running 10 % slice, the scheduler having heard of its usage."""
+    dev = SimDevice(0, DeviceLoad("d", (0.0,), (online_c,), (online_m,), 1e6), "gpu0", 81920.0)
+    dev.present = dev.reported = True
+    dev.online_c = dev.seen_c = online_c
+    dev.online_m = dev.seen_m = online_m
+    spec = SimJob(0, "t", 0.0, 10.0, 0, 1024, 1e5, 600.0, 1.0, 30.0)
+    att = SimAttempt(SimJobState(1, spec, 0.0), 1, dev, 0.0, 0.0, 0.0, 0.0, phase=RUNNING)
+    dev.attempts[1] = att
+    dev.held_c, dev.held_m, dev.gpu_m = 10.0, 1024.0, 1024.0
+    dev.count(att, 1)
+    return dev
+
+
+@pytest.mark.parametrize(
+    ("online_c", "online_m", "pausing", "candidate"),
+    [
+        (90.0, 0.0, True, False),  # compute short: the agent pauses, the planner does nothing
+        (90.0, 0.0, False, True),  # compute short, no pausing: the planner evicts
+        (90.0, 80000.0, True, True),  # memory short: the planner evicts
+        (50.0, 80000.0, True, True),
+        (80.0, 0.0, True, False),  # within capacity, no room for a 15 % job
+    ],
+)
+def test_a_device_short_of_compute_alone_is_a_candidate_unless_its_slices_pause(
+    online_c: float, online_m: float, pausing: bool, candidate: bool
+) -> None:
+    dev = packed_device(online_c, online_m)
+    picked = Candidates([dev]).pick(
+        Margins(),
+        smallest=(15.0, 1024.0),
+        watch_compute=True,
+        checkpoint_aware=True,
+        now=10.0,
+        pausing=pausing,
+    )
+    assert picked == ([dev] if candidate else [])
+
+
+def test_an_attempts_view_made_again_is_the_view_made_afresh() -> None:
+    """After a pause, a checkpoint, a thaw and the eviction's start, the view made from
+    the attempt's first one equals the one a fresh attempt in that state makes."""
+    dev = packed_device(0.0)
+    att = dev.attempts[1]
+    att.phase, att.pausable = STARTING, True
+    first = att.active_view(True)
+    for change in (
+        {"phase": RUNNING},
+        {"paused_at": 40.0},
+        {"last_ckpt_at": 55.0},
+        {"paused_at": None, "run_from": 12.5},
+        {"suspended_at": 60.0, "paused_at": 60.0},
+        {"phase": EVICTING},
+    ):
+        for name, value in change.items():
+            setattr(att, name, value)
+        att.view = None
+        again = att.active_view(True)
+        fresh = replace(att, view=None, _view_base=None).active_view(True)
+        assert again == fresh and vars(again) == vars(fresh)
+        assert again != first
+    assert replace(att, view=None, _view_base=None).active_view(False).last_checkpoint_at is None

@@ -256,10 +256,15 @@ def _smallest_cover(group: Sequence[ActiveAttempt], need: float) -> list[ActiveA
         nonlocal best, steps
         steps += 1
         if total >= need - _FIT_EPS:
+            # compared as (spare, how many, which): the members are listed only when the
+            # first two do not settle it already
+            key = (round(total, 6), sum(counts))
+            if key > best[:2]:
+                return
             members = tuple(
                 sorted(i for (_, at), k in zip(kinds, counts, strict=True) for i in at[:k])
             )
-            best = min(best, (round(total, 6), len(members), members))
+            best = min(best, (*key, members))
             return
         if j == len(kinds) or total + left[j] < need - _FIT_EPS or steps > PAUSE_SEARCH_STEPS:
             return

@@ -649,6 +649,7 @@ class Simulation:
             checkpoint_aware=policy.checkpoint_aware,
             now=self.now,
             max_pause_s=self._pause_limit_s,
+            pausing=policy.pause.enabled,
         )
         if w is None:
             return devs

@@ -12,7 +12,10 @@ out changes no decision:
 - the planner evicts only where online usage plus slices exceed capacity minus the margin
   (:func:`ebbtide.scheduling.capacity.overflow`), or where a slice has been paused longer
   than ``max_pause_s`` (:func:`ebbtide.preemption.relief.relief_for_device`; time alone
-  makes that true, so it is checked on every pass, outside the cache).
+  makes that true, so it is checked on every pass, outside the cache);
+- where only compute is over and every slice may pause (the policy pauses), the relief
+  pauses and evicts nothing, and a pause is the node agent's to make: the planner decides
+  nothing there (its compute headroom is below zero, so it places nothing either).
 
 :class:`Candidates` keeps every other device, with its attempts; best fit among the devices
 kept is best fit among all.  Under a policy file's windows the planner also evicts where a
@@ -33,6 +36,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 
 from ebbtide.scheduling.admission import device_share
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow, within
@@ -46,6 +50,8 @@ FIT_SLACK = 1e-6
 #: :func:`placeable` keeps a job that misses fitting by this much, in percent or MiB, so
 #: that float rounding never leaves out one the planner would have placed.
 KEEP_SLACK = 1e-3
+#: A queued job's shape: compute, memory, GPUs
+_SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
 #: A pause falls due this close to a pass's instant is checked again, in seconds (float
 #: rounding of ``paused_at + max_pause_s`` against ``now - paused_at``).
 _DUE_SLACK_S = 1e-6
@@ -97,10 +103,13 @@ class Candidates:
         checkpoint_aware: bool,
         now: float,
         max_pause_s: float = math.inf,
+        pausing: bool = False,
     ) -> list[SimDevice]:
         """The candidates now, in fleet order.  ``smallest``: the least compute and the
         least memory of any queued fractional job (``inf`` when there is none);
-        ``max_pause_s``: how long a slice may stay paused (constant over a run)."""
+        ``max_pause_s``: how long a slice may stay paused; ``pausing``: every slice may
+        pause, so a compute shortfall alone is relieved by pauses (both constant over a
+        run)."""
         devices = self._devices
         if smallest != self._smallest:  # every device's headroom is judged anew
             self._smallest = smallest
@@ -111,7 +120,9 @@ class Candidates:
             if (
                 dev.present
                 and dev.reported
-                and _could_act(dev, margins, smallest, watch_compute, checkpoint_aware, now)
+                and _could_act(
+                    dev, margins, smallest, watch_compute, checkpoint_aware, now, pausing
+                )
             ):
                 self._could.add(k)
             else:
@@ -153,10 +164,18 @@ def placeable(
     rooms = [(dev, *headroom_of(dev)) for dev in devs]
     fits: dict[tuple[float, int, int], bool] = {}
     out = []
+    last, ok = None, False
     for job in queued:
-        shape = (job.compute_pct, job.memory_mib, job.gpus)
-        ok = fits.get(shape)
-        if ok is None:
+        shape = _SHAPE(job)
+        if shape == last:  # the jobs of a group come together
+            if ok:
+                out.append(job)
+            continue
+        last = shape
+        known = fits.get(shape)
+        if known is not None:
+            ok = known
+        else:
             if job.gpus:
                 empty = Counter(
                     dev.node
@@ -234,6 +253,7 @@ def _could_act(
     watch_compute: bool,
     checkpoint_aware: bool,
     now: float,
+    pausing: bool = False,
 ) -> bool:
     if not dev.attempts:
         return True
@@ -245,4 +265,4 @@ def _could_act(
         return False
     views = [a.view or a.active_view(checkpoint_aware) for a in dev.attempts.values()]
     over_c, over_m = overflow(view, views, margins)
-    return over_c > 0 or over_m > 0
+    return over_m > 0 or (over_c > 0 and not pausing)
