@@ -194,7 +194,8 @@ class Metrics:
         )
         self.offline_compute = Gauge(
             "ebbtide_offline_compute_ratio",
-            "Compute the offline slices use or hold (0..1).",
+            "Compute the offline slices use, as measured, else as granted (0..1): a paused "
+            "slice uses none, though its compute is kept for it until it thaws.",
             device,
             registry=r,
         )
