@@ -189,13 +189,13 @@ def check_share_fits(
     most = DEVICE_COMPUTE_PCT - margin_pct - (planning_pct if planned else 0.0)
     if spec.compute_pct <= most + FIT_EPS:
         return
-    where = " (and more on nodes measured through Prometheus)" if planned else ""
+    more = f", and {planning_pct:g}% more where measured through Prometheus" if planned else ""
     raise SpecError(
         "gpu",
-        f"no device could ever give {spec.compute_pct:g}% of a GPU: "
-        f"{DEVICE_COMPUTE_PCT - most:g}% of each GPU's compute is always kept for the "
-        f"online side{where}, so a share is at most {most:g}%; ask for less, or for a "
-        "whole GPU (-l gpu=1), which runs beside the online load",
+        f"no device could ever give {spec.compute_pct:g}% of a GPU: {margin_pct:g}% of "
+        f"each GPU's compute is always kept for the online side{more}, so a share is at "
+        f"most {most:g}%; ask for less, or for a whole GPU (-l gpu=1), which runs beside "
+        "the online load",
     )
 
 

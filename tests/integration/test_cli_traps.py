@@ -368,6 +368,20 @@ def test_a_share_no_device_could_ever_give_is_refused(home: Path) -> None:
     ebb("qsub", "-l", "gpu=1", "--", "true")
     ebb("qsub", "--allow-future", "-l", "gpu=99%", "--", "true")  # a policy may change
     assert len(json.loads(ebb("qstat", "--json"))) == 3
+    # a fleet measured through Prometheus only: the planning margin is kept too
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.heartbeat(
+        "gpu-a",
+        started_at=time.time(),
+        devices=[{"index": 0, "memory_mib": 81920, "eviction_trigger": False}],
+    )
+    store.close()
+    result = CliRunner().invoke(cli, ["qsub", "-l", "gpu=85%", "--", "true"])
+    assert result.exit_code == 1, result.output
+    assert (
+        "5% of each GPU's compute is always kept for the online side, and 15% more where "
+        "measured through Prometheus, so a share is at most 80%" in result.output
+    )
 
 
 def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> None:

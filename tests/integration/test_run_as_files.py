@@ -340,6 +340,39 @@ def test_an_owner_inherits_no_path_directory_it_cannot_enter(tmp_path, alice) ->
     assert "No such file or directory" in error and "Permission denied" not in error
 
 
+def test_a_job_started_with_its_path_trimmed_holds_no_descriptor_of_the_shim(
+    tmp_path, alice
+) -> None:  # type: ignore[no-untyped-def]
+    """With ``--trim-path`` the job is exec'd by the shim's child itself (subprocess's own
+    ``close_fds`` never runs): the lease pipe must not reach it, or its user could read
+    the agent's renewals and kills before the shim does."""
+    lease_r, lease_w = os.pipe()
+    os.dup2(lease_r, 57)  # a number no other descriptor of the shim's takes
+    os.close(lease_r)
+    env_r, env_w = os.pipe()
+    os.write(env_w, json.dumps({"PATH": "/usr/bin:/bin"}).encode())
+    os.close(env_w)
+    try:
+        proc = subprocess.run(
+            [
+                *(sys.executable, "-I", shim.__file__, "--status", str(tmp_path / "s.json")),
+                *alice.shim_args(),
+                *("--lease-fd", "57", "--lease-s", "60", "--trim-path"),
+                *("--env-fd", str(env_r), "--", "ls", "/proc/self/fd"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            pass_fds=(57, env_r),
+        )
+    finally:
+        for fd in (57, env_r, lease_w):
+            os.close(fd)
+    assert proc.returncode == 0, proc.stderr
+    fds = set(proc.stdout.split())
+    assert {"0", "1", "2"} <= fds and "57" not in fds, fds
+
+
 PRINT_PATH = "import os; print(os.environ['PATH'])"
 
 

@@ -95,3 +95,17 @@ def test_an_age_a_little_below_zero_shows_as_zero(
     monkeypatch.setattr(nodes_cmd, "_client", FakeClient)
     row = CliRunner().invoke(nodes_cmd.nodes, []).output.splitlines()[1]
     assert row.split()[:2] == ["gpu-a", "0.0s"]
+
+
+def test_fractions_of_a_mib_keep_the_columns_in_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forecast's reserve is no whole number: ``737.281MiB`` pushed the row out of line."""
+    odd = device(
+        0,
+        online_memory_mib=512.4,
+        reserve_compute_pct=12.0,
+        reserve_memory_mib=737.281,
+        slices={"jobs": [1, 2], "compute_pct": 96.0, "memory_mib": 1000.75},
+    )
+    header, row = run_nodes(monkeypatch, [odd, device(1)]).splitlines()[:2]
+    assert "737.281" not in row and "12% / 737MiB" in row and "2: 96% / 1001MiB" in row
+    assert header.index("STATE") == row.index(" ok") + 1

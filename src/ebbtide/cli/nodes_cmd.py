@@ -111,7 +111,7 @@ def _load(d: dict[str, Any]) -> str:
     from ebbtide.units import format_mib
 
     return (
-        f"{d['online_compute_pct']:.0f}% / {format_mib(d['online_memory_mib'])} "
+        f"{d['online_compute_pct']:.0f}% / {format_mib(round(d['online_memory_mib']))} "
         f"of {format_mib(d['memory_mib'])}"
     )
 
@@ -128,7 +128,7 @@ def _kept_back(d: dict[str, Any]) -> str:
     compute, memory = _reserve(d)
     if compute < 0.5 and memory < 1:
         return "-"
-    return f"{compute:.0f}% / {format_mib(memory)}"
+    return f"{compute:.0f}% / {format_mib(round(memory))}"  # (whole MiB: the column's width)
 
 
 def _cold_s(d: dict[str, Any]) -> float:
@@ -166,7 +166,7 @@ def _slices(d: dict[str, Any]) -> str:
     jobs = held.get("jobs") or []
     if not jobs:
         return "-"
-    return f"{len(jobs)}: {held['compute_pct']:.0f}% / {format_mib(held['memory_mib'])}"
+    return f"{len(jobs)}: {held['compute_pct']:.0f}% / {format_mib(round(held['memory_mib']))}"
 
 
 def _state(d: dict[str, Any], now: float) -> str:

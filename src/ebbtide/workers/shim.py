@@ -347,11 +347,14 @@ def _exec(argv: Sequence[str], env: dict[str, str]) -> NoReturn:  # pragma: no c
     (``subprocess`` execs with the environment it built before the fork, so an
     environment decided in the child is exec'd here.  Its ``close_fds`` would come after
     this: every descriptor above stderr (the lease pipe) is closed on exec instead.)"""
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2:
-                with contextlib.suppress(OSError):  # the listing's own, closed by now
-                    os.set_inheritable(int(name), False)
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every descriptor there may be
+        fds = list(range(3, os.sysconf("SC_OPEN_MAX")))
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):  # not open (the listing's own, closed by now)
+                os.set_inheritable(fd, False)
     try:
         os.execvpe(argv[0], list(argv), env)
     except OSError as exc:  # worded as subprocess words it
@@ -472,7 +475,7 @@ def run(
             report_w = None
             said = os.read(report_r, 4096).decode(errors="replace")
             if said:
-                error = f"could not start {list(argv)!r}: {said}"
+                error = f"could not start {list(argv)!r}{where}: {said}"
         _say(error)
         _write_status(status_path, cause=CAUSE_START, exit_code=START_FAILED_EXIT, error=error)
         return START_FAILED_EXIT
@@ -674,6 +677,7 @@ def main(args: Sequence[str] | None = None) -> int:
             parser.error(f"--env-fd: {exc}")
     if ns.lease_fd is not None:
         os.set_blocking(ns.lease_fd, False)
+        os.set_inheritable(ns.lease_fd, False)  # the shim's alone: never the job's
     return run(
         argv,
         lease_fd=ns.lease_fd,
