@@ -260,6 +260,9 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
         shape_of = of_shape_and_class
 
     def refuse_misfit(job: QueuedJob, shape: tuple[object, ...]) -> None:
+        # (the reason worked out for the first job of the shape and class: where it names
+        # a refusing node with room, jobs placed since in this pass may have taken that
+        # room; the next pass words it anew)
         if len(out.blocked) < MAX_REASONS:
             why = misfits[shape]
             out.blocked[job.id] = why if isinstance(why, str) else why.text(job.owner)
