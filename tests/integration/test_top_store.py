@@ -13,7 +13,7 @@ from ebbtide.client import Client
 from ebbtide.config.settings import Settings
 from ebbtide.errors import SpecError
 from ebbtide.queue.store import Store
-from ebbtide.top.snapshot import fetch_snapshot
+from ebbtide.top.fetch import fetch_snapshot
 from tests.serving import serving
 from tests.top_fleet import make_fleet
 

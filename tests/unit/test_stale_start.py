@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ebbtide.queue.models import Job
-from ebbtide.workers.sync import stale_start
+from ebbtide.workers.stale import stale_start
 
 
 def job(**over: Any) -> Job:

@@ -13,9 +13,10 @@ from rich.console import Console
 from ebbtide.errors import UserError
 from ebbtide.messaging.messages import DeviceReport
 from ebbtide.queue.models import Job
+from ebbtide.top.fetch import fetch_snapshot
 from ebbtide.top.live import parse_keys
 from ebbtide.top.render import FOOTER_EVICTIONS, frame_layout, page_rows, render
-from ebbtide.top.snapshot import FleetSnapshot, build_snapshot, fetch_snapshot
+from ebbtide.top.snapshot import FleetSnapshot, build_snapshot
 from ebbtide.top.view import (
     SORTS,
     ViewState,

@@ -99,7 +99,7 @@ def _fetch(client: Any) -> FleetSnapshot:
     """A snapshot; a store that cannot be read as an error to print, not a traceback."""
     import sqlalchemy.exc
 
-    from ebbtide.top.snapshot import fetch_snapshot
+    from ebbtide.top.fetch import fetch_snapshot
 
     try:
         return fetch_snapshot(client)

@@ -3,20 +3,16 @@ offline slices held there and the headroom left, the attempts on it, queue depth
 the fleet's latest evictions.
 
 :func:`build_snapshot` is pure (what the client gave, and the time, in; a
-:class:`FleetSnapshot` out); :func:`fetch_snapshot` does the reading, through the SDK
-client, so ``ebb top`` works on the store and through ``ebb server`` alike.
+:class:`FleetSnapshot` out); :func:`ebbtide.top.fetch.fetch_snapshot` does the reading.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ebbtide.errors import UserError
 
 #: How many of the latest evictions a snapshot carries, in evictions.
 SNAPSHOT_EVICTIONS = 50
@@ -386,29 +382,3 @@ def _totals(nodes: Sequence[Mapping[str, Any]], gpus: Sequence[GpuView]) -> Flee
 
 def _takes_work(g: GpuView) -> bool:
     return g.state not in NO_WORK_STATES
-
-
-# -- reading ----------------------------------------------------------------------------
-
-
-def fetch_snapshot(
-    client: Any,
-    *,
-    evictions: int = SNAPSHOT_EVICTIONS,
-    now: Callable[[], float] = time.time,
-) -> FleetSnapshot:
-    """Read the fleet through ``client`` (a :class:`~ebbtide.client.Client` or a
-    :class:`~ebbtide.api.remote.RemoteClient`): nodes, active jobs, queue counts and
-    the latest evictions.  Store and server errors propagate, as the client raises them;
-    a server too old to list evictions leaves a note instead."""
-    taken_at = now()
-    nodes = client.nodes()
-    jobs = client.list(state=list(ACTIVE_STATE_NAMES))
-    stats = client.queue_stats()
-    notes = []
-    try:
-        recent = client.recent_evictions(evictions)
-    except UserError as exc:  # e.g. 404 from an ebb server older than this client
-        recent = []
-        notes.append(f"evictions cannot be read here: {exc}")
-    return build_snapshot(nodes, jobs, stats, recent, taken_at=taken_at, notes=notes)

@@ -37,10 +37,11 @@ from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttemp
 from ebbtide.queue.models import Job
 from ebbtide.queue.outcomes import AGENT_LEFT, AGENT_RESTARTED, GONE
 from ebbtide.queue.spec import JobSpec
-from ebbtide.queue.states import ACTIVE_STATES, JobState
+from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
 from ebbtide.workers.heartbeat import HeartbeatRules, HeartbeatWriter
 from ebbtide.workers.journal import Journal, Report
+from ebbtide.workers.stale import stale_start
 
 log = logging.getLogger("ebbtide.agent")
 
@@ -52,33 +53,6 @@ DRAIN_TIMEOUT_S = 30.0
 RETRY_S = 0.2
 #: Errors that mean "the store did not answer": try again later.
 TRANSIENT = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DBAPIError, OSError)
-
-
-def stale_start(job: Job, attempt: int, node: str) -> str | None:
-    """Why a request to start ``attempt`` of ``job`` on ``node`` is out of date, in words
-    an operator can act on; None: it is to be started.  A start request can arrive twice
-    (the scheduler's message and the agent's own reconcile both ask) or late (after the
-    scheduler moved on), and then there is nothing to do.  Pure."""
-    if job.attempts != attempt:
-        return (
-            f"the job is at attempt {job.attempts} now (a late request: the scheduler "
-            "moved on before it arrived); nothing to do"
-        )
-    if job.state == JobState.QUEUED:
-        return (
-            "the scheduler requeued it before it started here (e.g. not started within "
-            "defaults.dispatch_timeout_s); nothing to do"
-        )
-    if job.state not in ACTIVE_STATES:
-        return f"it is {job.state} now, no longer waiting to start; nothing to do"
-    if job.node != node:
-        return f"the store has this attempt on node {job.node}, not here; nothing to do"
-    if job.state != JobState.DISPATCHED:
-        return (
-            f"it is {job.state} here already (the same request arrived twice: the "
-            "scheduler's message and this agent's own check); nothing to do"
-        )
-    return None
 
 
 @dataclass(frozen=True)
