@@ -61,7 +61,13 @@ def test_render_as_json_with_the_policys_section_and_overrides(tmp_path: Path) -
     assert pod["metadata"]["namespace"] == "batch"
     assert pod["metadata"]["labels"]["ebbtide.io/queue"] == "research"
     assert spec["schedulerName"] == "koord-scheduler"
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-b-7"}
+    assert "nodeSelector" not in spec
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {
+        "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-b-7"]}]
+    }
     assert spec["terminationGracePeriodSeconds"] == 12
     [container] = spec["containers"]
     assert container["image"] == "reg.example.com/ml/train:1"

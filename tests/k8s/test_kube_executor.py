@@ -103,7 +103,15 @@ def test_an_attempt_runs_as_a_labelled_pod_with_its_slice_and_its_log_is_kept(
         assert pod.metadata.labels["ebbtide.io/owner"] == "alice"
         assert pod.metadata.labels["ebbtide.io/node"] == NODE
         assert pod.spec.restart_policy == "Never"
-        assert pod.spec.node_selector == {"kubernetes.io/hostname": NODE}
+        assert pod.spec.node_selector is None  # pinned by the node's name, not a label
+        [term] = (
+            pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        )
+        assert [(f.key, f.operator, f.values) for f in term.match_fields] == [
+            ("metadata.name", "In", [NODE])
+        ]
+        tolerations = [(t.key, t.operator, t.effect) for t in pod.spec.tolerations]
+        assert ("nvidia.com/gpu", "Exists", "NoSchedule") in tolerations
         limits = pod.spec.containers[0].resources.limits
         assert limits == {
             "tke.cloud.tencent.com/qgpu-core": "25",

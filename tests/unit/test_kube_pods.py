@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ebbtide.config.policy import KubernetesSettings
+from ebbtide.config.policy import KubernetesSettings, Toleration
 from ebbtide.kube.pods import (
     CHECKPOINT_VOLUME,
     LABEL_ATTEMPT,
@@ -160,7 +160,24 @@ def test_the_pod_spec() -> None:
     pod = _pod("whole")
     spec = pod["spec"]
     assert spec["restartPolicy"] == "Never"
-    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-a-1"}
+    assert "nodeSelector" not in spec  # the hostname label need not be the node's name
+    assert spec["affinity"] == {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["gpu-a-1"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    # GPU node pools are tainted: the pods tolerate the usual taint by default
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert "nodeName" not in spec  # the scheduler binds: it must see the pod to preempt it
     assert spec["priorityClassName"] == "ebbtide-offline"
     assert spec["terminationGracePeriodSeconds"] == 10  # ceil(9.2 s)
@@ -226,6 +243,39 @@ def test_the_checkpoint_claim(
     _valid(pod)
 
 
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+POOL = {"key": "pool", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}
+GONE = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("section", "queue", "carried"),
+    [
+        (None, None, [GPU_TAINT]),  # the default
+        (
+            [POOL, {**GONE, "tolerationSeconds": 30}],
+            None,
+            [POOL, {**GONE, "tolerationSeconds": 30}],
+        ),
+        ([POOL], [GPU_TAINT], [GPU_TAINT]),  # a queue's replace the section's
+        ([POOL], [], None),  # a queue may carry none
+        ([], None, None),
+    ],
+)
+def test_the_tolerations(
+    section: list[dict[str, Any]] | None,
+    queue: list[dict[str, Any]] | None,
+    carried: list[dict[str, Any]] | None,
+) -> None:
+    settings = KubernetesSettings.model_validate(
+        {} if section is None else {"tolerations": section}
+    )
+    tolerations = None if queue is None else tuple(Toleration.model_validate(t) for t in queue)
+    pod = _pod("hami", settings, tolerations=tolerations)
+    assert pod["spec"].get("tolerations") == carried
+    _valid(pod)
+
+
 def test_direct_hands_the_cards_to_the_nvidia_runtime() -> None:
     second = "GPU-00000000-1111-2222-3333-444444444444"
     pod = _pod("direct", device_uuids=(UUID, second), env={"NVIDIA_VISIBLE_DEVICES": "all"})
@@ -277,6 +327,22 @@ RESOURCES = {
     "direct": {"ebbtide.io/gpu-core": "25", "ebbtide.io/gpu-memory": "8192"},
 }
 SCHEDULERS = {"hami": "hami-scheduler", "volcano": "volcano", "koordinator": "koord-scheduler"}
+
+
+@pytest.mark.parametrize("profile", ["hami", "volcano"])
+@pytest.mark.parametrize("card", ["80GiB", "81559MiB", "40GiB"])
+def test_whole_cards_ask_for_all_their_memory_as_a_percent(profile: str, card: str) -> None:
+    # an H100 80GB registers 81559 MiB: an absolute 80GiB would never find room
+    settings = KubernetesSettings(profile=profile, gpu_memory_mib=card)
+    grant = profile_named(profile, settings).grant(100, 2, 1024)
+    limits = _pod(profile, settings, grant=grant)["spec"]["containers"][0]["resources"]["limits"]
+    percent = {
+        "hami": "nvidia.com/gpumem-percentage",
+        "volcano": "volcano.sh/vgpu-memory-percentage",
+    }
+    assert limits[percent[profile]] == "100"
+    assert not {"nvidia.com/gpumem", "volcano.sh/vgpu-memory"} & set(limits)
+    assert limits.get("nvidia.com/gpucores", limits.get("volcano.sh/vgpu-cores")) == "100"
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

@@ -16,6 +16,7 @@ from ebbtide.config.policy import (
     KubernetesSettings,
     Policy,
     ProfileName,
+    Toleration,
     parse_policy,
 )
 from ebbtide.errors import ConfigError, SpecError
@@ -48,6 +49,19 @@ def _as_tuple(g: Grant) -> tuple[float, int, int, dict[str, str]]:
 QGPU_CORE, QGPU_MEM = "tke.cloud.tencent.com/qgpu-core", "tke.cloud.tencent.com/qgpu-memory"
 HAMI = ("nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem", "nvidia.com/priority")
 VOLCANO = ("volcano.sh/vgpu-number", "volcano.sh/vgpu-cores", "volcano.sh/vgpu-memory")
+#: A whole card under HAMi and Volcano: all of its memory as a percent, never in MiB (an
+#: H100 80GB registers 81559 MiB, less than the 80GiB of kubernetes.gpu_memory_mib).
+HAMI_WHOLE = {
+    "nvidia.com/gpu": "1",
+    "nvidia.com/gpucores": "100",
+    "nvidia.com/gpumem-percentage": "100",
+    "nvidia.com/priority": "1",
+}
+VOLCANO_WHOLE = {
+    "volcano.sh/vgpu-number": "1",
+    "volcano.sh/vgpu-cores": "100",
+    "volcano.sh/vgpu-memory-percentage": "100",
+}
 KOORD = ("koordinator.sh/gpu-core", "koordinator.sh/gpu-memory-ratio")
 DIRECT = ("ebbtide.io/gpu-core", "ebbtide.io/gpu-memory")
 
@@ -71,15 +85,17 @@ GRANTS = [
     ),
     (
         "hami",
-        (100, 3, 20480),  # whole cards come with all their memory
-        (100.0, 3, 81920, dict(zip(HAMI, ("3", "100", "81920", "1"), strict=True))),
+        (100, 3, 20480),  # whole cards come with all their memory, as a percent of it
+        (100.0, 3, 81920, {**HAMI_WHOLE, "nvidia.com/gpu": "3"}),
     ),
+    ("hami", (100, 1, 81920), (100.0, 1, 81920, HAMI_WHOLE)),
     # Volcano vGPU: the same units, no priority resource
     ("volcano", (0.5, 0, 300), (1.0, 0, 300, dict(zip(VOLCANO, ("1", "1", "300"), strict=True)))),
+    ("volcano", (100, 1, 81920), (100.0, 1, 81920, VOLCANO_WHOLE)),
     (
         "volcano",
         (100, 2, 8192),
-        (100.0, 2, 81920, dict(zip(VOLCANO, ("2", "100", "81920"), strict=True))),
+        (100.0, 2, 81920, {**VOLCANO_WHOLE, "volcano.sh/vgpu-number": "2"}),
     ),
     # Koordinator: the memory ratio rounds up, so the grant holds the request
     ("koordinator", (25, 0, 8192), (25.0, 0, 8192, dict(zip(KOORD, ("25", "10"), strict=True)))),
@@ -298,6 +314,36 @@ def test_section_with_units_and_queue_overrides() -> None:
     assert "kubernetes (koordinator)" in policy.summary()
 
 
+def test_tolerations_by_default_of_the_section_and_per_queue() -> None:
+    gpu = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+    assert _policy("kubernetes: {}\n").tolerations_for("default") == [gpu]
+    assert Policy().tolerations_for("default") == []  # no pods without the section
+    policy = _policy(
+        """
+        kubernetes:
+          tolerations:
+            - {key: pool, value: batch, effect: NoSchedule}
+            - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute,
+               tolerationSeconds: 30}
+        queues:
+          untainted: {tolerations: []}
+          gpu: {tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]}
+        """
+    )
+    assert [t.manifest() for t in policy.tolerations_for("default")] == [
+        {"key": "pool", "operator": "Equal", "value": "batch", "effect": "NoSchedule"},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 30,
+        },
+    ]
+    assert policy.tolerations_for("untainted") == []
+    assert policy.tolerations_for("gpu") == [gpu]
+    assert policy.tolerations_for("no-such-queue") == policy.tolerations_for("default")
+
+
 @pytest.mark.parametrize(
     ("text", "where", "words"),
     [
@@ -323,6 +369,48 @@ def test_section_with_units_and_queue_overrides() -> None:
         ("kubernetes:\n  priority_class: Low_\n", "kubernetes.priority_class", "Kubernetes"),
         ("kubernetes:\n  profiles: hami\n", "kubernetes.profiles", "unknown key"),
         ("queues:\n  default:\n    image: ''\n", "queues.default.image", "must not be empty"),
+        (
+            "kubernetes:\n  tolerations:\n    - {key: a, operator: Exists, value: b}\n",
+            "p.yaml:3:7: kubernetes.tolerations.0",
+            "takes no value",
+        ),
+        (
+            "kubernetes:\n  tolerations: [{value: b}]\n",
+            "kubernetes.tolerations.0",
+            "without a key must have operator Exists",
+        ),
+        (
+            "kubernetes:\n  tolerations: [{key: a, effect: NoSchedule, tolerationSeconds: 5}]\n",
+            "kubernetes.tolerations.0",
+            "NoExecute effect only",
+        ),
+        ("kubernetes:\n  tolerations: [{key: 'a b'}]\n", "tolerations.0.key", "not a taint key"),
+        (
+            "kubernetes:\n  tolerations: [{key: a, value: -b}]\n",
+            "tolerations.0.value",
+            "taint value",
+        ),
+        (
+            "kubernetes:\n  tolerations: [{key: a, effect: NoRun}]\n",
+            "tolerations.0.effect",
+            "NoExecute",
+        ),
+        (
+            "kubernetes:\n  tolerations: [{key: a, operator: In}]\n",
+            "tolerations.0.operator",
+            "Exists",
+        ),
+        (
+            "kubernetes:\n  tolerations: [{key: a, seconds: 1}]\n",
+            "tolerations.0.seconds",
+            "unknown key",
+        ),
+        (
+            "queues:\n  gpu:\n    tolerations:\n"
+            "      - {key: a, tolerationSeconds: -1, effect: NoExecute}\n",
+            "queues.gpu.tolerations.0.tolerationSeconds",
+            "greater than or equal to 0",
+        ),
     ],
 )
 def test_section_errors_name_file_line_column_and_field(text: str, where: str, words: str) -> None:

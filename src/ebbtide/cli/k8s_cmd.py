@@ -173,6 +173,7 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
         profile=settings.profile,
         device_uuids=tuple(opts["device_uuids"]) or (PLACEHOLDER_DEVICE_UUID,),
         checkpoint_claim=policy.checkpoint_claim_for(spec.queue),
+        tolerations=tuple(policy.tolerations_for(spec.queue)),
     )
     return pod_manifest(request, settings)
 

@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ebbtide.config.base import Strict
 from ebbtide.config.loader import read_config, read_yaml
@@ -135,6 +135,76 @@ Image = Annotated[str, AfterValidator(_image)]
 ProfileName = Literal["qgpu", "hami", "volcano", "koordinator", "mig", "whole", "direct"]
 #: The MIG profiles of an 80 GB A100 or H100, smallest first.
 DEFAULT_MIG_PROFILES: Final = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+
+#: The effects a taint may have (a toleration with none tolerates every effect).
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+#: A label key: an optional DNS-subdomain prefix and '/', then a name of at most 63
+#: alphanumerics, '-', '_' and '.' (``nvidia.com/gpu``).
+_LABEL_KEY = re.compile(
+    r"(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+class Toleration(Strict):
+    """One Kubernetes toleration, as the pod spec spells it: attempt pods carry the
+    ``kubernetes.tolerations`` (or their queue's) so they may land on tainted GPU nodes.
+    Checked as the API server checks it, so a pod is never refused for one."""
+
+    #: the taint key tolerated; None (with ``operator: Exists``): every taint
+    key: str | None = None
+    #: ``Equal`` (the taint's value must be ``value``) or ``Exists`` (any value)
+    operator: Literal["Equal", "Exists"] = "Equal"
+    #: the value an ``Equal`` toleration matches (None: the empty value)
+    value: str | None = None
+    #: the taint effect tolerated; None: every effect
+    effect: TaintEffect | None = None
+    #: under ``NoExecute``, how long the pod stays once the taint appears, in seconds
+    #: (None: for ever)
+    tolerationSeconds: Annotated[int, Field(ge=0, le=2**31 - 1), NOT_BOOL] | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _label_key(cls, key: str | None) -> str | None:
+        if key is not None and (len(key) > 316 or not _LABEL_KEY.fullmatch(key)):
+            raise ValueError(
+                f"{key!r} is not a taint key: an optional DNS prefix and '/', then at most 63 "
+                "letters, digits, '-', '_' and '.' (like nvidia.com/gpu)"
+            )
+        return key
+
+    @field_validator("value")
+    @classmethod
+    def _label_value(cls, value: str | None) -> str | None:
+        if value is not None and not _LABEL_VALUE.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a taint value: at most 63 letters, digits, '-', '_' and "
+                "'.', starting and ending with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("an Exists toleration takes no value; drop value or use Equal")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must have operator Exists")
+        if self.tolerationSeconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds applies to the NoExecute effect only")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        """As a pod spec's ``tolerations`` entry (unset fields left out)."""
+        return self.model_dump(exclude_none=True)
+
+
+#: What attempt pods tolerate unless the policy says otherwise: the taint GPU node pools
+#: carry so that only pods that use a GPU land there (GKE adds ``nvidia.com/gpu=present``
+#: by itself; the GPU operator's and EKS's guides use the same key).
+DEFAULT_TOLERATIONS: Final = (
+    Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+)
 
 Deadline = Annotated[Duration, between(MIN_DEADLINE_S, MAX_DEADLINE_S)]
 #: How long GPU work in flight may take to drain after a pause, in seconds.
@@ -296,6 +366,9 @@ class QueueConfig(Strict):
     #: under ``kubernetes:``, the PersistentVolumeClaim mounted for the queue's
     #: checkpoints (overrides ``kubernetes.checkpoint_claim``)
     checkpoint_claim: KubeName | None = None
+    #: under ``kubernetes:``, the tolerations of the queue's pods (replace
+    #: ``kubernetes.tolerations``; ``[]``: none)
+    tolerations: list[Toleration] | None = None
     #: other names a job may give for the queue (a Slurm ``--partition``, a PBS ``-q``
     #: from scripts written for another site): it is recorded under this queue's name
     aliases: list[Annotated[str, Field(pattern=_QUEUE_NAME)]] = Field(default_factory=list)
@@ -362,6 +435,10 @@ class KubernetesSettings(Strict):
     #: be able to write directories the agent, root, made)
     run_as_user: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     run_as_group: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    #: the tolerations every attempt pod carries (Kubernetes toleration objects), so it
+    #: may land on GPU nodes with taints; default: ``nvidia.com/gpu`` Exists NoSchedule;
+    #: ``[]``: none (a queue's ``tolerations`` replace these)
+    tolerations: list[Toleration] = Field(default_factory=lambda: list(DEFAULT_TOLERATIONS))
 
     @field_validator("mig_profiles")
     @classmethod
@@ -445,6 +522,14 @@ class Policy(Strict):
         q = self.queues.get(queue)
         section = self.kubernetes.checkpoint_claim if self.kubernetes else None
         return (q.checkpoint_claim if q else None) or section
+
+    def tolerations_for(self, queue: str) -> list[Toleration]:
+        """The tolerations of ``queue``'s pods: the queue's own, else the ``kubernetes``
+        section's (none without one)."""
+        q = self.queues.get(queue)
+        if q is not None and q.tolerations is not None:
+            return q.tolerations
+        return self.kubernetes.tolerations if self.kubernetes else []
 
     def queue_named(self, name: str) -> str:
         """The queue ``name`` names: itself, or the queue it is an alias of (``aliases``);

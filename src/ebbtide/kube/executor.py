@@ -117,9 +117,9 @@ class KubernetesExecutor:
 
     ``settings`` is the policy's ``kubernetes:`` section; ``profile`` overrides its
     resource profile for this node.  ``queue_settings`` maps a queue to its own
-    ``image`` / ``checkpoint_claim`` defaults.  ``gone`` tells whether a pod's processes
-    have left the host (default: a look through ``/proc``, :func:`processes_gone`; tests
-    give their kubelet's).
+    ``image`` / ``checkpoint_claim`` defaults and ``tolerations``.  ``gone`` tells
+    whether a pod's processes have left the host (default: a look through ``/proc``,
+    :func:`processes_gone`; tests give their kubelet's).
     """
 
     inherit_env = False
@@ -296,6 +296,7 @@ class KubernetesExecutor:
             device_uuids=launch.device_uuids,
             checkpoint_claim=getattr(queue, "checkpoint_claim", None)
             or self.settings.checkpoint_claim,
+            tolerations=_tuple_or_none(getattr(queue, "tolerations", None)),
         )
         manifest = pod_manifest(request, self.settings)
         name = manifest["metadata"]["name"]
@@ -599,6 +600,11 @@ def spare_capacity(devices: list[dict[str, Any]]) -> dict[str, str]:
         core += max(0.0, 100.0 - held_c)
         memory += max(0.0, float(d.get("memory_mib") or 0) - held_m)
     return {RESOURCE_CORE: str(int(core)), RESOURCE_MEMORY: str(int(memory))}
+
+
+def _tuple_or_none(items: Any) -> tuple[Any, ...] | None:
+    """A queue's list setting as a tuple; None (the section's) when it sets none."""
+    return None if items is None else tuple(items)
 
 
 def _api_error(exc: ApiException) -> str:

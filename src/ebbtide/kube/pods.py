@@ -2,9 +2,12 @@
 ``CoreV1Api.create_namespaced_pod``.
 
 One container, ``job``, runs the job's argv in its image with the grant's resources as
-limits (requests equal them).  The pod is pinned to its node with a ``nodeSelector``, not
-``nodeName``: HAMi, Volcano and Koordinator bind through their own scheduler, and the
-kube-scheduler must see the pod to preempt it for an online pod.  It runs at a low
+limits (requests equal them).  The pod is pinned to its node by required node affinity on
+the node's name (``matchFields`` ``metadata.name``, as the DaemonSet controller pins its
+pods), not by ``nodeName``: HAMi, Volcano and Koordinator bind through their own
+scheduler, and the kube-scheduler must see the pod to preempt it for an online pod; nor
+by the ``kubernetes.io/hostname`` label, which need not be the node's name.  It carries
+the policy's tolerations (GPU nodes are often tainted).  It runs at a low
 PriorityClass, never restarts, gets no service links and no service account token (no
 credential reaches a job), and its grace period is the job's eviction deadline.  The
 node agent's state directory is mounted at the same path as on the host, so the status
@@ -26,7 +29,7 @@ from typing import Any, Final
 
 import yaml
 
-from ebbtide.config.policy import KubernetesSettings
+from ebbtide.config.policy import KubernetesSettings, Toleration
 from ebbtide.kube.profiles import PROFILES, Grant
 
 #: The job's id.
@@ -51,8 +54,8 @@ ANNOTATION_ASKED: Final = "ebbtide.io/slice-asked"
 ANNOTATION_GRANTED: Final = "ebbtide.io/slice-granted"
 #: What the profile rounded, in words (only when it rounded).
 ANNOTATION_NOTE: Final = "ebbtide.io/slice-note"
-#: The node label a pod is pinned to its node by.
-HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+#: The node field a pod is pinned to its node by (required node affinity, ``matchFields``).
+NODE_NAME_FIELD: Final = "metadata.name"
 #: The one container of an attempt's pod.
 CONTAINER_NAME: Final = "job"
 #: The volume of the attempt's own directory below the agent's state directory (a hostPath).
@@ -102,7 +105,8 @@ class PodRequest:
     ``env`` is the job's environment with what the agent adds; ``deadline_s`` the
     eviction deadline in seconds (the pod's grace period, rounded up); ``device_uuids``
     the GPUs of the attempt (``direct`` hands them to the NVIDIA runtime);
-    ``checkpoint_claim`` the queue's claim (None: the ``kubernetes`` section's).
+    ``checkpoint_claim`` the queue's claim (None: the ``kubernetes`` section's);
+    ``tolerations`` the queue's (None: the ``kubernetes`` section's).
     """
 
     job_id: int
@@ -119,6 +123,17 @@ class PodRequest:
     profile: str
     device_uuids: tuple[str, ...] = ()
     checkpoint_claim: str | None = None
+    tolerations: tuple[Toleration, ...] | None = None
+
+
+def node_affinity(node: str) -> dict[str, Any]:
+    """The ``affinity`` that lets a pod run on the node named ``node`` only."""
+    term = {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
 
 
 def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any]:
@@ -180,7 +195,7 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
 
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "nodeSelector": {HOSTNAME_LABEL: req.node},
+        "affinity": node_affinity(req.node),
         "terminationGracePeriodSeconds": math.ceil(req.deadline_s),
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
@@ -205,6 +220,9 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
         spec["priorityClassName"] = settings.priority_class
     if req.profile == "direct":
         spec["runtimeClassName"] = settings.runtime_class
+    tolerations = settings.tolerations if req.tolerations is None else req.tolerations
+    if tolerations:
+        spec["tolerations"] = [t.manifest() for t in tolerations]
 
     annotations = {
         ANNOTATION_OWNER: req.owner,

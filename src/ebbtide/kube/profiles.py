@@ -19,9 +19,11 @@ profile                 the pod asks for
 ``qgpu`` (Tencent)      ``qgpu-core`` in steps of 5 % (at least 5; 100 per card) and
                         ``qgpu-memory`` in whole GiB (at least 1)
 ``hami``                ``nvidia.com/gpu`` (count), ``gpucores`` (1..100 %), ``gpumem``
-                        (MiB), and HAMi's low task priority
+                        (MiB; whole cards: ``gpumem-percentage`` 100), and HAMi's low
+                        task priority
 ``volcano``             ``volcano.sh/vgpu-number``, ``vgpu-cores`` (%), ``vgpu-memory``
-                        (MiB); bound by the ``volcano`` scheduler
+                        (MiB; whole cards: ``vgpu-memory-percentage`` 100); bound by the
+                        ``volcano`` scheduler
 ``koordinator``         ``koordinator.sh/gpu-core`` (100 per card) and
                         ``gpu-memory-ratio`` (percent of a card's memory, rounded up)
 ``mig``                 one ``nvidia.com/mig-<g>g.<mem>gb``: the smallest MIG instance
@@ -59,6 +61,8 @@ HAMI_GPU: Final = "nvidia.com/gpu"
 HAMI_CORES: Final = "nvidia.com/gpucores"
 #: HAMi: memory per GPU, in MiB (HAMi's docs say "MB"; see :func:`_hami`).
 HAMI_MEMORY: Final = "nvidia.com/gpumem"
+#: HAMi: memory per GPU as a percent of the card's (never with ``gpumem``).
+HAMI_MEMORY_PCT: Final = "nvidia.com/gpumem-percentage"
 #: HAMi: the task priority (0 high, 1 low); HAMi's webhook passes it on as
 #: ``CUDA_TASK_PRIORITY``.
 HAMI_PRIORITY: Final = "nvidia.com/priority"
@@ -70,6 +74,10 @@ VOLCANO_NUMBER: Final = "volcano.sh/vgpu-number"
 VOLCANO_CORES: Final = "volcano.sh/vgpu-cores"
 #: Volcano vGPU: memory per vGPU, in MiB (see :func:`_volcano`).
 VOLCANO_MEMORY: Final = "volcano.sh/vgpu-memory"
+#: Volcano vGPU: memory per vGPU as a percent of the card's (never with ``vgpu-memory``).
+VOLCANO_MEMORY_PCT: Final = "volcano.sh/vgpu-memory-percentage"
+#: A whole card's memory, as a percent resource asks for it.
+WHOLE_CARD_PCT: Final = "100"
 #: Koordinator: compute, 100 per card.
 KOORD_CORE: Final = "koordinator.sh/gpu-core"
 #: Koordinator: memory as a percent of one card's, 100 per card.
@@ -272,15 +280,19 @@ def _hami(request: Slice, settings: KubernetesSettings) -> tuple[Slice, dict[str
     # = "<n>m") as n·2^20 bytes: MiB.  The task priority is a resource limit
     # (nvidia.com/priority, HAMi's `resourcePriority`, docs/config.md) that HAMi's webhook
     # turns into CUDA_TASK_PRIORITY (pkg/device/nvidia/device.go, MutateAdmission); 0 is
-    # high, 1 low: a low task yields to high ones and may use compute left idle.
+    # high, 1 low: a low task yields to high ones and may use compute left idle.  Whole
+    # cards ask for nvidia.com/gpumem-percentage 100 (HAMi's exclusive card): an absolute
+    # gpumem of kubernetes.gpu_memory_mib (81920 for "80GiB") is more than an H100 80GB
+    # registers (81559 MiB), and HAMi would never find room for it.
     notes: list[str] = []
     count = max(1, request.gpus)
     pct = 100 if request.gpus else _whole_percent(request, "HAMi", notes)
     memory_mib = _whole_card_memory(request, settings, notes)
+    memory = (HAMI_MEMORY_PCT, WHOLE_CARD_PCT) if request.gpus else (HAMI_MEMORY, str(memory_mib))
     resources = {
         HAMI_GPU: str(count),
         HAMI_CORES: str(pct),
-        HAMI_MEMORY: str(memory_mib),
+        memory[0]: memory[1],
         HAMI_PRIORITY: HAMI_LOW_PRIORITY,
     }
     return Slice(float(pct), request.gpus, memory_mib), resources, notes
@@ -292,14 +304,19 @@ def _volcano(
     # Volcano vGPU (volcano-vgpu-device-plugin, built on HAMi-core): vgpu-cores is a whole
     # percent of each vGPU's card; vgpu-memory is per vGPU in what its docs call MB, and
     # like HAMi's it is MiB (NVML bytes / 1024 / 1024, enforced by HAMi-core in MiB).
+    # Whole cards ask for vgpu-memory-percentage 100 (Volcano's deviceshare reads it
+    # beside vgpu-memory), for the reason HAMi's do (see _hami).
     notes: list[str] = []
     count = max(1, request.gpus)
     pct = 100 if request.gpus else _whole_percent(request, "Volcano vGPU", notes)
     memory_mib = _whole_card_memory(request, settings, notes)
+    memory = (
+        (VOLCANO_MEMORY_PCT, WHOLE_CARD_PCT) if request.gpus else (VOLCANO_MEMORY, str(memory_mib))
+    )
     resources = {
         VOLCANO_NUMBER: str(count),
         VOLCANO_CORES: str(pct),
-        VOLCANO_MEMORY: str(memory_mib),
+        memory[0]: memory[1],
     }
     return Slice(float(pct), request.gpus, memory_mib), resources, notes
 
@@ -431,7 +448,12 @@ def _profiles(*profiles: Profile) -> dict[str, Profile]:
 #: Every profile, by name.
 PROFILES: Final[Mapping[str, Profile]] = _profiles(
     Profile("qgpu", "Tencent qGPU: qgpu-core (5% steps), qgpu-memory (GiB)", None, _qgpu),
-    Profile("hami", "HAMi: nvidia.com/gpu, gpucores (%), gpumem (MiB)", "hami-scheduler", _hami),
+    Profile(
+        "hami",
+        "HAMi: nvidia.com/gpu, gpucores (%), gpumem (MiB) or gpumem-percentage",
+        "hami-scheduler",
+        _hami,
+    ),
     Profile("volcano", "Volcano vGPU: vgpu-number, vgpu-cores, vgpu-memory", "volcano", _volcano),
     Profile(
         "koordinator",
