@@ -80,9 +80,12 @@ VARIABLE = re.compile(r"\$\{?([a-zA-Z_][a-zA-Z0-9_]*)")
 @cache
 def series_labels() -> dict[str, tuple[str, ...]]:
     """Every series name ebbtide's metrics are scraped as, with its labels (a histogram's
-    ``_bucket`` with ``le``).  Types come from a fresh :class:`Metrics`; the scheduler's
-    store-backed gauges are not registered there and are gauges."""
-    types = {f.name: f.type for f in Metrics(CollectorRegistry()).registry.collect()}
+    ``_bucket`` with ``le``).  Types come from a fresh :class:`Metrics` with the metrics a
+    scheduler makes at its first use made; the scheduler's store-backed gauges are not
+    registered there and are gauges."""
+    metrics = Metrics(CollectorRegistry())
+    assert metrics.pass_duration and metrics.leader  # (a scheduler's own: made at first use)
+    types = {f.name: f.type for f in metrics.registry.collect()}
     series: dict[str, tuple[str, ...]] = dict(PROCESS_SERIES)
     for name, labels in CATALOGUE.items():
         kind = types.get(name, "gauge")
