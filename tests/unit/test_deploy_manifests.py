@@ -17,6 +17,7 @@ Without ``kubectl`` these tests skip, or fail when ``CI=true``.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import shutil
@@ -306,7 +307,8 @@ def test_the_agent_may_create_and_delete_pods_only_in_the_jobs_namespace(
         assert "*" in _scopes(rules, verb, "pods"), "online pods are named cluster-wide"
         assert "*" in _scopes(rules, verb, "nodes")
     assert JOBS_NS in _scopes(rules, "get", "pods/log")
-    assert _scopes(rules, "patch", "nodes/status") == {"*"}
+    # only direct advertises spare capacity in its node's status
+    assert _scopes(rules, "patch", "nodes/status") == ({"*"} if name == "direct" else set())
     assert _scopes(rules, "patch", "nodes") == set()
 
 
@@ -334,6 +336,18 @@ def test_the_admission_policy_narrows_the_agent_to_ebbtides_pods(
     assert any("privileged" in c for c in create)
     assert any("hostPID" in c and "hostNetwork" in c and "hostIPC" in c for c in create)
     assert any(f"'{STATE_DIR}/'" in c and "hostPath" in c for c in create)
+    # ... and the rest of the attempt pod's shape (evaluated below, with cel-python)
+    for needed in (
+        "'ALL' in c.securityContext.capabilities.drop",
+        "c.securityContext.allowPrivilegeEscalation == false",
+        "object.spec.securityContext.runAsNonRoot == true",
+        "['RuntimeDefault', 'Localhost']",
+        "object.spec.automountServiceAccountToken == false",
+        "has(v.hostPath) || has(v.persistentVolumeClaim) || has(v.emptyDir)",
+        "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]",
+        "ephemeralContainers",
+    ):
+        assert any(needed in c for c in create), f"{name}: no CREATE check has {needed}"
 
 
 def test_the_scheduler_has_no_kubernetes_api_access(
@@ -409,6 +423,11 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
         "type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1},
     }
+    # a bad image stops the rollout: ready only once it serves its metrics, for a while
+    assert agent["spec"]["minReadySeconds"] >= 10
+    if priority != "system-node-critical":
+        # installing the agent evicts no online pod from a full node
+        assert _one(docs, "PriorityClass", priority)["preemptionPolicy"] == "Never"
     (state, cgroup) = [v for v in spec["volumes"] if "hostPath" in v]
     assert state["hostPath"] == {"path": STATE_DIR, "type": "DirectoryOrCreate"}
     assert cgroup["hostPath"] == {"path": CGROUP_DIR, "type": "Directory"}  # the freezer
@@ -428,6 +447,10 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
         METRICS_PORT,
     ]
     _check_metrics(agent, container)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+    liveness = container["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60, "a restart evicts"
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["EBBTIDE_HOME"]["value"] == STATE_DIR
@@ -611,3 +634,274 @@ def test_the_image_builds_the_wheel_on_slim_python_and_runs_ebb_as_a_user() -> N
     assert ignore[0] == "*", "the context is an allow-list"
     for needed in ("pyproject.toml", "README.md", "src/", "examples/"):
         assert f"!{needed}" in ignore
+
+
+# -- the admission policy, evaluated -----------------------------------------------------
+#
+# celpy (cel-python) evaluates the policy's CEL as the API server would, on the JSON of
+# the request: the pods the executor renders for every overlay must pass, and each
+# hostile variant of them must be refused.
+
+OWN_NODE = "gpu-a"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def _agent_request(operation: str, node: str | None = OWN_NODE) -> dict[str, Any]:
+    extra = {NODE_NAME_EXTRA: [node]} if node is not None else {}
+    return {"operation": operation, "userInfo": {"username": AGENT_USER, "extra": extra}}
+
+
+def _refusals(
+    docs: tuple[dict[str, Any], ...],
+    request: dict[str, Any],
+    obj: dict[str, Any] | None,
+    old: dict[str, Any] | None = None,
+    policy_name: str = "ebbtide-agent-pods",
+) -> list[str]:
+    """The messages of every validation of the policy that refuses the request (a CEL
+    error refuses too: the policy's failurePolicy is Fail)."""
+    celpy = pytest.importorskip("celpy")
+    policy = _one(docs, "ValidatingAdmissionPolicy", policy_name)["spec"]
+    env = celpy.Environment()
+    activation = {
+        "request": celpy.json_to_cel(request),
+        "object": celpy.json_to_cel(obj),
+        "oldObject": celpy.json_to_cel(old),
+    }
+    for condition in policy.get("matchConditions", []):
+        matched = env.program(env.compile(condition["expression"])).evaluate(activation)
+        if matched is not True and not (isinstance(matched, celpy.celtypes.BoolType) and matched):
+            return []
+    refused = []
+    for validation in policy["validations"]:
+        result = env.program(env.compile(validation["expression"])).evaluate(activation)
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            refused.append(validation["message"])
+    return refused
+
+
+def _rendered_pods(docs: tuple[dict[str, Any], ...], name: str) -> list[dict[str, Any]]:
+    """The attempt pods the executor makes under the overlay's policy: on a node share,
+    on whole cards, and with a checkpoint claim."""
+    from dataclasses import replace
+
+    from ebbtide.kube.pods import PodRequest, pod_manifest
+    from ebbtide.kube.profiles import ProfileError, Slice, grant_for
+
+    policy = parse_policy(_policy_text(docs), f"{name}: ConfigMap ebbtide-policy")
+    k8s = policy.kubernetes
+    assert k8s is not None and k8s.image is not None
+    pods = []
+    for grant_slice, claim in (
+        (Slice(25.0, 0, 4096), None),
+        (Slice(100.0, 1, 81920), None),
+        (Slice(25.0, 0, 4096), "ebbtide-checkpoints"),
+    ):
+        try:
+            grant = grant_for(grant_slice, k8s)
+        except ProfileError:  # mig gives no whole GPU
+            continue
+        request = PodRequest(
+            job_id=7,
+            attempt=1,
+            owner="alice",
+            queue="default",
+            node=OWN_NODE,
+            argv=["python", "/opt/ebbtide/examples/count.py", "100"],
+            env={"EBBTIDE_JOB_ID": "7"},
+            cwd="/tmp",
+            image=k8s.image,
+            deadline_s=policy.deadline_for("default"),
+            grant=grant,
+            profile=k8s.profile,
+            device_uuids=("GPU-00000000-0000-0000-0000-000000000000",),
+            checkpoint_claim=claim,
+        )
+        pods.append(pod_manifest(request, k8s))
+    # ... and with no uid named (the image's user, runAsNonRoot still true)
+    plain = k8s.model_copy(update={"run_as_user": None, "run_as_group": None})
+    pods.append(pod_manifest(replace(request, checkpoint_claim=None), plain))
+    return pods
+
+
+def test_the_admission_policy_admits_every_pod_the_executor_makes(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    for pod in _rendered_pods(docs, name):
+        assert _refusals(docs, _agent_request("CREATE"), pod) == [], (name, pod)
+        assert _refusals(docs, _agent_request("DELETE"), None, old=pod) == [], name
+
+
+def _job(pod: dict[str, Any]) -> dict[str, Any]:
+    return pod["spec"]["containers"][0]
+
+
+def _init_container(pod: dict[str, Any], security: dict[str, Any]) -> None:
+    init = {**_job(pod), "name": "init", "securityContext": security}
+    pod["spec"]["initContainers"] = [init]
+
+
+HOSTILE: dict[str, Any] = {
+    "no managed-by label": lambda p: p["metadata"]["labels"].pop(MANAGED_BY[0]),
+    "privileged": lambda p: _job(p)["securityContext"].update(privileged=True),
+    "host PID": lambda p: p["spec"].update(hostPID=True),
+    "host network": lambda p: p["spec"].update(hostNetwork=True),
+    "adds SYS_ADMIN": lambda p: _job(p)["securityContext"]["capabilities"].update(
+        add=["SYS_ADMIN"]
+    ),
+    "drops nothing": lambda p: _job(p)["securityContext"].pop("capabilities"),
+    "drops less than ALL": lambda p: _job(p)["securityContext"].update(
+        capabilities={"drop": ["NET_RAW"]}
+    ),
+    "no container security context": lambda p: _job(p).pop("securityContext"),
+    "privilege escalation": lambda p: _job(p)["securityContext"].update(
+        allowPrivilegeEscalation=True
+    ),
+    "privilege escalation unset": lambda p: _job(p)["securityContext"].pop(
+        "allowPrivilegeEscalation"
+    ),
+    "pod uid 0": lambda p: p["spec"]["securityContext"].update(runAsUser=0),
+    "container uid 0": lambda p: _job(p)["securityContext"].update(runAsUser=0),
+    "pod runAsNonRoot false": lambda p: p["spec"]["securityContext"].update(runAsNonRoot=False),
+    "pod runAsNonRoot unset": lambda p: p["spec"].pop("securityContext"),
+    "container runAsNonRoot false": lambda p: _job(p)["securityContext"].update(runAsNonRoot=False),
+    "seccomp Unconfined": lambda p: _job(p)["securityContext"].update(
+        seccompProfile={"type": "Unconfined"}
+    ),
+    "seccomp unset": lambda p: _job(p)["securityContext"].pop("seccompProfile"),
+    "AppArmor Unconfined": lambda p: _job(p)["securityContext"].update(
+        appArmorProfile={"type": "Unconfined"}
+    ),
+    "pod AppArmor Unconfined": lambda p: p["spec"]["securityContext"].update(
+        appArmorProfile={"type": "Unconfined"}
+    ),
+    "host port": lambda p: _job(p).update(ports=[{"containerPort": 22, "hostPort": 22}]),
+    "service account token": lambda p: p["spec"].update(automountServiceAccountToken=True),
+    "service account token by default": lambda p: p["spec"].pop("automountServiceAccountToken"),
+    "Secret volume": lambda p: p["spec"]["volumes"].append(
+        {"name": "s", "secret": {"secretName": "ebbtide-store"}}
+    ),
+    "projected token volume": lambda p: p["spec"]["volumes"].append(
+        {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}
+    ),
+    "hostPath /etc": lambda p: p["spec"]["volumes"].append(
+        {"name": "h", "hostPath": {"path": "/etc"}}
+    ),
+    "hostPath out by ..": lambda p: p["spec"]["volumes"].append(
+        {"name": "h", "hostPath": {"path": f"{STATE_DIR}/../../etc"}}
+    ),
+    "hostPath beside the state dir": lambda p: p["spec"]["volumes"].append(
+        {"name": "h", "hostPath": {"path": f"{STATE_DIR}-x"}}
+    ),
+    "another node's nodeName": lambda p: p["spec"].update(nodeName="gpu-b"),
+    "another node's affinity": lambda p: _pin(p, [_name_term("gpu-b")]),
+    "a second affinity term": lambda p: _pin(p, [_name_term(OWN_NODE), _name_term("gpu-b")]),
+    "two nodes in the term": lambda p: _pin(p, [_name_term(OWN_NODE, "gpu-b")]),
+    "affinity by label only": lambda p: _pin(
+        p,
+        [
+            {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [OWN_NODE]}
+                ]
+            }
+        ],
+    ),
+    "no affinity": lambda p: p["spec"].pop("affinity"),
+    "init container adds SYS_ADMIN": lambda p: _init_container(
+        p,
+        {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    ),
+    "init container as root": lambda p: _init_container(
+        p, {**_job(p)["securityContext"], "runAsUser": 0}
+    ),
+    "init container unconfined": lambda p: _init_container(
+        p, {**_job(p)["securityContext"], "seccompProfile": {"type": "Unconfined"}}
+    ),
+    "ephemeral container": lambda p: p["spec"].update(
+        ephemeralContainers=[{"name": "debug", "image": "busybox"}]
+    ),
+}
+
+
+def _name_term(*nodes: str) -> dict[str, Any]:
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(nodes)}]}
+
+
+def _pin(pod: dict[str, Any], terms: list[dict[str, Any]]) -> None:
+    required = {"nodeSelectorTerms": terms}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE))
+def test_the_admission_policy_refuses_a_hostile_pod(hostile: str, kubectl: str) -> None:
+    import copy
+
+    docs = _build(kubectl, "whole")
+    for pod in _rendered_pods(docs, "whole"):
+        pod = copy.deepcopy(pod)
+        HOSTILE[hostile](pod)
+        assert _refusals(docs, _agent_request("CREATE"), pod), f"{hostile}: admitted"
+
+
+def test_the_admission_policy_refuses_a_token_without_a_node(kubectl: str) -> None:
+    docs = _build(kubectl, "whole")
+    (pod, *_) = _rendered_pods(docs, "whole")
+    assert _refusals(docs, _agent_request("CREATE", node=None), pod)
+    assert _refusals(docs, _agent_request("CREATE", node="gpu-b"), pod)
+
+
+def test_the_admission_policy_refuses_deleting_other_pods_and_ignores_other_users(
+    kubectl: str,
+) -> None:
+    docs = _build(kubectl, "whole")
+    (pod, *_) = _rendered_pods(docs, "whole")
+    foreign = {"metadata": {"name": "online", "labels": {"app": "online"}}, "spec": {}}
+    assert _refusals(docs, _agent_request("DELETE"), None, old=foreign)
+    someone = {"operation": "CREATE", "userInfo": {"username": "alice", "extra": {}}}
+    hostile = {**pod, "spec": {**pod["spec"], "hostPID": True}}
+    assert _refusals(docs, someone, hostile) == []
+
+
+def test_only_direct_may_patch_node_status_and_only_its_own_nodes(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    policy = _find(docs, "ValidatingAdmissionPolicy", "ebbtide-agent-node-status")
+    if name != "direct":
+        assert policy is None, name
+        return
+    assert policy is not None
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes/status"] and rule["operations"] == ["UPDATE"]
+    binding = _one(docs, "ValidatingAdmissionPolicyBinding", "ebbtide-agent-node-status")
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    node = {"metadata": {"name": OWN_NODE}, "status": {}}
+    other = {"metadata": {"name": "gpu-b"}, "status": {}}
+    refusals = functools.partial(_refusals, docs, policy_name="ebbtide-agent-node-status")
+    assert refusals(_agent_request("UPDATE"), node, old=node) == []
+    assert refusals(_agent_request("UPDATE"), other, old=other)
+    assert refusals(_agent_request("UPDATE", node=None), node, old=node)
+
+
+#: What a stopping agent needs beside the deadline: the journal hand-over, in seconds.
+HANDOVER_S = 30
+
+
+def test_every_queue_caps_deadlines_below_the_agents_grace(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    policy = parse_policy(_policy_text(docs), f"{name}: ConfigMap ebbtide-policy")
+    grace = _pod_spec(_agent(docs))["terminationGracePeriodSeconds"]
+    for queue, config in policy.queues.items():
+        assert config.max_deadline_s is not None, f"{name}: queue {queue} has no max_deadline_s"
+        assert config.max_deadline_s + HANDOVER_S <= grace, f"{name}: queue {queue}"
+        assert policy.deadline_for(queue) <= config.max_deadline_s
