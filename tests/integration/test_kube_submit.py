@@ -123,3 +123,23 @@ def test_without_a_section_nothing_is_rounded_or_refused(tmp_path: Path) -> None
         assert full["slice_granted"]["profile"] is None
         assert full["image"] is None
         assert "granted" not in c.events(job_id)[0]
+
+
+def test_a_whole_card_is_packed_at_what_fits_beside_the_margin(client: Client) -> None:
+    """A platform engineer's trap: a whole card's row held the card's nominal size
+    (``kubernetes.gpu_memory_mib``, 81920), more than any card has free beside the 2GiB
+    margin, so the planner never placed it; its pod still gets the whole card."""
+    import time
+
+    client.store.heartbeat(
+        "gpu-a", started_at=time.time(), devices=[{"index": 0, "memory_mib": 81559}]
+    )
+    job_id = client.submit(command=["python", "train.py"], gpu="1")
+    job = client.get(job_id)
+    assert (job.gpus, job.memory_mib) == (1, 81559 - 2048)  # the smallest card less the margin
+    [submitted] = client.events(job_id)
+    granted = submitted["granted"]  # what the pod gets: all of the card
+    assert (granted["gpus"], granted["memory_mib"]) == (1, 81920)
+    assert "whole cards come with all their memory" in granted["note"]
+    asked = client.submit(command=["python", "train.py"], gpu="1", gpumem="40GiB")
+    assert client.get(asked).memory_mib == 40 * 1024

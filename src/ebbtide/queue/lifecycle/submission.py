@@ -25,6 +25,17 @@ def check_dependencies(depends: list[dict[str, Any]], states: dict[int, str]) ->
         raise SpecError("depends", f"{why}: the job could never run")
 
 
+def packed_memory_mib(spec: JobSpec, granted: SliceGrant | JobSpec) -> int:
+    """The GPU memory the planner packs for a job, per device: the grant's, but for whole
+    cards what was asked (a whole GPU with no gpumem: the smallest card less the margin
+    kept there), as without a grant.  A whole card's pod gets all of its memory, and a
+    card's nominal size (``kubernetes.gpu_memory_mib``) is more than any card has free
+    beside the margin: packed at that, it would never be placed."""
+    if granted.gpus:
+        return min(int(granted.memory_mib), int(spec.memory_mib))
+    return int(granted.memory_mib)
+
+
 def new_job_row(
     spec: JobSpec,
     owner: str,
@@ -52,7 +63,7 @@ def new_job_row(
         "spec_json": spec.model_dump_json(),
         "compute_pct": granted.compute_pct,
         "gpus": granted.gpus,
-        "memory_mib": granted.memory_mib,
+        "memory_mib": packed_memory_mib(spec, granted),
         "deadline_s": spec.deadline_s or defaults_deadline_s,
         "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
         "signal": spec.signal,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ebbtide.errors import PermissionDenied, StaleState, UserError
 from ebbtide.queue.lifecycle.backend import Shared
+from ebbtide.queue.lifecycle.submission import packed_memory_mib
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState
@@ -43,7 +44,7 @@ def altered_values(
         "spec_json": spec.model_dump_json(),
         "compute_pct": granted.compute_pct,
         "gpus": granted.gpus,
-        "memory_mib": granted.memory_mib,
+        "memory_mib": packed_memory_mib(spec, granted),
         "deadline_s": spec.deadline_s or defaults_deadline_s,
         "first_checkpoint_s": spec.checkpoint_interval_s or spec.walltime_s,
     }
