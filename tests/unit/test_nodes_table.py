@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from ebbtide.cli import nodes_cmd
 
+from .test_ownership_pods import run_nodes as run_rows
+
 GIB = 1024
 
 
@@ -25,15 +27,7 @@ def device(index: int, **extra: Any) -> dict[str, Any]:
 
 def run_nodes(monkeypatch: pytest.MonkeyPatch, devices: list[dict[str, Any]], *args: str) -> str:
     rows = [{"name": "gpu-a", "heartbeat_age_s": 1.0, "stopping": False, "devices": devices}]
-
-    class FakeClient:
-        def nodes(self) -> list[dict[str, Any]]:
-            return [{**n, "devices": [dict(d) for d in n["devices"]]} for n in rows]
-
-    monkeypatch.setattr(nodes_cmd, "_client", FakeClient)
-    result = CliRunner().invoke(nodes_cmd.nodes, list(args))
-    assert result.exit_code == 0, result.output
-    return result.output
+    return run_rows(monkeypatch, rows, *args)
 
 
 def test_the_reserve_kept_back_shows_beside_a_nearly_idle_card(
