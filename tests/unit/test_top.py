@@ -405,10 +405,20 @@ def test_a_row_shows_what_is_kept_back_beside_the_free_room() -> None:
     assert idle[heading.index("FREE") :].startswith(" 97%")
     cold = next(line for line in lines if line.startswith("gpu-a/1"))
     assert cold[kept - 3 : kept] == "30%" and cold.endswith(" ok     warming up (cold reserve)")
+    # a drained GPU keeps nothing back from admission, as the totals count it
+    out = next(line for line in lines if line.startswith("gpu-a/2"))
+    assert out[kept - 4 : kept] == "   -" and out[kept_gib - 1 : kept_gib] == "-"
     narrow = draw(reserved(), ViewState(), width=80).splitlines()
     heading = next(line for line in narrow if line.startswith("GPU"))
     assert "KEPT" in heading and "KEPT GiB" not in heading
     assert all(len(line) <= 80 for line in narrow)
+
+
+def test_warming_up_is_said_only_where_something_is_kept_back() -> None:
+    nothing = device(0, 3, reserve_cold_for_s=420)  # a warm-up with no cold reserve set
+    lines = draw(snapshot(nodes=[node("gpu-a", nothing)], jobs=[]), ViewState()).splitlines()
+    row = next(line for line in lines if line.startswith("gpu-a/0"))
+    assert "warming up" not in row
 
 
 def test_only_the_rows_that_fit_are_drawn_and_scrolling_moves_them() -> None:

@@ -237,14 +237,17 @@ def _gpu_lines(gpus: Sequence[GpuView], state: ViewState, width: int) -> list[Te
         line.append(_fit(g.name, names) + " ")
         usable = g.state not in NO_WORK_STATES
         _append_bar(line, g.online_compute_pct, g.offline_compute_pct, usable, bar_width)
+        # a device that takes no work keeps nothing back from admission (nor do the totals)
+        kept = f"{g.reserve_compute_pct:>3.0f}%" if usable else "   -"
         line.append(
             f" {g.online_compute_pct:>3.0f}% {g.offline_compute_pct:>3.0f}% "
-            f"{g.headroom_compute_pct:>3.0f}% {g.reserve_compute_pct:>3.0f}% "
+            f"{g.headroom_compute_pct:>3.0f}% {kept} "
         )
         if wide:
             used = f"{_gib(g.online_memory_mib)}+{_gib(g.offline_memory_mib)}/{_gib(g.memory_mib)}"
             line.append(_fit(used, 13, right=True) + " ")
-            line.append(_fit(_gib(g.reserve_memory_mib), 8, right=True) + " ")
+            kept_gib = _gib(g.reserve_memory_mib) if usable else "-"
+            line.append(_fit(kept_gib, 8, right=True) + " ")
         line.append(_fit(word, 6), style=style)
         line.append(" ")
         _append_attempts(line, g, shown_attempts(g, state))
@@ -256,7 +259,11 @@ def _append_attempts(line: Text, gpu: GpuView, attempts: Sequence[AttemptView]) 
     noted = bool(gpu.note) and gpu.state != "ok"
     if noted:
         line.append(gpu.note + (": " if attempts else ""), style="yellow")
-    elif gpu.reserve_cold_for_s > 0 and gpu.state not in NO_WORK_STATES:
+    elif (
+        gpu.reserve_cold_for_s > 0
+        and gpu.state not in NO_WORK_STATES
+        and (gpu.reserve_compute_pct >= 0.5 or gpu.reserve_memory_mib >= 1)
+    ):
         # KEPT is the cold reserve, not a forecast: say so, as `ebb nodes` does
         line.append("warming up (cold reserve)" + (": " if attempts else ""), style="cyan")
         noted = True
