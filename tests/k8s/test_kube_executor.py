@@ -292,6 +292,56 @@ def test_the_online_pods_on_the_node_are_named_and_direct_spare_capacity_is_adve
         ex.close()
 
 
+#: An H100 80GB as its agent reports it: NVML's 81559 MiB, less than 80GiB (81920).
+H100_MIB = 81559
+
+
+@pytest.mark.parametrize(
+    ("gpus", "row_memory_mib", "online_pct", "online_mib"),
+    [
+        (1, H100_MIB - 2048, 0, 0),  # no gpumem: the smallest card less the margin, idle
+        (2, H100_MIB - 2048, 0, 0),
+        (1, 40960, 40, 20480),  # gpumem=40GiB beside an online tenant: the planner fits it
+    ],
+)
+def test_a_direct_whole_card_pod_fits_what_its_node_advertises_when_the_planner_placed_it(
+    kube: KubeHarness,
+    tmp_path: Path,
+    gpus: int,
+    row_memory_mib: int,
+    online_pct: int,
+    online_mib: int,
+) -> None:
+    """Under ``direct`` the node advertises its spare (capacity less online less the
+    reserve), and a whole-card pod asked for the cards' nominal size (81920 MiB and 100 %
+    each): no H100 ever had that spare, so it sat Pending until ``start_timeout_s`` and was
+    requeued for ever.  It asks what the planner packed, so the kube-scheduler's fit agrees."""
+    ex = executor(kube, tmp_path, profile="direct")
+    try:
+        device = {
+            "memory_mib": H100_MIB,
+            "online_compute_pct": online_pct,
+            "online_memory_mib": online_mib,
+        }
+        ex.advertise([device] * gpus)
+        ex.advertise_now()
+        uuids = tuple(f"GPU-{i}" for i in range(gpus))
+        handle = ex.start(
+            launch(
+                tmp_path,
+                "print('whole', flush=True)",
+                compute_pct=100.0,
+                gpus=gpus,
+                memory_mib=row_memory_mib,
+                device_uuids=uuids,
+            )
+        )
+        ended = wait_exit(ex, handle)
+        assert ended.code == 0, ended
+    finally:
+        ex.close()
+
+
 def test_a_pod_no_attempt_holds_is_swept_and_a_name_clash_defers_the_start(
     kube: KubeHarness, tmp_path: Path
 ) -> None:

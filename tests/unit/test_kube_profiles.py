@@ -117,11 +117,15 @@ GRANTS = [
     ("whole", (100, 4, 81920), (100.0, 4, 81920, {"nvidia.com/gpu": "4"})),
     # direct: ebbtide's own resources, node totals
     ("direct", (23.5, 0, 4500), (24.0, 0, 4500, dict(zip(DIRECT, ("24", "4500"), strict=True)))),
+    # whole cards ask for what the planner packs, which the node's advertised spare holds:
+    # the compute it keeps free on each card and the memory asked (at most a card's)
     (
         "direct",
         (100, 2, 40960),
-        (100.0, 2, 81920, dict(zip(DIRECT, ("200", "163840"), strict=True))),
+        (100.0, 2, 81920, dict(zip(DIRECT, ("100", "81920"), strict=True))),
     ),
+    ("direct", (100, 1, 79511), (100.0, 1, 81920, dict(zip(DIRECT, ("50", "79511"), strict=True)))),
+    ("direct", (25, 0, 8192), (25.0, 0, 8192, dict(zip(DIRECT, ("25", "8192"), strict=True)))),
 ]
 
 
@@ -164,12 +168,14 @@ REQUESTS = st.one_of(
 def test_granting_a_grant_again_changes_nothing(
     asked: tuple[float, int, int], profile: str
 ) -> None:
-    """The executor sizes the pod from the job's row, which holds the grant already."""
+    """The executor sizes the pod from the job's row, which holds the grant already (for
+    whole cards, the memory the planner packs: what was asked, at most the grant's)."""
     try:
         first = _grant(profile, *asked)
     except ProfileError:
         return
-    again = _grant(profile, first.compute_pct, first.gpus, first.memory_mib)
+    row_mib = min(first.memory_mib, asked[2]) if first.gpus else first.memory_mib
+    again = _grant(profile, first.compute_pct, first.gpus, row_mib)
     assert _as_tuple(again) == _as_tuple(first)
     assert first.memory_mib >= asked[2]
     assert first.compute_pct >= asked[0]

@@ -29,9 +29,11 @@ profile                 the pod asks for
 ``mig``                 one ``nvidia.com/mig-<g>g.<mem>gb``: the smallest MIG instance
                         that holds both the compute and the memory
 ``whole``               ``nvidia.com/gpu``: whole cards; a share gets one card
-``direct``              ebbtide's own ``ebbtide.io/gpu-core`` (percent, 100 per card)
-                        and ``ebbtide.io/gpu-memory`` (MiB), which the node agent
-                        advertises; the card comes through the NVIDIA runtime
+``direct``              ebbtide's own ``ebbtide.io/gpu-core`` (percent) and
+                        ``ebbtide.io/gpu-memory`` (MiB), the node's spare as its agent
+                        advertises it; whole cards ask what the planner packs (50 % and
+                        the memory asked, per card); the card comes through the NVIDIA
+                        runtime
 ======================  ==============================================================
 
 Everything here is pure: no clock, no I/O, no Kubernetes client.
@@ -47,6 +49,7 @@ from typing import Final, get_args
 from ebbtide.config.policy import KubernetesSettings, ProfileName
 from ebbtide.errors import ConfigError, SpecError
 from ebbtide.queue.spec import SliceRequest
+from ebbtide.scheduling.fit import MIN_WHOLE_GPU_HEADROOM_PCT
 from ebbtide.units import MAX_GPUS, MAX_MEMORY_MIB
 
 # -- resource names ----------------------------------------------------------------------
@@ -418,17 +421,27 @@ def _whole(request: Slice, settings: KubernetesSettings) -> tuple[Slice, dict[st
 def _direct(
     request: Slice, settings: KubernetesSettings
 ) -> tuple[Slice, dict[str, str], list[str]]:
-    # ebbtide's own extended resources, advertised by the node agent: node totals, so N
-    # whole GPUs ask for 100·N percent and N times the memory per device.
+    # ebbtide's own extended resources, advertised by the node agent: the node's spare
+    # (capacity less online use and the forecast reserve, summed over its cards), so the
+    # pod asks what the planner packed, and the kube-scheduler's fit agrees with its:
+    # a share its compute and memory; N whole GPUs the compute the planner makes sure each
+    # card has free (MIN_WHOLE_GPU_HEADROOM_PCT) and the memory the job was packed at
+    # (never more than a card), N times.  A card's nominal 100 % and
+    # kubernetes.gpu_memory_mib are more than any card beside online work advertises (an
+    # H100 80GB reports 81559 MiB): asked for, the pod would never be scheduled.  The
+    # container still gets the whole cards, through the NVIDIA runtime.
     notes: list[str] = []
-    count = max(1, request.gpus)
-    pct = 100 if request.gpus else _whole_percent(request, "ebbtide.io/gpu-core", notes)
+    if not request.gpus:
+        pct = _whole_percent(request, "ebbtide.io/gpu-core", notes)
+        resources = {EBBTIDE_GPU_CORE: str(pct), EBBTIDE_GPU_MEMORY: str(request.memory_mib)}
+        return Slice(float(pct), 0, request.memory_mib), resources, notes
     memory_mib = _whole_card_memory(request, settings, notes)
+    packed_mib = min(request.memory_mib, settings.gpu_memory_mib)
     resources = {
-        EBBTIDE_GPU_CORE: str(pct * count),
-        EBBTIDE_GPU_MEMORY: str(memory_mib * count),
+        EBBTIDE_GPU_CORE: str(int(MIN_WHOLE_GPU_HEADROOM_PCT) * request.gpus),
+        EBBTIDE_GPU_MEMORY: str(packed_mib * request.gpus),
     }
-    return Slice(float(pct), request.gpus, memory_mib), resources, notes
+    return Slice(100.0, request.gpus, memory_mib), resources, notes
 
 
 def _whole_card_memory(request: Slice, settings: KubernetesSettings, notes: list[str]) -> int:
