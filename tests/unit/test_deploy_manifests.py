@@ -5,7 +5,10 @@ and the install does what ``deploy/README.md`` says:
 - the policy ConfigMap loads with ebbtide's own loader and names the overlay's profile, and
   each overlay's policy differs from the base's only in ``kubernetes:``;
 - the agent may create and delete pods only in ``ebbtide-jobs``, and the admission policy
-  narrows that to ebbtide's pods; the scheduler has no Kubernetes API access at all;
+  narrows that to ebbtide's pods on the agent's own node; the scheduler has no Kubernetes
+  API access at all;
+- the NetworkPolicy keeps attempt pods from every port in ``ebbtide-system``, where
+  ebbtide's own pods still reach each other and Prometheus the metrics;
 - every container has resources and a security context; no Secret value sits in a
   ConfigMap; the agent runs in the host's PID namespace with the shared state directory;
 - an attempt pod the executor would create for the overlay's policy is valid and fits the
@@ -331,6 +334,12 @@ def test_the_admission_policy_narrows_the_agent_to_ebbtides_pods(
     create = [c for c in checks if c.startswith("request.operation != 'CREATE' ||")]
     assert len(delete) + len(create) == len(checks), name
     assert any(f"oldObject.metadata.labels{label}" in c for c in delete), "DELETE: the label"
+    assert any(
+        "oldObject.spec.nodeName" in c
+        and "oldObject.spec.affinity" in c
+        and "request.userInfo.extra['authentication.kubernetes.io/node-name'][0]" in c
+        for c in delete
+    ), "DELETE: the agent's own node"
     assert any(f"object.metadata.labels{label}" in c for c in create), "CREATE: the label"
     assert not any("oldObject" in c for c in create)
     assert any("privileged" in c for c in create)
@@ -731,6 +740,8 @@ def test_the_admission_policy_admits_every_pod_the_executor_makes(
     for pod in _rendered_pods(docs, name):
         assert _refusals(docs, _agent_request("CREATE"), pod) == [], (name, pod)
         assert _refusals(docs, _agent_request("DELETE"), None, old=pod) == [], name
+        bound = _bound(pod, OWN_NODE)
+        assert _refusals(docs, _agent_request("DELETE"), None, old=bound) == [], name
 
 
 def _job(pod: dict[str, Any]) -> dict[str, Any]:
@@ -870,6 +881,61 @@ def test_the_admission_policy_refuses_deleting_other_pods_and_ignores_other_user
     assert _refusals(docs, someone, hostile) == []
 
 
+def _bound(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """``pod`` as stored once the scheduler bound it to ``node``."""
+    return {**pod, "spec": {**pod["spec"], "nodeName": node}}
+
+
+#: Deletes of an ebbtide pod on another node than the requesting agent's (the executor's
+#: pods name OWN_NODE in their node affinity).
+HOSTILE_DELETES: dict[str, Any] = {
+    "bound to another node": lambda p: _bound(p, "gpu-b"),
+    "pending, pinned to another node": lambda p: _repinned(p, [_name_term("gpu-b")]),
+    "pending, pinned to ours or another": lambda p: _repinned(
+        p, [_name_term(OWN_NODE), _name_term("gpu-b")]
+    ),
+    "pending, two nodes in the term": lambda p: _repinned(p, [_name_term(OWN_NODE, "gpu-b")]),
+    "pending, not pinned": lambda p: {
+        **p,
+        "spec": {k: v for k, v in p["spec"].items() if k != "affinity"},
+    },
+    "pending, nodeName empty, not pinned": lambda p: {
+        **p,
+        "spec": {**{k: v for k, v in p["spec"].items() if k != "affinity"}, "nodeName": ""},
+    },
+}
+
+
+def _repinned(pod: dict[str, Any], terms: list[dict[str, Any]]) -> dict[str, Any]:
+    import copy
+
+    pod = copy.deepcopy(pod)
+    _pin(pod, terms)
+    return pod
+
+
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_DELETES))
+def test_the_admission_policy_refuses_deleting_another_nodes_pod(
+    hostile: str, kubectl: str
+) -> None:
+    docs = _build(kubectl, "whole")
+    for pod in _rendered_pods(docs, "whole"):
+        old = HOSTILE_DELETES[hostile](pod)
+        refusals = _refusals(docs, _agent_request("DELETE"), None, old=old)
+        assert any("its own node" in r for r in refusals), f"{hostile}: admitted"
+        # ... which that node's agent may delete
+        if hostile.startswith("bound") or hostile == "pending, pinned to another node":
+            mine = _agent_request("DELETE", node="gpu-b")
+            assert _refusals(docs, mine, None, old=old) == [], hostile
+
+
+def test_the_admission_policy_refuses_deletes_by_a_token_without_a_node(kubectl: str) -> None:
+    docs = _build(kubectl, "whole")
+    (pod, *_) = _rendered_pods(docs, "whole")
+    for old in (pod, _bound(pod, OWN_NODE)):
+        assert _refusals(docs, _agent_request("DELETE", node=None), None, old=old)
+
+
 def test_only_direct_may_patch_node_status_and_only_its_own_nodes(
     built: tuple[str, tuple[dict[str, Any], ...]],
 ) -> None:
@@ -905,3 +971,138 @@ def test_every_queue_caps_deadlines_below_the_agents_grace(
         assert config.max_deadline_s is not None, f"{name}: queue {queue} has no max_deadline_s"
         assert config.max_deadline_s + HANDOVER_S <= grace, f"{name}: queue {queue}"
         assert policy.deadline_for(queue) <= config.max_deadline_s
+
+
+# -- the network -----------------------------------------------------------------------
+#
+# NetworkPolicy ingress into ebbtide-system, evaluated as a network plugin that enforces it
+# would (for the matchLabels selectors and numbered ports the install uses): attempt pods
+# reach nothing there, ebbtide's own pods reach each other, Prometheus only the metrics.
+
+STORE_CLIENT_LABEL = ("ebbtide.io/store-client", "true")
+METRICS_SCRAPER_LABEL = ("ebbtide.io/metrics-scraper", "true")
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, f"not evaluated here: {selector}"
+    return bool(selector.get("matchLabels", {}).items() <= labels.items())
+
+
+def _namespace_labels(docs: tuple[dict[str, Any], ...], namespace: str) -> dict[str, str]:
+    """A namespace's labels, with the one the API server sets on every namespace."""
+    found = _find(docs, "Namespace", namespace)
+    labels = dict((found or {}).get("metadata", {}).get("labels") or {})
+    return {**labels, "kubernetes.io/metadata.name": namespace}
+
+
+def _ingress_admits(
+    docs: tuple[dict[str, Any], ...],
+    source: tuple[str, dict[str, str], dict[str, str]],
+    target: tuple[str, dict[str, str]],
+    port: int,
+) -> bool:
+    """Whether a TCP connection from ``source`` (namespace, its labels, the pod's labels)
+    to port ``port`` of ``target`` (namespace, the pod's labels) passes ingress policy."""
+    src_ns, src_ns_labels, src_labels = source
+    dst_ns, dst_labels = target
+    policies = [
+        p["spec"]
+        for p in _all(docs, "NetworkPolicy")
+        if p["metadata"]["namespace"] == dst_ns
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+        and _selects(p["spec"]["podSelector"], dst_labels)
+    ]
+    if not policies:
+        return True
+    for rule in (r for p in policies for r in p.get("ingress") or []):
+        ports = rule.get("ports")
+        if ports and not any(
+            x.get("protocol", "TCP") == "TCP" and x.get("port", port) == port for x in ports
+        ):
+            continue
+        if "from" not in rule:
+            return True
+        for peer in rule["from"]:
+            assert "ipBlock" not in peer, "an ipBlock may admit the attempt pods' addresses"
+            if "namespaceSelector" in peer:
+                in_namespace = _selects(peer["namespaceSelector"], src_ns_labels)
+            else:
+                in_namespace = src_ns == dst_ns
+            if in_namespace and _selects(peer.get("podSelector", {}), src_labels):
+                return True
+    return False
+
+
+def _system_pods(docs: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str, str], list[int]]]:
+    """Every workload of ebbtide-system: its name, its pods' labels, their ports."""
+    pods = []
+    for workload in docs:
+        if workload["kind"] not in WORKLOADS or workload["metadata"]["namespace"] != SYSTEM_NS:
+            continue
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        ports = [
+            p["containerPort"] for c in _containers(_pod_spec(workload)) for p in c.get("ports", [])
+        ]
+        pods.append((workload["metadata"]["name"], labels, ports))
+    return pods
+
+
+def test_attempt_pods_reach_nothing_in_the_system_namespace(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    system = _system_pods(docs)
+    assert {"ebbtide-scheduler", "ebbtide-agent"} <= {n for n, _, _ in system}
+    if name == "dev":
+        assert {"ebbtide-postgres", "ebbtide-redis"} <= {n for n, _, _ in system}
+    jobs_ns = _namespace_labels(docs, JOBS_NS)
+    for pod in _rendered_pods(docs, name):
+        source = (JOBS_NS, jobs_ns, pod["metadata"]["labels"])
+        for target, labels, ports in system:
+            for port in ports:
+                assert not _ingress_admits(docs, source, (SYSTEM_NS, labels), port), (
+                    f"{name}: an attempt pod reaches {target}:{port}"
+                )
+
+
+def test_ebbtides_own_pods_and_prometheus_still_reach_what_they_need(
+    overlay: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = overlay
+    system = _system_pods(docs)
+    own_ns = _namespace_labels(docs, SYSTEM_NS)
+    monitoring = {"kubernetes.io/metadata.name": "monitoring"}
+    scraper = {**monitoring, METRICS_SCRAPER_LABEL[0]: METRICS_SCRAPER_LABEL[1]}
+    client = {"kubernetes.io/metadata.name": "research", STORE_CLIENT_LABEL[0]: "true"}
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    for _, source_labels, _ in system:  # the scheduler and the agents reach the store
+        for target, labels, ports in system:
+            for port in ports:
+                source = (SYSTEM_NS, own_ns, source_labels)
+                assert _ingress_admits(docs, source, (SYSTEM_NS, labels), port), (name, target)
+    for target, labels, ports in system:
+        for port in ports:
+            metrics = port == int(METRICS_PORT)
+            admitted = _ingress_admits(
+                docs, ("monitoring", scraper, prometheus), (SYSTEM_NS, labels), port
+            )
+            assert admitted == metrics, f"{name}: Prometheus and {target}:{port}"
+            unlabelled = ("monitoring", monitoring, prometheus)
+            assert not _ingress_admits(docs, unlabelled, (SYSTEM_NS, labels), port)
+            source = ("research", client, {})
+            assert _ingress_admits(docs, source, (SYSTEM_NS, labels), port), (name, target)
+
+
+def test_the_network_policy_isolates_the_system_namespace_for_ingress_only(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    name, docs = built
+    policy = _one(docs, "NetworkPolicy", "ebbtide-system-ingress", SYSTEM_NS)["spec"]
+    assert policy["podSelector"] == {}, "every pod of ebbtide-system"
+    assert policy["policyTypes"] == ["Ingress"], "egress (the API server, the store) stays open"
+    assert all("from" in rule and rule["from"] for rule in policy["ingress"]), name
+    # no policy isolates the attempt pods: jobs keep DNS, registries and other services
+    assert not [p for p in _all(docs, "NetworkPolicy") if p["metadata"]["namespace"] == JOBS_NS]
+    jobs_ns = _namespace_labels(docs, JOBS_NS)
+    for key, value in (STORE_CLIENT_LABEL, METRICS_SCRAPER_LABEL):
+        assert jobs_ns.get(key) != value, f"{name}: {JOBS_NS} is labelled {key}"
