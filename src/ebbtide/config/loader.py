@@ -3,7 +3,7 @@
 PyYAML alone lets the last of two equal keys win silently, recurses once per level of
 nesting (5,000 levels are a ``RecursionError``), expands aliases without limit and lets
 ``ValueError`` escape for values it cannot build (``2026-02-30``, a 5,000-digit integer).
-:func:`load_yaml` refuses each of these with a :class:`~ebbtide.errors.ConfigError` that
+:func:`read_yaml` refuses each of these with a :class:`~ebbtide.errors.ConfigError` that
 names the file, the line and column, and the field path:
 
 - a file that is not a regular file, or longer than :data:`MAX_FILE_BYTES`, or not UTF-8;
@@ -13,8 +13,9 @@ names the file, the line and column, and the field path:
 - a key given twice in one mapping.
 
 A key given twice does not stop the reading: :func:`read_yaml` builds the value (the
-last one counts) and keeps the duplicate beside it, so that a caller validating the
-value reports every error of the file in one run (:meth:`YamlDocument.report`).
+last one counts) and keeps the duplicate beside it, so that the caller validating the
+value reports it with every other error of the file in one run
+(:meth:`YamlDocument.report`).
 """
 
 from __future__ import annotations
@@ -154,25 +155,12 @@ class YamlDocument:
         placed = [*self.duplicates, *_placed(problems, self.node, self.filename)]
         return _lines(placed, self.filename) if placed else ""
 
-    def check(self) -> None:
-        """Raise :class:`ConfigError` for the duplicate keys, if any."""
-        if self.duplicates:
-            raise ConfigError(self.report())
-
-
-def load_yaml(text: str, filename: str) -> tuple[yaml.Node | None, Any]:
-    """Parse ``text`` (the file ``filename``); return its node tree (for error positions)
-    and its value.  Raises :class:`ConfigError` for anything described in the module doc."""
-    document = read_yaml(text, filename)
-    document.check()
-    return document.node, document.data
-
 
 def read_yaml(text: str, filename: str) -> YamlDocument:
-    """Parse ``text`` (the file ``filename``) as :func:`load_yaml` does, but keep keys given
-    twice in the document rather than raise: its caller reports them with the other
-    errors it finds.  Raises :class:`ConfigError` for the rest of the module doc's list,
-    with the duplicates found before."""
+    """Parse ``text`` (the file ``filename``): its node tree, its value and the keys it
+    gives twice, which the caller reports with the other errors it finds (it must: the
+    last one counts in the value).  Raises :class:`ConfigError` for the rest of the
+    module doc's list, with the duplicates found before."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_FILE_BYTES:
         raise ConfigError(f"{filename}:1:1: (top): {size} bytes; at most {MAX_FILE_BYTES} (1 MiB)")
@@ -306,13 +294,6 @@ def _lines(problems: Sequence[_Problem], filename: str) -> str:
 
 def _dotted(loc: Sequence[Any]) -> str:
     return ".".join(str(p) for p in loc) or "(top)"
-
-
-def format_problems(
-    problems: Sequence[tuple[Sequence[Any], str]], node: yaml.Node | None, filename: str
-) -> str:
-    """``file:line:col: path: message`` for each ``(path, message)``, placed in ``node``."""
-    return _lines(_placed(problems, node, filename), filename)
 
 
 def _placed(
