@@ -123,10 +123,11 @@ def _reserve(d: dict[str, Any]) -> tuple[float, float]:
 
 def _kept_back(d: dict[str, Any]) -> str:
     """The KEPT BACK column: ``30% / 8GiB``, ``-`` for none."""
+    from ebbtide.top.snapshot import keeps_back
     from ebbtide.units import format_mib
 
     compute, memory = _reserve(d)
-    if compute < 0.5 and memory < 1:
+    if not keeps_back(compute, memory):
         return "-"
     return f"{compute:.0f}% / {format_mib(round(memory))}"  # (whole MiB: the column's width)
 

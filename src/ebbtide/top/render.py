@@ -22,6 +22,7 @@ from ebbtide.top.snapshot import (
     FleetSnapshot,
     GpuView,
     QueueView,
+    keeps_back,
 )
 from ebbtide.top.view import (
     HELP,
@@ -262,7 +263,7 @@ def _append_attempts(line: Text, gpu: GpuView, attempts: Sequence[AttemptView]) 
     elif (
         gpu.reserve_cold_for_s > 0
         and gpu.state not in NO_WORK_STATES
-        and (gpu.reserve_compute_pct >= 0.5 or gpu.reserve_memory_mib >= 1)
+        and keeps_back(gpu.reserve_compute_pct, gpu.reserve_memory_mib)
     ):
         # KEPT is the cold reserve, not a forecast: say so, as `ebb nodes` does
         line.append("warming up (cold reserve)" + (": " if attempts else ""), style="cyan")

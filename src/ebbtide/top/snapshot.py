@@ -380,5 +380,11 @@ def _totals(nodes: Sequence[Mapping[str, Any]], gpus: Sequence[GpuView]) -> Flee
     )
 
 
+def keeps_back(compute_pct: float, memory_mib: float) -> bool:
+    """Whether a device's reserve is worth saying (``ebb top``, ``ebb nodes``): a whole
+    percent of compute, or a MiB of memory."""
+    return compute_pct >= 0.5 or memory_mib >= 1
+
+
 def _takes_work(g: GpuView) -> bool:
     return g.state not in NO_WORK_STATES
