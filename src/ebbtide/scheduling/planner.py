@@ -94,7 +94,7 @@ _NOTHING_HELD = (0, 0.0, 0.0)
 _PRIORITY = attrgetter("priority")
 _ID = attrgetter("id")
 #: A job's shape: jobs of one shape fit where the others do (and, under windows, in time)
-_SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
+SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
 _SHAPE_AND_TIMING = attrgetter(
     "compute_pct", "memory_mib", "gpus", "queue", "first_checkpoint_s", "deadline_s"
 )
@@ -247,7 +247,7 @@ def plan(snapshot: Snapshot, *, queued_in_order: bool = False) -> Plan:
     # reason of the devices that take its jobs (not of the devices that would refuse them)
     unplaced_of: dict[str, Unplaced] = {}
     dispatches = out.dispatches
-    of_shape = _SHAPE if lanes is None else _SHAPE_AND_TIMING
+    of_shape = SHAPE if lanes is None else _SHAPE_AND_TIMING
     shape_of: Callable[[QueuedJob], tuple[object, ...]] = of_shape
     if not anyone:
         told = {o: o for o in owners.singled_out}.get

@@ -36,11 +36,10 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from operator import attrgetter
 
 from ebbtide.scheduling.admission import device_share
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow, within
-from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT
+from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, SHAPE
 from ebbtide.scheduling.snapshot import DeviceGates, DeviceView, Margins, QueuedJob
 from ebbtide.sim.state import SimDevice
 from ebbtide.sim.windows import drain_due
@@ -50,8 +49,6 @@ FIT_SLACK = 1e-6
 #: :func:`placeable` keeps a job that misses fitting by this much, in percent or MiB, so
 #: that float rounding never leaves out one the planner would have placed.
 KEEP_SLACK = 1e-3
-#: A queued job's shape: compute, memory, GPUs
-_SHAPE = attrgetter("compute_pct", "memory_mib", "gpus")
 #: A pause falls due this close to a pass's instant is checked again, in seconds (float
 #: rounding of ``paused_at + max_pause_s`` against ``now - paused_at``).
 _DUE_SLACK_S = 1e-6
@@ -166,7 +163,7 @@ def placeable(
     out = []
     last, ok = None, False
     for job in queued:
-        shape = _SHAPE(job)
+        shape = SHAPE(job)
         if shape == last:  # the jobs of a group come together
             if ok:
                 out.append(job)
