@@ -57,11 +57,10 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 #: one API request, in seconds
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: a metric, as :meth:`Metrics._scheduler_metric` makes it
-M = TypeVar("M")
-
 #: one scheduler pass, in seconds
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: a metric, as :meth:`Metrics._scheduler_metric` makes it
+M = TypeVar("M")
 
 #: Every metric ebbtide defines (without the ``_total``/``_bucket`` suffixes the
 #: exposition adds), with its labels.

@@ -202,8 +202,7 @@ def base_env(
     attempt's shim keeps of it only what the owner can search (:func:`trims_path`); the
     job's own is kept as given."""
     env = {k: v for k, v in agent_env.items() if k in PASSED_VARIABLES or k.startswith("LC_")}
-    if not env.get("PATH"):
-        env["PATH"] = DEFAULT_PATH
+    env["PATH"] = env.get("PATH") or DEFAULT_PATH
     env.update(job_env)
     env.update(identity.login_env())
     return env
