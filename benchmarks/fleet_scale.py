@@ -3,12 +3,14 @@ the scheduler passes and dispatches, with ``--agents`` simulated node agents (8 
 each) in this process.
 
 What is real: one :class:`~ebbtide.scheduling.loop.Scheduler` with its loop, leader lock
-and store on a fresh PostgreSQL database (``bench_stores.postgres_url``), sending its
-commands on dramatiq queues in Redis (a private key namespace, removed afterwards) and
-woken by the agents' events; each simulated agent's store work is a real
-:class:`~ebbtide.workers.sync.StoreSync` (its journal, deliveries, heartbeat rules, starts
-and reconciliation), driven by :meth:`~ebbtide.workers.sync.StoreSync.pump` from a few
-driver threads instead of a thread of its own.
+and store on a fresh PostgreSQL database (``bench_stores.postgres_url``), in a process of
+its own, sending its commands on dramatiq queues in Redis (a private key namespace,
+removed afterwards), woken by the agents' events and reading their liveness from Redis
+(:mod:`ebbtide.messaging.liveness`; ``--no-liveness``: from the store alone, as before);
+each simulated agent's store work is a real :class:`~ebbtide.workers.sync.StoreSync`
+(its journal, deliveries, heartbeat rules and touches, starts and reconciliation),
+driven by :meth:`~ebbtide.workers.sync.StoreSync.pump` from a few driver threads instead
+of a thread of its own.
 
 What is simulated: each device's online load (a seeded mean-reverting random walk, and
 now and then a spike that lasts ``--spike-s``: the scheduler sees the room shrink and
@@ -16,12 +18,14 @@ evicts), the jobs (they run ``--job-s`` seconds, report a checkpoint and progres
 ``--checkpoint-s``, and free their slice a moment after an eviction's warning), and the
 agents' command consumers.  A real agent's dramatiq worker polls its queue and the
 queue's delay queue, backing off to ``WORKER_TIMEOUT_MS`` while idle; a thread per
-consumer for a thousand agents does not fit one process, so one poller thread keeps each
-agent's two consumers' schedules (dramatiq's ``compute_backoff``, capped as the bus caps
-it, or by ``--poll-cap-ms``) and runs the due fetches (the broker's own Lua ``fetch``,
-one broker id per agent) pipelined.  Redis sees the commands a fleet of agents sends; if
-the poller falls behind, the fetch rate it reached is below the due one
-(``fetches_per_s`` against ``fetches_due_per_s``).
+consumer for a thousand agents does not fit one process, so one poller, in a process of
+its own, keeps each agent's two consumers' schedules (dramatiq's ``compute_backoff``,
+capped as the bus caps it, or by ``--poll-cap-ms``) and runs the due fetches (the
+broker's own Lua ``fetch``, one broker id per agent) pipelined.  Redis sees the
+commands a fleet of agents sends; if the poller falls behind, the fetch rate it reached
+is below the due one (``fetches_per_s`` against ``fetches_due_per_s``).  The agents'
+ticks are what this process does; how late they came (``agent_tick_late_p99_s``) says
+whether the machine kept up with the fleet it simulates.
 
 A steady stream of ``--submit-rate`` jobs a second (slices of 10-40 % and 4-16 GiB) is
 submitted through the store.  After ``--warmup`` seconds, ``--seconds`` are measured:
@@ -29,16 +33,16 @@ submitted through the store.  After ``--warmup`` seconds, ``--seconds`` are meas
 - pass time: ``run_once`` timed in the scheduler's own loop (p50, p99);
 - dispatch latency: submission to the agent holding its start: its command taken off its
   queue, or the start found by its reconciliation, whichever is first (p50, p99);
-- SQL writes per second: INSERT/UPDATE/DELETE statements sent by every engine in this
-  process (counted at the cursor), with ``pg_stat_database``'s transactions and rows
-  written for the database beside them;
+- SQL writes per second: INSERT/UPDATE/DELETE statements sent by every engine of the
+  agents, the clients and the scheduler (counted at the cursor), with
+  ``pg_stat_database``'s transactions and rows written for the database beside them;
 - Redis commands per second: ``INFO stats`` ``total_commands_processed`` (the server's:
   another user of the same Redis counts too; commands inside Lua scripts count one each).
 
 Usage (from the repository root; PostgreSQL and Redis as the tests use them)::
 
     python benchmarks/fleet_scale.py [--agents 1000] [--seconds 60] [--warmup 30]
-        [--submit-rate 5] [--every-heartbeat] [--poll-cap-ms MS] [--json]
+        [--submit-rate 5] [--every-heartbeat] [--no-liveness] [--poll-cap-ms MS] [--json]
 
 ``--every-heartbeat`` writes every heartbeat as before (for a before/after).  Prints a
 table; with ``--json`` exactly one JSON object (keys include ``agents``, ``pass_p50_s``,
@@ -51,13 +55,16 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import multiprocessing
 import os
+import queue
 import random
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +78,7 @@ from dramatiq.message import Message
 
 from ebbtide.config.policy import Policy
 from ebbtide.messaging.bus import WORKER_TIMEOUT_MS, Bus
+from ebbtide.messaging.liveness import RedisLiveness
 from ebbtide.messaging.messages import (
     DeviceReport,
     EvictAttempt,
@@ -148,6 +156,7 @@ class SimAgent:
         rng: random.Random,
         args: argparse.Namespace,
         figures: Figures,
+        liveness: RedisLiveness | None,
     ) -> None:
         self.name = name
         self.rng = rng
@@ -175,6 +184,7 @@ class SimAgent:
             heartbeat=lambda: self.payload,
             notify=bus.notify_scheduler,
             heartbeat_rules=rules,
+            liveness=liveness,
         )
         self.sync.started_at = self.started_at
         self.next_tick = time.monotonic() + rng.uniform(0, TICK_S)
@@ -312,24 +322,31 @@ class SimAgent:
 
 class Poller:
     """Every agent's two dramatiq consumers (its queue and the delay queue), on their
-    backoff schedules, fetching with the broker's script, pipelined."""
+    backoff schedules, fetching with the broker's script, pipelined; a command fetched
+    is acked and handed to ``deliver`` (the agent's index and the command's payload)."""
 
-    def __init__(self, bus: Bus, agents: list[SimAgent], cap_ms: int, figures: Figures) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        names: list[str],
+        cap_ms: int,
+        figures: Figures,
+        deliver: Callable[[int, dict[str, Any]], None],
+    ) -> None:
         self.bus = bus
         self.broker: Any = bus.broker
         self.client: redis.Redis = self.broker.client
         self.cap_ms = cap_ms
         self.figures = figures
+        self._deliver = deliver
         self.script = self.broker.scripts["dispatch"]
-        #: per consumer: (agent, queue, broker id, misses, due at)
+        #: per consumer: (agent's index, queue, broker id, misses, due at)
         self.consumers: list[list[Any]] = []
-        for a in agents:
-            queue_name = bus.node_queue(a.name)
+        for i, name in enumerate(names):
+            queue_name = bus.node_queue(name)
             broker_id = str(uuid.uuid4())
             for q in (queue_name, dq_name(queue_name)):
-                self.consumers.append([a, q, broker_id, 0, time.monotonic()])
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="poller", daemon=True)
+                self.consumers.append([i, q, broker_id, 0, time.monotonic()])
 
     def _args(self, command: str, queue_name: str, broker_id: str, *rest: Any) -> list[Any]:
         b = self.broker
@@ -345,9 +362,9 @@ class Poller:
             *rest,
         ]
 
-    def run(self) -> None:
+    def run(self, stop: Any) -> None:
         keys = [self.broker.namespace]
-        while not self.stop.is_set():
+        while not stop.is_set():
             now = time.monotonic()
             due = [c for c in self.consumers if c[4] <= now]
             if not due:
@@ -377,9 +394,45 @@ class Poller:
             keys=keys,
             args=self._args("ack", consumer[1], consumer[2], message.options["redis_message_id"]),
         )
-        payload = message.args[0]
-        command = parse_node_command(payload)
-        consumer[0].command(command)
+        self._deliver(consumer[0], message.args[0])
+
+
+def poller_process(
+    namespace: str,
+    names: list[str],
+    cap_ms: int,
+    measuring: Any,
+    done: Any,
+    commands: Any,
+    out: Any,
+) -> None:
+    """The agents' consumers, in a process of their own (in a fleet each agent's are
+    threads of its own process, on its own host): commands go to ``commands``; the
+    fetches counted while ``measuring`` go to ``out`` when ``done``."""
+    figures = Figures()
+    bus = Bus.redis(REDIS_URL, namespace)
+    poller = Poller(bus, names, cap_ms, figures, lambda i, payload: commands.put((i, payload)))
+
+    def window() -> None:
+        measuring.wait()
+        figures.measuring = True
+        done.wait()
+        figures.measuring = False
+
+    threading.Thread(target=window, daemon=True).start()
+    poller.run(done)
+    bus.close()
+    out.put({"counts": dict(figures.counts)})
+
+
+def take_commands(agents: list[SimAgent], commands: Any, stop: threading.Event) -> None:
+    """Hand the commands the poller fetched to their agents."""
+    while not stop.is_set():
+        try:
+            i, payload = commands.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        agents[i].command(parse_node_command(payload))
 
 
 def drive(agents: list[SimAgent], stop: threading.Event, figures: Figures) -> None:
@@ -449,53 +502,112 @@ def redis_commands(client: redis.Redis) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
+def scheduler_process(
+    url: str,
+    namespace: str,
+    home: str,
+    liveness_in_redis: bool,
+    measuring: Any,
+    done: Any,
+    out: Any,
+) -> None:
+    """The scheduler, in a process of its own as in a fleet (its passes would otherwise
+    share one interpreter lock with a thousand agents): times its passes and counts its
+    SQL writes while ``measuring`` is set, until ``done``; puts them on ``out``."""
+    figures = Figures()
+    store = Store(url)
+    count_writes(store.engine, figures)
+    bus = Bus.redis(REDIS_URL, namespace)
+    liveness = bus.liveness() if liveness_in_redis else None
+    store.liveness = liveness
+    scheduler = Scheduler(
+        store,
+        policy=Policy(),
+        send=bus.send_to_node,
+        leader=LeaderLock(store.engine, Path(home)),
+        liveness=liveness,
+    )
+    timed_pass = scheduler.run_once
+
+    def run_once() -> Any:
+        began = time.perf_counter()
+        try:
+            return timed_pass()
+        finally:
+            if figures.measuring:
+                figures.passes.append(time.perf_counter() - began)
+
+    scheduler.run_once = run_once  # type: ignore[method-assign]
+    bus.serve(events=scheduler.wake)
+    scheduler.start()
+    measuring.wait()
+    figures.measuring = True
+    done.wait()
+    figures.measuring = False
+    scheduler.stop()
+    bus.close()
+    store.close()
+    out.put({"passes": figures.passes, "counts": dict(figures.counts)})
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     figures = Figures()
     rules = HeartbeatRules(every=True) if args.every_heartbeat else HeartbeatRules.for_timeout(10.0)
     namespace = f"ebbtide-bench-{uuid.uuid4().hex[:8]}"
     home = Path(tempfile.mkdtemp(prefix="ebbtide-fleet-"))
+    spawn = multiprocessing.get_context("spawn")
+    measuring, done, out = spawn.Event(), spawn.Event(), spawn.Queue()
     with bench_stores.postgres_url(PG_ADMIN_URL) as url:
-        sched_store, agent_store, client_store = Store(url), Store(url), Store(url)
-        for s in (sched_store, agent_store, client_store):
+        Store(url).close()  # the schema, before either process opens it
+        agent_store, client_store = Store(url), Store(url)
+        for s in (agent_store, client_store):
             count_writes(s.engine, figures)
         bus = Bus.redis(REDIS_URL, namespace)
-        agents_bus = Bus.redis(REDIS_URL, namespace)
-        scheduler = Scheduler(
-            sched_store,
-            policy=Policy(),
-            send=bus.send_to_node,
-            leader=LeaderLock(sched_store.engine, home),
+        # the agents' touches share one client here; each real agent has its own
+        liveness = None if args.no_liveness else bus.liveness()
+        sched = spawn.Process(
+            target=scheduler_process,
+            args=(url, namespace, str(home), liveness is not None, measuring, done, out),
+            daemon=True,
         )
-        timed_pass = scheduler.run_once
-
-        def run_once() -> Any:
-            began = time.perf_counter()
-            try:
-                return timed_pass()
-            finally:
-                if figures.measuring:
-                    figures.passes.append(time.perf_counter() - began)
-
-        scheduler.run_once = run_once  # type: ignore[method-assign]
+        sched.start()
         rng = random.Random(args.seed)
         agents = [
             SimAgent(
                 f"sim{i:05d}",
                 agent_store,
-                agents_bus,
+                bus,
                 rules,
                 random.Random(rng.random()),
                 args,
                 figures,
+                liveness,
             )
             for i in range(args.agents)
         ]
-        poller = Poller(agents_bus, agents, args.poll_cap_ms, figures)
+        commands, polled = spawn.Queue(), spawn.Queue()
+        poller = spawn.Process(
+            target=poller_process,
+            args=(
+                namespace,
+                [a.name for a in agents],
+                args.poll_cap_ms,
+                measuring,
+                done,
+                commands,
+                polled,
+            ),
+            daemon=True,
+        )
+        poller.start()
         stop = threading.Event()
         threads = [
             threading.Thread(target=drive, args=(agents[k::DRIVERS], stop, figures), daemon=True)
             for k in range(DRIVERS)
         ]
+        threads.append(
+            threading.Thread(target=take_commands, args=(agents, commands, stop), daemon=True)
+        )
         threads.append(
             threading.Thread(
                 target=submit,
@@ -503,33 +615,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 daemon=True,
             )
         )
-        bus.serve(events=scheduler.wake)
-        scheduler.start()
-        poller.thread.start()
         for t in threads:
             t.start()
         try:
             time.sleep(args.warmup)
             r0, pg0, t0 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
             figures.measuring = True
+            measuring.set()
             time.sleep(args.seconds)
             figures.measuring = False
+            done.set()
             r1, pg1, t1 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
+            scheduled = out.get(timeout=60)
+            scheduled["counts"].update(polled.get(timeout=60)["counts"])
         finally:
+            done.set()
             stop.set()
-            poller.stop.set()
             for t in threads:
                 t.join(10)
-            poller.thread.join(10)
-            scheduler.stop()
+            poller.join(30)
+            sched.join(30)
             bus.close()
-            agents_bus.close()
-            for s in (sched_store, agent_store, client_store):
+            if liveness is not None:
+                liveness.close()
+            for s in (agent_store, client_store):
                 s.close()
             cleanup = redis.Redis.from_url(REDIS_URL)
             for key in cleanup.scan_iter(match=f"{namespace}*", count=1000):
                 cleanup.delete(key)
             cleanup.close()
+    figures.passes = scheduled["passes"]
+    figures.counts.update(scheduled["counts"])
     span = t1 - t0
     c = figures.counts
     out: dict[str, Any] = {
@@ -537,6 +653,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gpus": args.agents * GPUS_PER_NODE,
         "seconds": round(span, 1),
         "every_heartbeat": bool(args.every_heartbeat),
+        "liveness_in_redis": not args.no_liveness,
         "poll_cap_ms": args.poll_cap_ms,
         "passes": len(figures.passes),
     }
@@ -592,6 +709,11 @@ def main() -> int:
     parser.add_argument(
         "--every-heartbeat", action="store_true", help="write every heartbeat (the old rule)"
     )
+    parser.add_argument(
+        "--no-liveness",
+        action="store_true",
+        help="keep nodes alive by store writes alone (as before liveness in Redis)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -601,7 +723,8 @@ def main() -> int:
         return 0
     print(
         f"{result['agents']} agents ({result['gpus']} GPUs), {result['seconds']}s measured, "
-        f"heartbeats {'every one' if result['every_heartbeat'] else 'by the write rules'}, "
+        f"heartbeats {'every one' if result['every_heartbeat'] else 'by the write rules'}"
+        f"{', liveness in Redis' if result['liveness_in_redis'] else ''}, "
         f"consumers' poll cap {result['poll_cap_ms']} ms"
     )
     rows = [

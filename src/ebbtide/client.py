@@ -63,7 +63,7 @@ from ebbtide.queue.models import Job
 from ebbtide.queue.rightsizing import combine, hint
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
-from ebbtide.queue.store import Store, job_to_dict
+from ebbtide.queue.store import Store, job_to_dict, open_store
 from ebbtide.units import shown
 from ebbtide.workdir import with_submit_host, with_workdir
 
@@ -126,7 +126,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         only reads must not make an empty one where ``EBBTIDE_HOME`` was mistyped)."""
         self.settings = settings or Settings.from_env()
         self._owns_store = store is None
-        self.store = store or Store(self.settings.db_url, create=create)
+        self.store = store or open_store(self.settings, create=create)
         try:
             self.policy = policy or policy_in_effect(self.store, self.settings.policy_path)
         except BaseException:

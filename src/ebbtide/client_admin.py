@@ -15,6 +15,7 @@ from ebbtide.args import flag, text, whole
 from ebbtide.client_base import ClientBase
 from ebbtide.config.policy import Policy
 from ebbtide.errors import PermissionDenied, UserError
+from ebbtide.messaging.liveness import heartbeat_slack_s
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
 from ebbtide.queue.store import Store
@@ -49,7 +50,12 @@ class ClientAdmin(ClientBase):
             for index in a.devices:
                 held.setdefault((a.node, index), []).append(a)
         out = []
-        for n in self.store.nodes():
+        nodes = self.store.nodes()
+        # where this store cannot see liveness in Redis, a live node's heartbeat here may
+        # be up to this much older than its last: silent and quiet allow for it
+        lag_s = heartbeat_slack_s(self.store)
+        timeout_s = self.policy.defaults.heartbeat_timeout_s
+        for n in nodes:
             node_drain = drains.get((n.name, WHOLE_NODE))
             devices = json.loads(n.devices_json)
             for d in devices:
@@ -76,9 +82,12 @@ class ClientAdmin(ClientBase):
                     "heartbeat_age_s": max(0.0, round(now - n.heartbeat_at, 3)),
                     # silent past the policy's heartbeat timeout: the scheduler treats
                     # its attempts as lost and plans nothing there
-                    "silent": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s,
+                    "silent": now - n.heartbeat_at > timeout_s + lag_s,
                     # past half of it: a live agent writes at least every quarter
-                    "quiet": now - n.heartbeat_at > self.policy.defaults.heartbeat_timeout_s / 2,
+                    "quiet": now - n.heartbeat_at > timeout_s / 2 + lag_s,
+                    # how much older than its last the heartbeat here may be: 0, or 30
+                    # where its liveness in Redis was not read (EBBTIDE_REDIS_URL unset)
+                    "heartbeat_may_lag_s": lag_s,
                     "stopping": n.stopping,
                     # whose jobs its agent runs (any, users: all but root's, user:NAME);
                     # None: an older agent did not say
@@ -123,6 +132,9 @@ class ClientAdmin(ClientBase):
             raise UserError(f"no node named {node!r}")
         age = self.store.clock.time() - row.heartbeat_at
         timeout = self.policy.defaults.heartbeat_timeout_s
+        # without a view of the nodes' liveness in Redis, a live node's store heartbeat
+        # may be that much older than its last
+        timeout += heartbeat_slack_s(self.store)
         running = self.store.active_attempts(node=node)
         if age <= timeout and (not row.stopping or running):
             doing = f"is evicting {len(running)} attempt(s)" if row.stopping else "is alive"

@@ -23,6 +23,7 @@ from ebbtide.config.policy import Policy, load_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError
 from ebbtide.messaging.bus import Bus
+from ebbtide.messaging.liveness import call_timeout_s
 from ebbtide.metrics import DEFAULT_METRICS_ADDRESS, Metrics, serve_metrics
 from ebbtide.metrics import default as default_metrics
 from ebbtide.queue.store import Store
@@ -196,6 +197,9 @@ def build(
         else None
     )
     bus = _bus(settings, embedded=scheduler and agent_name is not None)
+    # distributed: nodes say they are alive through Redis, and the store merges that in
+    liveness = bus.liveness(timeout_s=call_timeout_s(policy.defaults.heartbeat_timeout_s))
+    store.liveness = liveness
     rt = Runtime(settings=settings, store=store, bus=bus, policy=policy, policy_path=path)
     rt.suspender = suspender
     if follower is not None:
@@ -213,6 +217,7 @@ def build(
             leader=LeaderLock(store.engine, settings.home),
             on_policy=rt.apply_policy,
             metrics=rt.metrics,
+            liveness=liveness,
         )
     if agent_name is not None:
         assert source is not None
@@ -238,6 +243,7 @@ def build(
             others_as_agent=others_as_agent,
             metrics=rt.metrics,
             own_python=own_python,
+            liveness=liveness,
         )
         rt.agent.sync.heartbeats.rules = heartbeat_rules(policy)
         rt.on_stop.append(source.close)

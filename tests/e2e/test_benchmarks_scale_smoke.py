@@ -150,7 +150,7 @@ def test_fleet_scale_json() -> None:
     )
     wanted = {"agents", "pass_p50_s", "pass_p99_s", "dispatch_p99_s", "sql_writes_per_s"}
     assert wanted | {"redis_ops_per_s"} <= set(result)
-    assert result["agents"] == 20
+    assert result["agents"] == 20 and result["liveness_in_redis"] is True
     assert result["passes"] > 0 and 0 < result["pass_p50_s"] <= result["pass_p99_s"]
     assert result["dispatches"] > 0 and result["dispatch_p99_s"] > 0
     # fewer heartbeats written than journaled (two a second per agent)

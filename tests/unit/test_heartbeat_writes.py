@@ -255,7 +255,9 @@ def test_a_heartbeat_the_store_did_not_take_stays_due(clock: FakeClock) -> None:
 # -- fencing -----------------------------------------------------------------------------
 
 
-def store_thread(clock: FakeClock, store: FakeStore) -> StoreSync:
+def store_thread(clock: FakeClock, store: FakeStore, liveness: Any = None) -> StoreSync:
+    """A node's store thread on ``store`` (and ``liveness``: Redis, where given), its
+    first heartbeat written."""
     payload = beat(device(online_compute_pct=40.0))
     journal = Journal(None)
     sync = StoreSync(
@@ -267,6 +269,7 @@ def store_thread(clock: FakeClock, store: FakeStore) -> StoreSync:
         heartbeat=lambda: payload,
         heartbeat_rules=HeartbeatRules.for_timeout(10.0),
         monotonic=clock.monotonic,
+        liveness=liveness,
     )
     sync.write_heartbeat()
     return sync

@@ -32,7 +32,7 @@ from ebbtide.config.settings import Settings
 from ebbtide.errors import EbbtideError, Unauthenticated
 from ebbtide.metrics import Metrics
 from ebbtide.queue.spec import JobSpec
-from ebbtide.queue.store import Store
+from ebbtide.queue.store import Store, open_store
 
 log = logging.getLogger("ebbtide.api")
 
@@ -63,7 +63,7 @@ def create_app(
         redoc_url=None,
     )
     policies = PolicyWatch(settings.policy_path)
-    app.state.ebbtide = ServerContext(settings, store or Store(settings.db_url), policies)
+    app.state.ebbtide = ServerContext(settings, store or open_store(settings), policies)
     app.state.ebbtide_owns_store = store is None
     app.include_router(routes.router)
     app.add_exception_handler(EbbtideError, _ebbtide_error)

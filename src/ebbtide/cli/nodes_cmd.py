@@ -46,13 +46,22 @@ def nodes(as_json: bool, full: bool) -> None:
         if as_json:
             _echo_json([])
         return
-    rows = client.nodes()
+    with client:
+        rows = client.nodes()
     for n in rows:
         for d in n["devices"]:
             d.setdefault("online_pods", [])  # from agents that do not report them
     if as_json:
         _echo_json(rows)
         return
+    lag_s = max((n.get("heartbeat_may_lag_s") or 0.0 for n in rows), default=0.0)
+    if lag_s:  # a trial's trap: every live node "silent" to a client without the Redis URL
+        click.echo(
+            "ebb: note: nodes' liveness is kept in Redis, not read here (set "
+            f"EBBTIDE_REDIS_URL): AGE may be up to {lag_s:g}s older than the last heartbeat, "
+            "and a node is called silent only past the timeout plus that",
+            err=True,
+        )
     now = time.time()
     click.echo(
         f"{'NODE':<16} {'AGE':>6}  {'DEV':>3}  {'ONLINE (compute / memory)':<27}  "

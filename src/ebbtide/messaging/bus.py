@@ -28,7 +28,9 @@ from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.message import Message
 
+from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import BrokerUnavailable, ConfigError
+from ebbtide.messaging.liveness import SOCKET_TIMEOUT_S, RedisLiveness
 from ebbtide.messaging.messages import (
     AttemptChanged,
     EvictAttempt,
@@ -65,6 +67,7 @@ class Bus:
         self._event_handler: EventHandler | None = None
         self._worker: dramatiq.Worker | None = None
         self._redis: Any = None
+        self._url: str | None = None
         register = dramatiq.actor(
             broker=broker, actor_name=_NODE_ACTOR, queue_name=self.node_queue("_"), max_retries=0
         )
@@ -95,7 +98,18 @@ class Bus:
             raise BrokerUnavailable(f"cannot reach Redis at {redacted(url)}: {exc}") from None
         bus = cls(RedisBroker(client=client, namespace=namespace), namespace)
         bus._redis = client
+        bus._url = url
         return bus
+
+    def liveness(
+        self, clock: Clock = SYSTEM_CLOCK, *, timeout_s: float = SOCKET_TIMEOUT_S
+    ) -> RedisLiveness | None:
+        """Node liveness beside this bus (:mod:`ebbtide.messaging.liveness`), on
+        connections of its own whose calls wait at most ``timeout_s``; None in embedded
+        mode (there the store takes every heartbeat's liveness as it always did)."""
+        if self._url is None:
+            return None
+        return RedisLiveness.from_url(self._url, self.namespace, clock=clock, timeout_s=timeout_s)
 
     # -- names --------------------------------------------------------------------------
 

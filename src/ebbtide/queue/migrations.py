@@ -212,6 +212,12 @@ def _v11_node_runs_jobs_of(conn: Connection) -> None:
     conn.execute(sa.text("ALTER TABLE nodes ADD COLUMN runs_jobs_of VARCHAR"))
 
 
+def _v12_liveness_in_redis(conn: Connection) -> None:
+    """No table changes: the mark of a store whose nodes may keep alive in Redis
+    (``messaging/liveness.py``), whose store heartbeats can then be up to 30 s old.  A
+    scheduler older than this refuses the store rather than give such nodes up."""
+
+
 #: Migrations in order; the list index + 1 is the version a migration produces.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -225,6 +231,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v9_attempt_usage,
     _v10_finished_at_index,
     _v11_node_runs_jobs_of,
+    _v12_liveness_in_redis,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 #: The tables the migrations make.

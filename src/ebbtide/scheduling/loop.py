@@ -43,6 +43,7 @@ from typing import Any
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.config.policy import Policy
 from ebbtide.errors import NotLeader, StaleState
+from ebbtide.messaging.liveness import NodeLiveness, blind_grace_s
 from ebbtide.messaging.messages import (
     AttemptChanged,
     DeviceReport,
@@ -95,8 +96,12 @@ class Scheduler:
         wakeups: bool = True,
         metrics: Metrics | None = None,
         incremental: bool = True,
+        liveness: NodeLiveness | None = None,
     ) -> None:
-        """``incremental``: keep a copy of the queue that each pass brings up to date
+        """``liveness``: where nodes' heartbeats also arrive (Redis: each pass says
+        that a scheduler reads them there, :mod:`ebbtide.messaging.liveness`; the store
+        merges them into its nodes).
+        ``incremental``: keep a copy of the queue that each pass brings up to date
         with what changed (:class:`~ebbtide.scheduling.mirror.Mirror`); False: read the
         whole queue every pass."""
         #: the store as this scheduler writes to it: fenced by its epoch while it leads
@@ -112,6 +117,7 @@ class Scheduler:
         #: the next instant the planner asked to plan again at (Unix seconds), if any
         self._wake_at: float | None = None
         self.leader = leader
+        self.liveness = liveness
         #: the policy text and epoch last published (see :meth:`_publish_policy`)
         self._published: tuple[str | None, int | None] | None = None
         #: whether this scheduler plans now (it leads, or needs no lock)
@@ -201,6 +207,9 @@ class Scheduler:
         self._wake_at = None  # a pass that fails asks for nothing
         self.runtime.maybe_reload()
         self._publish_policy()
+        if self.liveness is not None:
+            # this pass's read of the nodes says so to the agents: they may write less
+            self.liveness.lead(self.policy.defaults.heartbeat_timeout_s)
         now = self.clock.time()
         self.store.promote_waiting()
         for name, q in self.policy.queues.items():
@@ -342,7 +351,10 @@ class Scheduler:
         for a in self.store.active_attempts() if active is None else active:
             node = by_name.get(a.node)
             why = code = seen = None
-            if node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s:
+            silent = node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s
+            if silent and node is not None and self._blind():
+                pass  # its heartbeats may be in Redis, unread: wait (see _blind)
+            elif silent:
                 why, code = f"node {a.node} stopped heartbeating", NODE_SILENT
             elif (
                 a.state == JobState.DISPATCHED
@@ -396,6 +408,8 @@ class Scheduler:
             self._thread.join()
         self.retention.stop()
         self._lead_as(False)
+        if self.liveness is not None:
+            self.liveness.stand_down()
         self.runtime.stop()
         if self.leader is not None:
             self.leader.release()
@@ -464,9 +478,23 @@ class Scheduler:
         self.leading = leading
         self.metrics.leader.set(1 if leading else 0)
 
+    def _blind(self) -> bool:
+        """Whether this scheduler cannot tell a silent node yet: its reads of the nodes'
+        liveness in Redis fail (or its first one did), for less than the grace in which
+        every live agent is back to writing its heartbeats to the store
+        (:func:`~ebbtide.messaging.liveness.blind_grace_s`)."""
+        if self.liveness is None:
+            return False
+        blind_s = self.liveness.blind_for_s()
+        return blind_s is not None and blind_s < blind_grace_s(
+            self.policy.defaults.heartbeat_timeout_s
+        )
+
     def _stand_down(self, why: str) -> None:
         log.error("this scheduler no longer leads (%s): standing by", why)
         self._lead_as(False)
+        if self.liveness is not None:
+            self.liveness.stand_down()
         if self.mirror is not None:
             self.mirror.reset()
         if self.leader is not None:

@@ -98,7 +98,7 @@ from ebbtide.workers.executor import (
 from ebbtide.workers.forecasts import DeviceForecasts
 from ebbtide.workers.headroom.base import DeviceFault, DeviceInfo, DeviceSample, HeadroomSource
 from ebbtide.workers.health import HEALTH_CHECK_PERIOD_S, HealthTracker, fault_message
-from ebbtide.workers.heartbeat import HeartbeatRules
+from ebbtide.workers.heartbeat import HeartbeatRules, Toucher
 from ebbtide.workers.journal import Journal
 from ebbtide.workers.launch import launch_for
 from ebbtide.workers.ownership import ProcessOwnership, Tree
@@ -169,7 +169,10 @@ class NodeAgent:
         others_as_agent: bool = True,
         metrics: Metrics | None = None,
         own_python: bool = False,
+        liveness: Toucher | None = None,
     ) -> None:
+        """``liveness``: where each heartbeat also says the node is alive (Redis, in
+        distributed mode: :mod:`ebbtide.messaging.liveness`)."""
         self.name = name
         self.store = store
         self.source = source
@@ -242,6 +245,7 @@ class NodeAgent:
             notify=notify,
             heartbeat_rules=HeartbeatRules.for_timeout(heartbeat_timeout_s),
             clock=clock,
+            liveness=liveness,
         )
         self._shared = threading.Lock()
         # what a previous run journaled is delivered before the first reconcile

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ebbtide.errors import ConfigError
+from ebbtide.messaging.liveness import heartbeat_slack_s
 from ebbtide.queue.models import NodeRow
 from ebbtide.queue.store import Store
 
@@ -188,10 +189,14 @@ class NodeClaim:
                     raise NodeTaken(self._taken(row))
                 last_beat, still_since = row.heartbeat_at, time.monotonic()
                 polls = 0
-            # still for the whole timeout (counted in polls too, so that a sleep that
-            # does not sleep, in tests, cannot keep us here)
-            elif time.monotonic() - still_since > timeout_s or polls * POLL_S > timeout_s + POLL_S:
-                return
+            else:
+                # still for the whole timeout (counted in polls too, so that a sleep that
+                # does not sleep, in tests, cannot keep us here); longer while this store
+                # cannot see the nodes' liveness in Redis, where a live agent's heartbeat
+                # may stand still in the store for a while
+                still_s = timeout_s + heartbeat_slack_s(store)
+                if time.monotonic() - still_since > still_s or polls * POLL_S > still_s + POLL_S:
+                    return
         raise NodeTaken(self._taken(first, draining=True))
 
     def _taken(self, row: NodeRow, draining: bool = False) -> str:

@@ -16,16 +16,25 @@ SQL writes a second, nearly all saying "nothing changed".  The store thread writ
 
 and otherwise once every write period (:func:`write_period_s`: ``HEARTBEAT_WRITE_PERIOD_S``,
 at most a quarter of the heartbeat timeout), which keeps the node alive in the
-scheduler's eyes.  Heartbeats are offered every ``offer_period_s`` (the agent's 0.5 s), so
-one is written as soon as waiting for the next offer would pass the period: writes are
+scheduler's eyes.  Heartbeats are offered every ``offer_period_s`` (the agent's 0.5 s),
+so one is written as soon as waiting for the next offer would pass the period: writes are
 never further apart than the period.  Room that *grew* waits for that periodic write: a
 little lost opportunity, never a risk.  A shrink within the deadband is one half the
 policy's margin already absorbs.
 
+In distributed mode every offer also touches the node's liveness in Redis
+(:mod:`ebbtide.messaging.liveness`).  While the touch finds that the leading scheduler
+reads liveness there, the periodic write is only for room that *grew* by more than the
+deadband (as promptly as before), and otherwise once every ``RELAYED_WRITE_PERIOD_S``
+(for what reads the store alone): the SQL store sees the node's changes, not that it is
+alive.  A touch that fails, or finds no such scheduler, brings the write period back at
+once.
+
 The timing this keeps: the scheduler gives a node up a heartbeat timeout ``T`` after its
-last write; an agent that stops (paused, hung) last wrote at most a period (``T/4``)
-before, and its attempts' shims kill them half a timeout after its last lease renewal:
-by ``3T/4`` after the last write, a quarter of ``T`` before the scheduler may move them.
+last heartbeat it has (written, or touched while it reads them); an agent that stops
+(paused, hung) gave one at most a period (``T/4``) before, and its attempts' shims kill
+them half a timeout after its last lease renewal: by ``3T/4`` after the last heartbeat, a
+quarter of ``T`` before the scheduler may move them.
 
 So the store's figures for a node are at most a write period old for growth and for
 what is shown only (offline use, online pods), and current for everything that makes the
@@ -39,6 +48,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from ebbtide.messaging.liveness import RELAYED_WRITE_PERIOD_S
 
 #: The longest a node's heartbeat goes unwritten while nothing the scheduler acts on
 #: changes, in seconds (shorter under a short heartbeat timeout: :func:`write_period_s`).
@@ -81,6 +92,9 @@ class HeartbeatRules:
     every: bool = False
     #: how often heartbeats are offered, in seconds: a write is due one offer early
     offer_period_s: float = OFFER_PERIOD_S
+    #: the longest a heartbeat goes unwritten while a scheduler reads the node's
+    #: liveness from Redis, in seconds
+    relayed_period_s: float = RELAYED_WRITE_PERIOD_S
 
     @classmethod
     def for_timeout(cls, heartbeat_timeout_s: float) -> HeartbeatRules:
@@ -104,9 +118,12 @@ def why_write(
     payload: Mapping[str, Any],
     age_s: float,
     rules: HeartbeatRules,
+    *,
+    relayed: bool = False,
 ) -> str | None:
     """Why ``payload`` must be written, given the heartbeat ``written`` last, ``age_s``
-    seconds ago; None when it may wait.  Pure."""
+    seconds ago; None when it may wait.  ``relayed``: a scheduler reads the node's
+    liveness elsewhere (the write period is ``rules.relayed_period_s``).  Pure."""
     if rules.every:
         return "every heartbeat is written"
     if written is None:
@@ -130,9 +147,27 @@ def why_write(
             return f"device {index}: compute room shrank"
         if _taken_memory(now) - _taken_memory(was) > rules.deadband_memory_mib:
             return f"device {index}: memory room shrank"
-    if age_s + rules.offer_period_s > rules.period_s:
-        return "write period"  # the next offer would come too late
+    due = age_s + rules.offer_period_s  # the next offer would come this much later
+    if due > rules.period_s and (not relayed or _grew(old, new, rules)):
+        return "write period"
+    if relayed and due > rules.relayed_period_s:
+        return "write period (liveness in Redis)"
     return None
+
+
+def _grew(
+    old: Mapping[int, Mapping[str, Any]],
+    new: Mapping[int, Mapping[str, Any]],
+    rules: HeartbeatRules,
+) -> bool:
+    """Whether some device's room grew by more than the deadband since ``old``."""
+    for index, now in new.items():
+        was = old[index]
+        if _taken_compute(was) - _taken_compute(now) > rules.deadband_compute_pct:
+            return True
+        if _taken_memory(was) - _taken_memory(now) > rules.deadband_memory_mib:
+            return True
+    return False
 
 
 def _taken_compute(device: Mapping[str, Any]) -> float:
@@ -159,9 +194,20 @@ class HeartbeatStore(Protocol):
     ) -> None: ...
 
 
+class Toucher(Protocol):
+    def touch(self, node: str) -> bool | None: ...
+
+
+#: What :meth:`HeartbeatWriter.offer` did with a heartbeat.
+WRITTEN = "written"
+TOUCHED = "touched"
+
+
 class HeartbeatWriter:
-    """Writes one node's heartbeats to the store by :func:`why_write`'s rules.  Store
-    errors propagate (the caller retries); a heartbeat that failed stays due."""
+    """Writes one node's heartbeats to the store by :func:`why_write`'s rules, and
+    touches its liveness in Redis (``liveness``: :mod:`ebbtide.messaging.liveness`) with
+    each.  Store errors propagate (the caller retries); a heartbeat that failed stays
+    due."""
 
     def __init__(
         self,
@@ -170,26 +216,35 @@ class HeartbeatWriter:
         rules: HeartbeatRules | None = None,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        liveness: Toucher | None = None,
     ) -> None:
         self.node = node
         self.store = store
         self.rules = rules or HeartbeatRules()
         self._monotonic = monotonic
+        self.liveness = liveness
         #: the heartbeat last written, and when (monotonic seconds)
         self.written: Mapping[str, Any] | None = None
         self.written_at = monotonic()
-        #: heartbeats written and offered, for figures
+        #: heartbeats written, offered and read by a scheduler from Redis, for figures
         self.writes = 0
         self.offers = 0
+        self.relayed = 0
 
-    def offer(self, payload: Mapping[str, Any]) -> bool:
-        """Write ``payload`` if it is due; whether it was written."""
+    def offer(self, payload: Mapping[str, Any], *, touch: bool = True) -> str | None:
+        """Touch the node's liveness (unless not ``touch``), and write ``payload`` if it
+        is due.  ``WRITTEN``: the store took it; ``TOUCHED``: only Redis did, and a
+        scheduler reads it there; None: no scheduler has it."""
         self.offers += 1
+        read = self.liveness.touch(self.node) if touch and self.liveness is not None else None
         age_s = self._monotonic() - self.written_at
-        if why_write(self.written, payload, age_s, self.rules) is None:
-            return False
+        if why_write(self.written, payload, age_s, self.rules, relayed=bool(read)) is None:
+            if read:
+                self.relayed += 1
+                return TOUCHED
+            return None
         self.write(payload)
-        return True
+        return WRITTEN
 
     def write(self, payload: Mapping[str, Any]) -> None:
         """Write ``payload`` now, whatever the rules say."""

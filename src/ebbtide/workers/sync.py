@@ -39,7 +39,7 @@ from ebbtide.queue.outcomes import AGENT_LEFT, AGENT_RESTARTED, GONE
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
-from ebbtide.workers.heartbeat import HeartbeatRules, HeartbeatWriter
+from ebbtide.workers.heartbeat import TOUCHED, WRITTEN, HeartbeatRules, HeartbeatWriter, Toucher
 from ebbtide.workers.journal import Journal, Report
 from ebbtide.workers.stale import stale_start
 
@@ -98,6 +98,7 @@ class StoreSync:
         heartbeat_rules: HeartbeatRules | None = None,
         clock: Clock = SYSTEM_CLOCK,
         monotonic: Callable[[], float] | None = None,
+        liveness: Toucher | None = None,
     ) -> None:
         self.name = name
         #: what this thread waits on and times its periods by (the agent's clock)
@@ -111,8 +112,11 @@ class StoreSync:
         #: monotonic seconds (default: the clock's)
         self._monotonic = monotonic = monotonic or clock.monotonic
         #: writes the heartbeats the scheduler must see (and one a write period)
-        self.heartbeats = HeartbeatWriter(name, store, heartbeat_rules, monotonic=monotonic)
-        #: monotonic seconds of the last heartbeat the store took
+        self.heartbeats = HeartbeatWriter(
+            name, store, heartbeat_rules, monotonic=monotonic, liveness=liveness
+        )
+        #: monotonic seconds of the last heartbeat the scheduler has: the store took it,
+        #: or Redis did while the scheduler reads liveness there
         self.last_heartbeat_ok = monotonic()
         #: monotonic seconds of the last call the store answered
         self.last_contact_ok = self.last_heartbeat_ok
@@ -152,11 +156,12 @@ class StoreSync:
 
     def silence_s(self) -> float:
         """How long this node has been cut off from the store, in seconds: since the
-        store last answered, or since it last took a heartbeat less one write period
-        (writes failing while reads pass), whichever is longer.  The scheduler gives a
-        node up a heartbeat timeout after its last write, which is at most a write period
-        before the last contact: fencing at half the timeout leaves it half the timeout
-        less a write period to spare."""
+        store last answered, or since the scheduler last had a heartbeat (written, or
+        touched in Redis while it reads liveness there) less one write period (writes
+        failing while reads pass), whichever is longer.  The scheduler gives a node up a
+        heartbeat timeout after its last heartbeat, which is at most a write period before
+        the last contact: fencing at half the timeout leaves it half the timeout less a
+        write period to spare."""
         now = self._monotonic()
         return max(
             now - self.last_contact_ok,
@@ -232,8 +237,16 @@ class StoreSync:
         """Deliver one report; False when the store did not answer (try again)."""
         try:
             if report.op == "heartbeat":
-                if self.heartbeats.offer(self._heartbeat_payload()):
+                # cut off from the store for over a write period: no more touches, so
+                # that the scheduler gives the node up (its attempts are fenced by then)
+                in_touch = (
+                    self._monotonic() - self.last_contact_ok <= self.heartbeats.rules.period_s
+                )
+                done = self.heartbeats.offer(self._heartbeat_payload(), touch=in_touch)
+                if done == WRITTEN:
                     self._contact(heartbeat=True)
+                elif done == TOUCHED:
+                    self.last_heartbeat_ok = self._monotonic()
             else:
                 getattr(self.store, report.op)(**report.kwargs)
                 self._contact()

@@ -28,6 +28,8 @@ transitions, hold, alter, release, cancel, dispatch to the end of an attempt, lo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ebbtide.queue.lifecycle.user_actions import UserActionLogic
 from ebbtide.queue.store.attempts import AttemptMixin
 from ebbtide.queue.store.base import (
@@ -54,6 +56,9 @@ from ebbtide.queue.store.reports import (
 from ebbtide.queue.store.submission import SubmissionMixin
 from ebbtide.queue.store.transitions import TransitionMixin
 
+if TYPE_CHECKING:
+    from ebbtide.config.settings import Settings
+
 __all__ = [
     "ATTEMPTS",
     "EVENTS",
@@ -72,6 +77,7 @@ __all__ = [
     "StoreBase",
     "check_epoch",
     "job_to_dict",
+    "open_store",
 ]
 
 
@@ -88,3 +94,15 @@ class Store(
     UserActionLogic,
 ):
     """All job database I/O.  Safe to share between threads."""
+
+
+def open_store(settings: Settings, *, create: bool = True) -> Store:
+    """The store a client or ``ebb server`` reads (``create``: as :class:`Store`), with
+    the nodes' liveness read from Redis where ``EBBTIDE_REDIS_URL`` is set
+    (:mod:`ebbtide.messaging.liveness`)."""
+    from ebbtide.messaging.liveness import RedisLiveness
+
+    store = Store(settings.db_url, create=create)
+    if settings.redis_url:
+        store.liveness = RedisLiveness.from_url(settings.redis_url, settings.namespace)
+    return store

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -25,6 +25,17 @@ from ebbtide.queue.engine import create_engine, enable_wal, reading
 from ebbtide.queue.models import Attempt, Event, JobTable, Leadership, Node
 from ebbtide.queue.states import EventType
 from ebbtide.queue.tokens import Tokens
+
+
+class LivenessView(Protocol):
+    """Nodes' heartbeats kept outside the store (:mod:`ebbtide.messaging.liveness`)."""
+
+    def seen(self) -> Mapping[str, float]: ...
+
+    def forget(self, node: str) -> None: ...
+
+    def close(self) -> None: ...
+
 
 JOBS: sa.Table = JobTable.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
@@ -91,9 +102,14 @@ class StoreBase:
 
     #: the leadership epoch every write must still hold (a leader's view); None: any
     _epoch: int | None = None
+    #: where nodes' heartbeats also arrive (Redis, in distributed mode: see
+    #: :mod:`ebbtide.messaging.liveness`); :meth:`nodes` takes the later of the two
+    liveness: LivenessView | None = None
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.liveness is not None:
+            self.liveness.close()
 
     def fenced(self, epoch: int) -> Self:
         """This store as a leader of ``epoch`` sees it: every write first checks, in its

@@ -41,13 +41,27 @@ class NodeMixin(StoreBase):
                 conn.execute(NODES.insert().values(name=node, started_at=started_at, **values))
 
     def nodes(self) -> list[NodeRow]:
+        """Every node, each with its latest heartbeat: the store's, or the one
+        :attr:`liveness` has where that is later."""
         with self._read() as conn:
             rows = conn.execute(sa.select(NODES).order_by(NODES.c.name)).mappings().all()
-        return [NodeRow(**r) for r in rows]
+        seen = self.liveness.seen() if self.liveness is not None else None
+        if not seen:
+            return [NodeRow(**r) for r in rows]
+        out = []
+        for r in rows:
+            at = seen.get(r["name"])
+            if at is not None and at > r["heartbeat_at"]:
+                out.append(NodeRow(**{**r, "heartbeat_at": at}))
+            else:
+                out.append(NodeRow(**r))
+        return out
 
     def forget_node(self, node: str) -> None:
         with self._tx() as conn:
             conn.execute(NODES.delete().where(NODES.c.name == node))
+        if self.liveness is not None:
+            self.liveness.forget(node)
 
     # -- the published policy -----------------------------------------------------------
 
