@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -96,13 +97,23 @@ def test_the_leaders_exit_ends_every_process_and_keeps_its_code(tmp_path, leaver
 
 
 def test_a_lease_not_renewed_kills_the_whole_attempt(tmp_path, leaver):  # type: ignore[no-untyped-def]
-    proc, lease_w = start_shim(tmp_path, [str(leaver), str(tmp_path)], lease_s=0.5)
+    proc, lease_w = start_shim(tmp_path, [str(leaver), str(tmp_path)], lease_s=2.0)
     assert lease_w is not None
+    renewing = threading.Event()
+    renewing.set()
+
+    def renew() -> None:  # as the agent does, from the shim's start (a slow machine's
+        while renewing.is_set():  # python start-up must not outlast the lease)
+            os.write(lease_w, b".")
+            time.sleep(0.1)
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
     daemon = pid_in(tmp_path / "daemon.pid")
-    for _ in range(10):  # renewed for a while: it lives on
-        os.write(lease_w, b".")
-        time.sleep(0.1)
+    time.sleep(1.0)  # renewed for a while: it lives on
     assert proc.poll() is None
+    renewing.clear()
+    renewer.join(5)
     assert proc.wait(10) == shim.LEASE_EXIT  # renewals stopped (the agent paused, say)
     assert not alive(daemon)
     assert report(tmp_path)["cause"] == "lease"
