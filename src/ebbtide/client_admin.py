@@ -113,7 +113,7 @@ class ClientAdmin(ClientBase):
 
     def undrain(self, node: str, device: int | None = None) -> None:
         """Return ``node`` (or one device) to service: lifts its drain, and clears a fault
-        the node agent holds against it (it takes work again at once).  A node's undrain
+        the node agent holds against it (it takes work again within 2 s).  A node's undrain
         lifts the node's drain only: a device drained on its own stays drained (``ebb
         node undrain NODE/DEVICE`` lifts that); it clears held faults on every device.
         Admins only."""

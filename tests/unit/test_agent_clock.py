@@ -42,7 +42,7 @@ from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.heartbeat import write_period_s
 from ebbtide.workers.launch import Launch
 from ebbtide.workers.ownership import Tree
-from ebbtide.workers.sync import RECONCILE_PERIOD_S
+from ebbtide.workers.sync import RECONCILE_PERIOD_S, UNDRAIN_PERIOD_S
 
 T0 = 1_700_000_000.0
 #: binary fractions for the agent's periods (see the module's docstring)
@@ -287,7 +287,13 @@ def test_the_store_thread_writes_once_a_write_period_and_reconciles_every_period
 ) -> None:
     writes: list[float] = []
     reconciles: list[float] = []
+    undrain_reads: list[float] = []
     heartbeat, active_attempts = store.heartbeat, store.active_attempts
+    undrains = store.drains.undrains
+
+    def read_undrains(*args: Any, **kwargs: Any) -> Any:
+        undrain_reads.append(node.since_t0())
+        return undrains(*args, **kwargs)
 
     def written(*args: Any, **kwargs: Any) -> None:
         writes.append(node.since_t0())
@@ -299,6 +305,7 @@ def test_the_store_thread_writes_once_a_write_period_and_reconciles_every_period
 
     monkeypatch.setattr(store, "heartbeat", written)
     monkeypatch.setattr(store, "active_attempts", reconciled)
+    monkeypatch.setattr(store.drains, "undrains", read_undrains)
     node.run_until(9.1)
     period_s = node.agent.sync.heartbeats.rules.period_s
     assert period_s == write_period_s(HEARTBEAT_TIMEOUT_S)
@@ -308,6 +315,9 @@ def test_the_store_thread_writes_once_a_write_period_and_reconciles_every_period
     assert node.agent.sync.last_heartbeat_ok == T0 + writes[-1]
     assert RECONCILE_PERIOD_S == 0.5
     assert reconciles == every(RECONCILE_PERIOD_S, 0.0, 9.0)
+    # an admin's undrain is read with every fourth reconcile, not with each
+    assert UNDRAIN_PERIOD_S == 2.0
+    assert undrain_reads == every(UNDRAIN_PERIOD_S, 0.0, 9.0)
 
 
 # -- the fence --------------------------------------------------------------------------

@@ -14,7 +14,7 @@ thread posts to its inbox.  This thread
    attempts the store no longer gives to this node, to evict what the store says is
    being evicted, to start what was dispatched here and never arrived, and requeues
    attempts the store thinks run here but do not;
-4. takes in admins' undrains.
+4. takes in admins' undrains (read every ``UNDRAIN_PERIOD_S``, with a reconcile).
 
 Any call the store answers is contact: the agent fences its attempts by
 :meth:`StoreSync.silence_s`.
@@ -47,6 +47,9 @@ log = logging.getLogger("ebbtide.agent")
 
 #: How often the store thread reconciles with the store, in seconds.
 RECONCILE_PERIOD_S = 0.5
+#: How often an agent reads admins' undrains, in seconds: an admin's action, not worth
+#: a read every reconcile (on a fleet of 1,000 nodes, 2,000 reads a second)
+UNDRAIN_PERIOD_S = 2.0
 #: How long a graceful stop waits for the store to take the journal's reports, in seconds.
 DRAIN_TIMEOUT_S = 30.0
 #: How long the store thread waits before trying an undeliverable report again, in s.
@@ -127,6 +130,7 @@ class StoreSync:
         self._next_reconcile = 0.0
         self._outage_logged = False
         self._undrains_seen: dict[int, float] = {}
+        self._next_undrains = 0.0
         self.started_at = clock.time()
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -358,7 +362,10 @@ class StoreSync:
                     code = GONE
                 self._call(self.store.requeue_lost, job_id, a.attempt, why=why, reason_code=code)
                 self._notify(job_id)
-        self._take_undrains()
+        now = self._monotonic()
+        if now >= self._next_undrains:
+            self._next_undrains = now + UNDRAIN_PERIOD_S
+            self._take_undrains()
 
     def _take_undrains(self) -> None:
         try:
