@@ -11,7 +11,9 @@ import pytest
 
 from ebbtide.clock import FakeClock
 from ebbtide.messaging.liveness import (
+    PAUSE_AFTER_FAILURE_S,
     RELAYED_WRITE_PERIOD_S,
+    RedisLiveness,
     blind_grace_s,
     heartbeat_slack_s,
     reader_ttl_ms,
@@ -226,4 +228,79 @@ def test_the_grace_outlasts_the_mark_and_a_write_period() -> None:
         grace_s = blind_grace_s(timeout_s)
         assert grace_s >= mark_s + RULES.for_timeout(timeout_s).period_s + 0.5
         assert mark_s <= timeout_s / 4
-    assert blind_grace_s(10.0) == pytest.approx(6.5)
+    assert blind_grace_s(10.0) == pytest.approx(8.5)
+
+
+# -- the scheduler's view ----------------------------------------------------------------
+
+
+class FakeRedis:
+    """The few commands a scheduler's liveness sends; ``on_set`` runs inside SET."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.hash: dict[bytes, bytes] = {}
+        self.down = False
+        self.on_set: Any = None
+
+    def hgetall(self, key: str) -> dict[bytes, bytes]:
+        if self.down:
+            raise ConnectionError("connection refused")
+        return dict(self.hash)
+
+    def set(self, key: str, value: bytes, px: int) -> None:
+        self.keys[key] = value
+        if self.on_set is not None:
+            hook, self.on_set = self.on_set, None
+            hook()
+
+    def delete(self, key: str) -> None:
+        self.keys.pop(key, None)
+
+
+def test_a_failed_read_before_a_term_does_not_cut_the_terms_grace(clock: FakeClock) -> None:
+    """A review's finding: a process whose read failed an hour before it took the lead
+    (an agent's claim, an earlier term) had no grace left when its first read as leader
+    failed, and gave up every relaying node."""
+    r = FakeRedis()
+    liveness = RedisLiveness(r, "ns", clock=clock)
+    r.down = True
+    liveness.seen()
+    clock.advance(3600.0)
+    assert liveness.blind_for_s() == pytest.approx(3600.0)  # (claim and forget allow 30 s)
+    liveness.lead(10.0)
+    assert liveness.blind_for_s() == 0.0  # the grace counts from the term
+    clock.advance(2.0)
+    liveness.seen()
+    assert liveness.blind_for_s() == pytest.approx(2.0)
+    liveness.lead(10.0)  # the same term's next pass
+    assert liveness.blind_for_s() == pytest.approx(2.0)
+    r.down = False
+    clock.advance(PAUSE_AFTER_FAILURE_S)  # no call is made for a while after a failure
+    liveness.seen()
+    assert liveness.blind_for_s() is None
+    assert r.keys == {"ns.alive.reader": b"1"}  # marked only after a read that succeeded
+
+
+def test_a_stand_down_during_a_read_leaves_no_mark(clock: FakeClock) -> None:
+    """A review's finding: a metrics scrape's read set the mark again just after the
+    scheduler stood down and removed it."""
+    r = FakeRedis()
+    liveness = RedisLiveness(r, "ns", clock=clock)
+    liveness.lead(10.0)
+    r.on_set = liveness.stand_down  # lands between the read and its SET
+    liveness.seen()
+    assert r.keys == {}
+    liveness.seen()  # and a standby's reads mark nothing
+    assert r.keys == {}
+
+
+def test_the_hash_time_is_the_latest_not_the_largest(clock: FakeClock) -> None:
+    """A review's finding: one touch stamped by a clock that ran ahead kept a dead node
+    alive until the wall time caught up."""
+    r = FakeRedis()
+    liveness = RedisLiveness(r, "ns", clock=clock)
+    r.hash = {b"n1": b"9999999999.0", b"n2": b"100.0"}
+    liveness.seen()
+    r.hash = {b"n1": b"200.0", b"n2": b"not a time", b"n3": b"nan"}
+    assert liveness.seen() == {"n1": 200.0, "n2": 100.0}  # n2 kept from before

@@ -46,8 +46,7 @@ def nodes(as_json: bool, full: bool) -> None:
         if as_json:
             _echo_json([])
         return
-    with client:
-        rows = client.nodes()
+    rows = client.nodes()
     for n in rows:
         for d in n["devices"]:
             d.setdefault("online_pods", [])  # from agents that do not report them

@@ -77,12 +77,13 @@ def reader_ttl_ms(heartbeat_timeout_s: float) -> int:
 
 def blind_grace_s(heartbeat_timeout_s: float) -> float:
     """How long a scheduler that cannot see the hash gives no node up as silent, in
-    seconds: until the reader key it last set is gone (``T/4`` at most), every agent has
-    offered again and written (its write period, ``T/4`` at most), and a second more."""
+    seconds: until the reader key it (or the leader before it) last set is gone (``T/4``
+    at most), every agent has offered again (an offer, and its Redis call's timeout) and
+    written (its write period, ``T/4`` at most; 2 s more for a fleet's writes to land)."""
     return (
         reader_ttl_ms(heartbeat_timeout_s) / 1000
         + heartbeat_timeout_s / 4
-        + (_OFFER_PERIOD_S + 1.0)
+        + (_OFFER_PERIOD_S + SOCKET_TIMEOUT_S + 2.0)
     )
 
 
@@ -104,8 +105,9 @@ class NodeLiveness(Protocol):
         this process leads, a read that succeeds also sets the reader key."""
 
     def blind_for_s(self) -> float | None:
-        """How long the hash has not been read, in seconds, since the first read that
-        failed; None while the last read succeeded."""
+        """How long the hash has not been read, in seconds: since the first read that
+        failed, or since this process began to lead if that is later; None while the
+        last read succeeded."""
 
     def lead(self, heartbeat_timeout_s: float) -> None:
         """This process leads (each pass says so): reads that succeed set the reader
@@ -147,6 +149,11 @@ class RedisLiveness:
         self._blind_since: float | None = None
         #: the reader key's life while this process leads (ms); None: it does not lead
         self._lead_ttl_ms: int | None = None
+        #: monotonic seconds this process began to lead (a failed read before then says
+        #: nothing of the agents this term: :meth:`blind_for_s`)
+        self._term_began = -math.inf
+        #: bumped at each stand-down: a mark sent by a read that began before it is undone
+        self._term = 0
         #: monotonic seconds until which no call is made (after one that failed)
         self._paused_until = -math.inf
         self._failing = False
@@ -226,23 +233,34 @@ class RedisLiveness:
                 if math.isfinite(at):
                     self._known[node] = at  # the latest, not the largest ever
             known = dict(self._known)
-            ttl_ms = self._lead_ttl_ms
+            ttl_ms, term = self._lead_ttl_ms, self._term
         if ttl_ms is not None:  # only after a read that succeeded: see the module's doc
             try:
                 client.set(self.reader_key, b"1", px=ttl_ms)
+                with self._lock:
+                    stood_down = self._term != term
+                if stood_down:  # a stand-down came in meanwhile: its removal stands
+                    client.delete(self.reader_key)
             except Exception as exc:
                 self._failed("the reader's mark", exc)
         return known
 
     def blind_for_s(self) -> float | None:
         since = self._blind_since
-        return None if since is None else self.clock.monotonic() - since
+        if since is None:
+            return None
+        return self.clock.monotonic() - max(since, self._term_began)
 
     def lead(self, heartbeat_timeout_s: float) -> None:
-        self._lead_ttl_ms = reader_ttl_ms(heartbeat_timeout_s)
+        with self._lock:
+            if self._lead_ttl_ms is None:  # a new term: the grace counts from here
+                self._term_began = self.clock.monotonic()
+            self._lead_ttl_ms = reader_ttl_ms(heartbeat_timeout_s)
 
     def stand_down(self) -> None:
-        self._lead_ttl_ms = None
+        with self._lock:
+            self._lead_ttl_ms = None
+            self._term += 1
         client = self._redis()
         if client is not None:
             try:

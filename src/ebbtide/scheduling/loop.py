@@ -218,8 +218,9 @@ class Scheduler:
                     log.info("job %s held: evicted %s times or more", job_id, q.max_preemptions)
         # read once a pass: reconciling and planning both go by them
         nodes = self.store.nodes()
+        blind = self._blind()  # as of this read, whatever the rest of the pass takes
         queued, active = self.work(now, nodes)
-        gone = self.reconcile(now, nodes, active)
+        gone = self.reconcile(now, nodes, active, blind=blind)
         if gone:  # requeued: their slices are free; they are planned from the next pass
             active = [a for a in active if (a.job_id, a.attempt) not in gone]
         snapshot = self.snapshot(now, nodes, (queued, active))
@@ -341,18 +342,23 @@ class Scheduler:
         now: float,
         nodes: Sequence[NodeRow] | None = None,
         active: Sequence[ActiveAttempt] | None = None,
+        *,
+        blind: bool | None = None,
     ) -> set[tuple[int, int]]:
         """Requeue attempts whose node is gone, or whose start never happened; return
         them as (job id, attempt).  ``nodes`` and ``active``: as this pass read them (None:
-        read them)."""
+        read them); ``blind``: whether this scheduler could not tell a silent node when
+        it read ``nodes`` (:meth:`_blind`; None: now)."""
         defaults = self.policy.defaults
         by_name = {n.name: n for n in (self.store.nodes() if nodes is None else nodes)}
+        if blind is None:
+            blind = self._blind()
         gone: set[tuple[int, int]] = set()
         for a in self.store.active_attempts() if active is None else active:
             node = by_name.get(a.node)
             why = code = seen = None
             silent = node is None or now - node.heartbeat_at > defaults.heartbeat_timeout_s
-            if silent and node is not None and self._blind():
+            if silent and node is not None and blind:
                 pass  # its heartbeats may be in Redis, unread: wait (see _blind)
             elif silent:
                 why, code = f"node {a.node} stopped heartbeating", NODE_SILENT
