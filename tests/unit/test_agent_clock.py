@@ -42,7 +42,8 @@ from ebbtide.workers.headroom.static import StaticSource
 from ebbtide.workers.heartbeat import write_period_s
 from ebbtide.workers.launch import Launch
 from ebbtide.workers.ownership import Tree
-from ebbtide.workers.sync import RECONCILE_PERIOD_S, UNDRAIN_PERIOD_S
+from ebbtide.workers.sync import RECONCILE_PERIOD_S
+from ebbtide.workers.undrains import UNDRAIN_PERIOD_S
 
 T0 = 1_700_000_000.0
 #: binary fractions for the agent's periods (see the module's docstring)

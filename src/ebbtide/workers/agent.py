@@ -113,7 +113,8 @@ from ebbtide.workers.runas import (
 from ebbtide.workers.shim import tree as shim_tree
 from ebbtide.workers.status import Checkpoint, Result, StatusReader
 from ebbtide.workers.suspend import CudaCheckpoint, SuspendError, host_memory_mib, host_refusal
-from ebbtide.workers.sync import Kill, Prepared, StoreSync, Undrain, View
+from ebbtide.workers.sync import Kill, Prepared, StoreSync, View
+from ebbtide.workers.undrains import Undrain
 from ebbtide.workers.usage import USAGE_SAMPLE_PERIOD_S, UsageSummary
 
 log = logging.getLogger("ebbtide.agent")

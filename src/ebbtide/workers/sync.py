@@ -14,7 +14,7 @@ thread posts to its inbox.  This thread
    attempts the store no longer gives to this node, to evict what the store says is
    being evicted, to start what was dispatched here and never arrived, and requeues
    attempts the store thinks run here but do not;
-4. takes in admins' undrains (read every ``UNDRAIN_PERIOD_S``, with a reconcile).
+4. takes in admins' undrains (:mod:`ebbtide.workers.undrains`).
 
 Any call the store answers is contact: the agent fences its attempts by
 :meth:`StoreSync.silence_s`.
@@ -42,14 +42,12 @@ from ebbtide.queue.store import Store
 from ebbtide.workers.heartbeat import TOUCHED, WRITTEN, HeartbeatRules, HeartbeatWriter, Toucher
 from ebbtide.workers.journal import Journal, Report
 from ebbtide.workers.stale import stale_start
+from ebbtide.workers.undrains import UndrainWatch
 
 log = logging.getLogger("ebbtide.agent")
 
 #: How often the store thread reconciles with the store, in seconds.
 RECONCILE_PERIOD_S = 0.5
-#: How often an agent reads admins' undrains, in seconds: an admin's action, not worth
-#: a read every reconcile (on a fleet of 1,000 nodes, 2,000 reads a second)
-UNDRAIN_PERIOD_S = 2.0
 #: How long a graceful stop waits for the store to take the journal's reports, in seconds.
 DRAIN_TIMEOUT_S = 30.0
 #: How long the store thread waits before trying an undeliverable report again, in s.
@@ -73,13 +71,6 @@ class Kill:
     job_id: int
     attempt: int
     why: str
-
-
-@dataclass(frozen=True)
-class Undrain:
-    """Store → loop: an admin returned these devices to service (-1: every one)."""
-
-    index: int
 
 
 #: The loop's attempts as the store thread may see them: journal position, and per job
@@ -129,9 +120,8 @@ class StoreSync:
         self._thread: threading.Thread | None = None
         self._next_reconcile = 0.0
         self._outage_logged = False
-        self._undrains_seen: dict[int, float] = {}
-        self._next_undrains = 0.0
         self.started_at = clock.time()
+        self.undrains = UndrainWatch(name, post)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -362,24 +352,7 @@ class StoreSync:
                     code = GONE
                 self._call(self.store.requeue_lost, job_id, a.attempt, why=why, reason_code=code)
                 self._notify(job_id)
-        now = self._monotonic()
-        if now >= self._next_undrains:
-            self._next_undrains = now + UNDRAIN_PERIOD_S
-            self._take_undrains()
-
-    def _take_undrains(self) -> None:
-        try:
-            undrains = self.store.drains.undrains(self.name)
-        except Exception:
-            return
-        for index, at in undrains.items():
-            if self._undrains_seen.get(index) == at:
-                continue
-            first = index not in self._undrains_seen
-            self._undrains_seen[index] = at
-            if first and at < self.started_at:
-                continue  # an undrain from before this agent started is not news
-            self._post(Undrain(index))
+        self.undrains.take_if_due(self.store, self._monotonic(), self.started_at)
 
     # -- helpers ------------------------------------------------------------------------
 
