@@ -304,3 +304,11 @@ def test_the_hash_time_is_the_latest_not_the_largest(clock: FakeClock) -> None:
     liveness.seen()
     r.hash = {b"n1": b"200.0", b"n2": b"not a time", b"n3": b"nan"}
     assert liveness.seen() == {"n1": 200.0, "n2": 100.0}  # n2 kept from before
+
+
+def test_a_url_that_is_not_redis_is_named_as_the_setting() -> None:
+    from ebbtide.errors import ConfigError
+
+    liveness = RedisLiveness.from_url("foo://bar", "ns")
+    with pytest.raises(ConfigError, match=r"^EBBTIDE_REDIS_URL: foo://bar: Redis URL must"):
+        liveness.seen()

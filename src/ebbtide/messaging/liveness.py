@@ -176,12 +176,18 @@ class RedisLiveness:
             from redis.backoff import NoBackoff
             from redis.retry import Retry
 
-            return redis.Redis.from_url(
-                url,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                retry=Retry(NoBackoff(), 0),
-            )
+            from ebbtide.config.settings import redacted
+            from ebbtide.errors import ConfigError
+
+            try:
+                return redis.Redis.from_url(
+                    url,
+                    socket_timeout=timeout_s,
+                    socket_connect_timeout=timeout_s,
+                    retry=Retry(NoBackoff(), 0),
+                )
+            except ValueError as exc:  # not a Redis URL: a mistake to name, not an outage
+                raise ConfigError(f"EBBTIDE_REDIS_URL: {redacted(url)}: {exc}") from None
 
         return cls(None, namespace, clock=clock, connect=connect)
 
