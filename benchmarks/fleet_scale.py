@@ -412,14 +412,7 @@ def poller_process(
     figures = Figures()
     bus = Bus.redis(REDIS_URL, namespace)
     poller = Poller(bus, names, cap_ms, figures, lambda i, payload: commands.put((i, payload)))
-
-    def window() -> None:
-        measuring.wait()
-        figures.measuring = True
-        done.wait()
-        figures.measuring = False
-
-    threading.Thread(target=window, daemon=True).start()
+    threading.Thread(target=measure_window, args=(figures, measuring, done), daemon=True).start()
     poller.run(done)
     bus.close()
     out.put({"counts": dict(figures.counts)})
@@ -502,6 +495,15 @@ def redis_commands(client: redis.Redis) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
+def measure_window(figures: Figures, measuring: Any, done: Any) -> None:
+    """A child process's figures count from ``measuring`` until ``done`` (the parent's
+    window); returns at ``done``."""
+    measuring.wait()
+    figures.measuring = True
+    done.wait()
+    figures.measuring = False
+
+
 def scheduler_process(
     url: str,
     namespace: str,
@@ -540,10 +542,7 @@ def scheduler_process(
     scheduler.run_once = run_once  # type: ignore[method-assign]
     bus.serve(events=scheduler.wake)
     scheduler.start()
-    measuring.wait()
-    figures.measuring = True
-    done.wait()
-    figures.measuring = False
+    measure_window(figures, measuring, done)
     scheduler.stop()
     bus.close()
     store.close()

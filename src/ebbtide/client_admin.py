@@ -51,8 +51,9 @@ class ClientAdmin(ClientBase):
                 held.setdefault((a.node, index), []).append(a)
         out = []
         nodes = self.store.nodes()
-        # where this store cannot see liveness in Redis, a live node's heartbeat here may
-        # be up to this much older than its last: silent and quiet allow for it
+        # where this store cannot see liveness in Redis (as of the read just made), a live
+        # node's heartbeat here may be up to this much older than its last: silent and
+        # quiet allow for it
         lag_s = heartbeat_slack_s(self.store)
         timeout_s = self.policy.defaults.heartbeat_timeout_s
         for n in nodes:

@@ -28,7 +28,6 @@ from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.message import Message
 
-from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.errors import BrokerUnavailable, ConfigError
 from ebbtide.messaging.liveness import SOCKET_TIMEOUT_S, RedisLiveness
 from ebbtide.messaging.messages import (
@@ -101,15 +100,13 @@ class Bus:
         bus._url = url
         return bus
 
-    def liveness(
-        self, clock: Clock = SYSTEM_CLOCK, *, timeout_s: float = SOCKET_TIMEOUT_S
-    ) -> RedisLiveness | None:
+    def liveness(self, *, timeout_s: float = SOCKET_TIMEOUT_S) -> RedisLiveness | None:
         """Node liveness beside this bus (:mod:`ebbtide.messaging.liveness`), on
         connections of its own whose calls wait at most ``timeout_s``; None in embedded
         mode (there the store takes every heartbeat's liveness as it always did)."""
         if self._url is None:
             return None
-        return RedisLiveness.from_url(self._url, self.namespace, clock=clock, timeout_s=timeout_s)
+        return RedisLiveness.from_url(self._url, self.namespace, timeout_s=timeout_s)
 
     # -- names --------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -26,15 +26,8 @@ from ebbtide.queue.models import Attempt, Event, JobTable, Leadership, Node
 from ebbtide.queue.states import EventType
 from ebbtide.queue.tokens import Tokens
 
-
-class LivenessView(Protocol):
-    """Nodes' heartbeats kept outside the store (:mod:`ebbtide.messaging.liveness`)."""
-
-    def seen(self) -> Mapping[str, float]: ...
-
-    def forget(self, node: str) -> None: ...
-
-    def close(self) -> None: ...
+if TYPE_CHECKING:
+    from ebbtide.messaging.liveness import NodeLiveness
 
 
 JOBS: sa.Table = JobTable.__table__  # type: ignore[attr-defined]
@@ -104,7 +97,7 @@ class StoreBase:
     _epoch: int | None = None
     #: where nodes' heartbeats also arrive (Redis, in distributed mode: see
     #: :mod:`ebbtide.messaging.liveness`); :meth:`nodes` takes the later of the two
-    liveness: LivenessView | None = None
+    liveness: NodeLiveness | None = None
 
     def close(self) -> None:
         self.engine.dispose()
