@@ -549,6 +549,54 @@ def scheduler_process(
     out.put({"passes": figures.passes, "counts": dict(figures.counts)})
 
 
+class ChildDied(RuntimeError):
+    """A child process (the scheduler or the poller) ended or hung before its figures came."""
+
+
+def alive_or_fail(children: dict[str, Any]) -> None:
+    """Raise :class:`ChildDied` naming the first of ``children`` (name → process) that has
+    ended: the parent would otherwise wait out its queue reads without saying why."""
+    for name, proc in children.items():
+        if not proc.is_alive():
+            raise ChildDied(f"the {name} process ended early (exit code {proc.exitcode})")
+
+
+def collect(results: Any, name: str, proc: Any, timeout_s: float) -> dict[str, Any]:
+    """The figures ``proc`` (the ``name`` process) puts on ``results``; fails at once when
+    it ends without them, and after ``timeout_s`` when it hangs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got: dict[str, Any] = results.get(timeout=0.5)
+            return got
+        except queue.Empty:
+            if not proc.is_alive():
+                raise ChildDied(
+                    f"the {name} process ended without its figures (exit code {proc.exitcode})"
+                ) from None
+            if time.monotonic() > deadline:
+                raise ChildDied(f"the {name} process sent no figures in {timeout_s:g}s") from None
+
+
+def sleep_watching(seconds: float, children: dict[str, Any]) -> None:
+    """Sleep ``seconds``, failing as soon as one of ``children`` ends."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(0.5, left))
+        alive_or_fail(children)
+
+
+def end_child(proc: Any, timeout_s: float) -> None:
+    """Join ``proc``; terminate it if it has not ended by ``timeout_s``, kill it after 5 s."""
+    proc.join(timeout_s)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     figures = Figures()
     rules = HeartbeatRules(every=True) if args.every_heartbeat else HeartbeatRules.for_timeout(10.0)
@@ -616,24 +664,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         for t in threads:
             t.start()
+        children = {"scheduler": sched, "poller": poller}
         try:
-            time.sleep(args.warmup)
+            sleep_watching(args.warmup, children)
             r0, pg0, t0 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
             figures.measuring = True
             measuring.set()
-            time.sleep(args.seconds)
+            sleep_watching(args.seconds, children)
             figures.measuring = False
             done.set()
             r1, pg1, t1 = redis_commands(bus._redis), pg_counters(url), time.monotonic()
-            scheduled = out.get(timeout=60)
-            scheduled["counts"].update(polled.get(timeout=60)["counts"])
+            scheduled = collect(out, "scheduler", sched, 60)
+            scheduled["counts"].update(collect(polled, "poller", poller, 60)["counts"])
         finally:
             done.set()
             stop.set()
             for t in threads:
                 t.join(10)
-            poller.join(30)
-            sched.join(30)
+            end_child(poller, 30)
+            end_child(sched, 30)
             bus.close()
             if liveness is not None:
                 liveness.close()
@@ -716,7 +765,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7, help="random seed (7)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    result = run(args)
+    try:
+        result = run(args)
+    except ChildDied as e:
+        print(f"fleet_scale: {e}; its traceback, if any, is above", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result))
         return 0

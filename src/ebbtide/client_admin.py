@@ -15,7 +15,7 @@ from ebbtide.args import flag, text, whole
 from ebbtide.client_base import ClientBase
 from ebbtide.config.policy import Policy
 from ebbtide.errors import PermissionDenied, UserError
-from ebbtide.messaging.liveness import heartbeat_slack_s
+from ebbtide.messaging.liveness import heartbeat_lag, lag_in_words
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
 from ebbtide.queue.store import Store
@@ -54,7 +54,7 @@ class ClientAdmin(ClientBase):
         # where this store cannot see liveness in Redis (as of the read just made), a live
         # node's heartbeat here may be up to this much older than its last: silent and
         # quiet allow for it
-        lag_s = heartbeat_slack_s(self.store)
+        lag_s, lag_why = heartbeat_lag(self.store)
         timeout_s = self.policy.defaults.heartbeat_timeout_s
         for n in nodes:
             node_drain = drains.get((n.name, WHOLE_NODE))
@@ -89,6 +89,8 @@ class ClientAdmin(ClientBase):
                     # how much older than its last the heartbeat here may be: 0, or 30
                     # where its liveness in Redis was not read (EBBTIDE_REDIS_URL unset)
                     "heartbeat_may_lag_s": lag_s,
+                    # why: "redis_unset" (no EBBTIDE_REDIS_URL), "redis_unreachable", None
+                    "heartbeat_lag_why": lag_why,
                     "stopping": n.stopping,
                     # whose jobs its agent runs (any, users: all but root's, user:NAME);
                     # None: an older agent did not say
@@ -132,16 +134,20 @@ class ClientAdmin(ClientBase):
         if row is None:
             raise UserError(f"no node named {node!r}")
         age = self.store.clock.time() - row.heartbeat_at
-        timeout = self.policy.defaults.heartbeat_timeout_s
+        base = self.policy.defaults.heartbeat_timeout_s
         # without a view of the nodes' liveness in Redis, a live node's store heartbeat
         # may be that much older than its last
-        timeout += heartbeat_slack_s(self.store)
+        lag_s, lag_why = heartbeat_lag(self.store)
+        timeout = base + lag_s
         running = self.store.active_attempts(node=node)
         if age <= timeout and (not row.stopping or running):
             doing = f"is evicting {len(running)} attempt(s)" if row.stopping else "is alive"
+            after = f"{base:g}s of silence"
+            if lag_s:
+                after += f"; {timeout:g}s here, as {lag_in_words(lag_why)}"
             raise UserError(
                 f"node {node!r} heartbeated {age:.0f}s ago: its agent {doing}; stop it "
-                f"first (a node is forgotten once it stopped, or after {timeout:g}s of silence)"
+                f"first (a node is forgotten once it stopped, or after {after})"
             )
         self.store.forget_node(node)
 

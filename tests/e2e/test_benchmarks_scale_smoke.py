@@ -156,3 +156,32 @@ def test_fleet_scale_json() -> None:
     # fewer heartbeats written than journaled (two a second per agent)
     assert 0 < result["heartbeat_writes_per_s"] < 20 * 2
     assert result["sql_writes_per_s"] > 0 and result["redis_ops_per_s"] > 0
+
+
+def _exit_with(code: int) -> None:
+    sys.exit(code)
+
+
+def test_fleet_scale_names_a_child_that_died_at_once() -> None:
+    """A child process that dies is named at once, not after minutes of waiting on its
+    figures (a smoke run once timed out at 240 s without saying why)."""
+    import multiprocessing
+    import time
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import fleet_scale
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    spawn = multiprocessing.get_context("spawn")
+    proc = spawn.Process(target=_exit_with, args=(3,))
+    proc.start()
+    proc.join(30)
+    began = time.monotonic()
+    with pytest.raises(fleet_scale.ChildDied, match=r"the poller process ended .*exit code 3"):
+        fleet_scale.collect(spawn.Queue(), "poller", proc, 60)
+    assert time.monotonic() - began < 5
+    with pytest.raises(fleet_scale.ChildDied, match=r"the scheduler process ended early"):
+        fleet_scale.sleep_watching(30, {"scheduler": proc})
+    assert time.monotonic() - began < 10
+    fleet_scale.end_child(proc, 1)  # already ended: returns

@@ -148,6 +148,10 @@ def test_no_password_in_any_log_job_event_or_message(tmp_path, redis_port, postg
     outputs.extend([proc.stdout, proc.stderr])
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
 
+    # a trial's trap: the startup lines named the store but not Redis or the namespace
+    for log in ("scheduler.log", "worker.log"):
+        text = (tmp_path / log).read_text()
+        assert f"Redis redis://:***@127.0.0.1:{port}/0 (namespace " in text, log
     everything = _everything_written(tmp_path, outputs)
     assert "redis" in everything.lower()  # the run did write about its broker
     assert REDIS_SECRET not in everything

@@ -63,6 +63,26 @@ def test_unreachable_redis_is_a_clear_error() -> None:
         Bus.redis("redis://127.0.0.1:1/0")
 
 
+def test_a_redis_that_does_not_answer_is_a_clear_error_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker's client had no socket timeout: a Redis that accepts connections but
+    never answers (hung, or a partition that drops packets) stalled its caller for ever."""
+    import socket
+
+    from ebbtide.errors import BrokerUnavailable
+    from ebbtide.messaging import bus
+
+    monkeypatch.setattr(bus, "BROKER_SOCKET_TIMEOUT_S", 0.2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the backlog; nothing ever answers
+        began = time.monotonic()
+        with pytest.raises(BrokerUnavailable, match=r"cannot reach Redis.*[Tt]imeout"):
+            Bus.redis(f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+        assert time.monotonic() - began < 10
+
+
 def test_a_url_that_is_not_redis_names_the_setting() -> None:
     """A trial's trap: ``EBBTIDE_REDIS_URL=http://...`` said only "Redis URL must specify
     one of the following schemes"."""

@@ -340,7 +340,8 @@ def test_a_client_that_cannot_see_redis_says_so_and_allows_for_it(
         assert node["heartbeat_age_s"] >= 20.0
         assert node["heartbeat_may_lag_s"] == 30.0
         assert (node["silent"], node["quiet"]) == (False, False)
-        with pytest.raises(Exception, match="after 40s of silence"):
+        # one rule, worded once: the timeout, and what it is here and why
+        with pytest.raises(Exception, match=r"after 10s of silence; 40s here, as nodes' "):
             client.forget_node("n1")
     store.close()
     # the command says why the ages are what they are
@@ -355,6 +356,16 @@ def test_a_client_that_cannot_see_redis_says_so_and_allows_for_it(
     assert result.returncode == 0, result.stderr
     assert "liveness is kept in Redis, not read here (set EBBTIDE_REDIS_URL)" in result.stderr
     assert "agent silent" not in result.stdout
+    # a trial's trap: with the URL set but Redis down, the note still said "set it", and
+    # the library's warning came unworded beside it
+    env["EBBTIDE_REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
+    result = subprocess.run([ebb, "nodes"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "which did not answer at EBBTIDE_REDIS_URL" in result.stderr
+    assert "set EBBTIDE_REDIS_URL" not in result.stderr
+    others = [line for line in result.stderr.splitlines() if line.strip()]
+    assert others and all(line.startswith("ebb: ") for line in others), result.stderr
+    assert "agent silent" not in result.stdout
 
 
 def test_a_client_that_reads_redis_allows_nothing(world: World, tmp_path: Path) -> None:
@@ -368,3 +379,18 @@ def test_a_client_that_reads_redis_allows_nothing(world: World, tmp_path: Path) 
     with Client(settings, store=w.store, caller=Caller("root", admin=True, via="test")) as client:
         [node] = client.nodes()
         assert node["heartbeat_may_lag_s"] == 0.0
+
+
+def test_a_report_counts_a_node_up_to_its_heartbeat_in_redis(world: World) -> None:
+    """``ebb report`` counts a node's span to its latest heartbeat, as ``ebb nodes`` does:
+    the store's row, written every 30 s, would cut up to 30 s off it."""
+    w = world
+    w.lead()
+    for _ in range(40):  # 20 s: the store's row stays at the first write
+        w.writer.offer(beat())
+        w.lead()
+        w.clock.advance(0.5)
+    assert w.writer.writes == 1
+    [node] = w.store.report_rows(w.clock.time() - 60, w.clock.time())["nodes"]
+    assert node["heartbeat_at"] == pytest.approx(w.clock.time() - 0.5)
+    assert node["heartbeat_at"] == w.store.nodes()[0].heartbeat_at

@@ -78,6 +78,42 @@ def metrics_options(fn: Any) -> Any:
     return fn
 
 
+class _ClientWarnings(logging.Handler):
+    """Where a warning goes in a client command that set no logging up (Python's
+    ``logging.lastResort``): one line, worded as ours are (``ebb: warning: ...``), no
+    URL password or token in it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = f"ebb: {record.levelname.lower()}: {record.getMessage()}"
+        except Exception:
+            self.handleError(record)
+            return
+        sys.stderr.write(line + "\n")
+
+
+def _client_warnings() -> None:
+    """Word the warnings of commands that set no logging up as ours (see
+    :class:`_ClientWarnings`); a command that calls :func:`_setup_logging` logs as set."""
+    from ebbtide.redaction import SecretFilter
+
+    handler = _ClientWarnings()
+    handler.addFilter(SecretFilter(_our_secrets()))
+    logging.lastResort = handler
+
+
+def _our_secrets() -> list[str]:
+    """The passwords and tokens of ours in the environment, kept out of every log line."""
+    from ebbtide.redaction import passwords_of
+
+    return passwords_of([os.environ.get("EBBTIDE_DB_URL"), os.environ.get("EBBTIDE_REDIS_URL")]) + [
+        t for t in (os.environ.get("EBBTIDE_TOKEN"), os.environ.get("PGPASSWORD")) if t
+    ]
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -87,9 +123,6 @@ def _setup_logging(level: str) -> None:
     for noisy in ("dramatiq", "pika", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # whatever library writes a line, no URL password, token or credential of ours in it
-    from ebbtide.redaction import install, passwords_of
+    from ebbtide.redaction import install
 
-    install(
-        passwords_of([os.environ.get("EBBTIDE_DB_URL"), os.environ.get("EBBTIDE_REDIS_URL")])
-        + [t for t in (os.environ.get("EBBTIDE_TOKEN"), os.environ.get("PGPASSWORD")) if t]
-    )
+    install(_our_secrets())

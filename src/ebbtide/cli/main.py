@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ebbtide import __version__
-from ebbtide.cli.common import _client, _echo_json, _setup_logging, log
+from ebbtide.cli.common import _client, _client_warnings, _echo_json, _setup_logging, log
 from ebbtide.errors import EbbtideError, UserError
 
 #: Every command: the module that defines it, and its name there.  A module is imported
@@ -131,6 +131,7 @@ def cli() -> None:
 
     State lives in $EBBTIDE_HOME (default ~/.ebbtide); see the README for all settings.
     """
+    _client_warnings()
 
 
 # -- commands -------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from ebbtide.errors import UserError
 )
 def nodes(as_json: bool, full: bool) -> None:
     """Show node agents and their devices: heartbeat age (and "agent silent" past the
-    policy's heartbeat timeout); per device the latest online load, the slices ebbtide
+    policy's heartbeat timeout, "agent stopped" once it said it stops and holds
+    nothing); per device the latest online load, the slices ebbtide
     holds there, what admission keeps back there for the online side's growth (KEPT
     BACK: compute / memory, the forecast's reserve; the policy's margin comes on top),
     and its state: ok, out of service (the fault: the XID and what it means, and when),
@@ -55,10 +56,12 @@ def nodes(as_json: bool, full: bool) -> None:
         return
     lag_s = max((n.get("heartbeat_may_lag_s") or 0.0 for n in rows), default=0.0)
     if lag_s:  # a trial's trap: every live node "silent" to a client without the Redis URL
+        from ebbtide.messaging.liveness import lag_in_words
+
+        why = next((n.get("heartbeat_lag_why") for n in rows if n.get("heartbeat_lag_why")), None)
         click.echo(
-            "ebb: note: nodes' liveness is kept in Redis, not read here (set "
-            f"EBBTIDE_REDIS_URL): AGE may be up to {lag_s:g}s older than the last heartbeat, "
-            "and a node is called silent only past the timeout plus that",
+            f"ebb: note: {lag_in_words(why)}: AGE may be up to {lag_s:g}s older than the last "
+            "heartbeat, and a node is called silent only past the timeout plus that",
             err=True,
         )
     now = time.time()
@@ -76,8 +79,11 @@ def nodes(as_json: bool, full: bool) -> None:
             name, shown_age = (n["name"][:16], age) if pos == 0 else ("", "")
             stopping = ""
             held = any((dev.get("slices") or {}).get("jobs") for dev in n["devices"])
-            if pos == 0 and n["stopping"] and n.get("silent") and not held:
-                stopping = " (agent stopped)"  # it said so, and left nothing behind
+            # it said it stops, and left nothing behind: stopped (a trial's trap: "ok
+            # (agent stopping)" for 40 s after a clean stop, on a client without Redis)
+            stopped = n["stopping"] and not held
+            if pos == 0 and stopped:
+                stopping = " (agent stopped)"
             elif pos == 0 and n["stopping"] and not n.get("silent"):
                 stopping = " (agent stopping)"
             elif pos == 0 and n.get("silent"):
@@ -87,7 +93,7 @@ def nodes(as_json: bool, full: bool) -> None:
             # a silent agent's last figures say nothing of now (a trial's trap: "ok"); an
             # admin's drain is the store's, and still holds
             state = _state(d, now)
-            if n.get("silent"):
+            if n.get("silent") or stopped:
                 state = ", ".join(["unknown", *([str(d["drained"])] if d.get("drained") else [])])
             click.echo(
                 f"{name:<16} {shown_age:>6}  {d['index']:>3}  {_load(d):<27}  "

@@ -200,13 +200,14 @@ def _run_node(
         metrics_address=metrics_address,
     )
     log.info(
-        "ebbtide %s: node %s, devices %s, headroom %s, home %s, store %s, jobs run as %s",
+        "ebbtide %s: node %s, devices %s, headroom %s, home %s, store %s, %s, jobs run as %s",
         "up" if with_scheduler else "worker",
         name,
         describe_devices(source.devices()),
         headroom,
         settings.home,
         redacted(settings.db_url),
+        _messaging(settings),
         _whom(executor, run_as),
     )
     if (
@@ -220,6 +221,16 @@ def _run_node(
             "user, or set allow_root_jobs: true in the policy, or --run-as agent"
         )
     rt.run_until_signalled()
+
+
+def _messaging(settings: Any) -> str:
+    """Where commands and liveness go, for the startup line: Redis (its URL, password
+    masked, and the key namespace), or in this process."""
+    from ebbtide.config.settings import redacted
+
+    if not settings.redis_url:
+        return "messages in process (no EBBTIDE_REDIS_URL)"
+    return f"Redis {redacted(settings.redis_url)} (namespace {settings.namespace})"
 
 
 @click.command("scheduler")
@@ -244,7 +255,7 @@ def scheduler(
         metrics_port=metrics_port,
         metrics_address=metrics_address,
     )
-    log.info("ebbtide scheduler up: store %s", redacted(settings.db_url))
+    log.info("ebbtide scheduler up: store %s, %s", redacted(settings.db_url), _messaging(settings))
     rt.run_until_signalled()
 
 

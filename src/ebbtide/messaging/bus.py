@@ -51,6 +51,16 @@ MESSAGE_MAX_AGE_MS = 60_000
 #: agent also finds its starts and evictions by reconciling with the store every 0.5 s.
 WORKER_TIMEOUT_MS = 250
 
+#: The longest the broker's Redis client waits on one call (connect, send or read), in
+#: seconds: a Redis that stops answering (a hung server, a network partition that drops
+#: packets) fails a send rather than stalling a scheduler pass or an agent for ever.  A
+#: consumer's fetch is a short Lua script; no command of the broker's blocks.
+BROKER_SOCKET_TIMEOUT_S = 5.0
+#: Retries of a call that failed to connect or timed out (backing off up to 1 s between):
+#: redis-py's default of 10, with its backoff, held a pass up to a minute against a
+#: Redis that was down; a send that fails is made good by reconciliation.
+BROKER_RETRIES = 3
+
 _NODE_ACTOR = "ebbtide_node_command"
 _EVENT_ACTOR = "ebbtide_scheduler_event"
 
@@ -84,11 +94,18 @@ class Bus:
     def redis(cls, url: str, namespace: str = "ebbtide") -> Bus:
         import redis
         from dramatiq.brokers.redis import RedisBroker
+        from redis.backoff import ExponentialBackoff
+        from redis.retry import Retry
 
         from ebbtide.config.settings import redacted
 
         try:
-            client = redis.Redis.from_url(url)
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=BROKER_SOCKET_TIMEOUT_S,
+                socket_connect_timeout=BROKER_SOCKET_TIMEOUT_S,
+                retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), BROKER_RETRIES),
+            )
         except ValueError as exc:  # not a Redis URL: name the setting it came from
             raise ConfigError(f"EBBTIDE_REDIS_URL: {redacted(url)}: {exc}") from None
         try:

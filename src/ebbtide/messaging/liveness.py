@@ -302,15 +302,38 @@ class RedisLiveness:
         self._failing = True
 
 
-def heartbeat_slack_s(store: Any) -> float:
+#: Why a store's ``nodes()`` may show heartbeats older than their last
+#: (:func:`heartbeat_lag`): no Redis URL to read liveness from, or Redis did not answer.
+LAG_REDIS_UNSET = "redis_unset"
+LAG_REDIS_UNREACHABLE = "redis_unreachable"
+
+
+def heartbeat_lag(store: Any) -> tuple[float, str | None]:
     """How much older than its last heartbeat a live node's may look in ``store``'s
-    ``nodes()``, in seconds: none where they carry the liveness last read from Redis
-    (or where no agent keeps alive in Redis: a SQLite or in-memory store with no Redis
-    beside it); else ``RELAYED_WRITE_PERIOD_S`` (a read of Redis that failed, or a
-    client of a fleet's PostgreSQL store without ``EBBTIDE_REDIS_URL``)."""
+    ``nodes()``, in seconds, and why: ``(0, None)`` where they carry the liveness last
+    read from Redis (or where no agent keeps alive in Redis: a SQLite or in-memory store
+    with no Redis beside it); else ``RELAYED_WRITE_PERIOD_S`` with
+    :data:`LAG_REDIS_UNREACHABLE` (the last read of Redis failed) or
+    :data:`LAG_REDIS_UNSET` (a client of a fleet's PostgreSQL store without
+    ``EBBTIDE_REDIS_URL``)."""
     liveness = getattr(store, "liveness", None)
     if liveness is not None:
-        return 0.0 if liveness.blind_for_s() is None else RELAYED_WRITE_PERIOD_S
+        if liveness.blind_for_s() is None:
+            return 0.0, None
+        return RELAYED_WRITE_PERIOD_S, LAG_REDIS_UNREACHABLE
     engine = getattr(store, "engine", None)
-    on_sqlite = engine is None or engine.dialect.name == "sqlite"
-    return 0.0 if on_sqlite else RELAYED_WRITE_PERIOD_S
+    if engine is None or engine.dialect.name == "sqlite":
+        return 0.0, None
+    return RELAYED_WRITE_PERIOD_S, LAG_REDIS_UNSET
+
+
+def heartbeat_slack_s(store: Any) -> float:
+    """The seconds of :func:`heartbeat_lag`."""
+    return heartbeat_lag(store)[0]
+
+
+def lag_in_words(why: str | None) -> str:
+    """Why heartbeats may look older than their last (:func:`heartbeat_lag`), in words."""
+    if why == LAG_REDIS_UNREACHABLE:
+        return "nodes' liveness is kept in Redis, which did not answer at EBBTIDE_REDIS_URL"
+    return "nodes' liveness is kept in Redis, not read here (set EBBTIDE_REDIS_URL)"

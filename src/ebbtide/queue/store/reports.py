@@ -158,6 +158,9 @@ class ReportMixin(StoreBase):
                     NODES.c.name, NODES.c.started_at, NODES.c.heartbeat_at, NODES.c.devices_json
                 )
             ).all()
+        # each node's latest heartbeat, as ``nodes()`` has it: the store's may be up to 30 s
+        # older than the liveness in Redis where agents keep alive there
+        seen = self.liveness.seen() if self.liveness is not None else {}
         return {
             "events": [
                 {
@@ -177,7 +180,7 @@ class ReportMixin(StoreBase):
                 {
                     "name": name,
                     "started_at": started,
-                    "heartbeat_at": beat,
+                    "heartbeat_at": max(beat, seen.get(name, beat)),
                     "devices": len(json.loads(devices or "[]")),
                 }
                 for name, started, beat, devices in nodes
