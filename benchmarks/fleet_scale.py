@@ -571,6 +571,11 @@ def collect(results: Any, name: str, proc: Any, timeout_s: float) -> dict[str, A
             return got
         except queue.Empty:
             if not proc.is_alive():
+                try:  # it may have put them just before it ended
+                    late: dict[str, Any] = results.get(timeout=1.0)
+                    return late
+                except queue.Empty:
+                    pass
                 raise ChildDied(
                     f"the {name} process ended without its figures (exit code {proc.exitcode})"
                 ) from None

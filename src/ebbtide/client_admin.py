@@ -45,12 +45,15 @@ class ClientAdmin(ClientBase):
         now = time.time()
         cooldown_s = self.policy.defaults.eviction_cooldown_s
         drains = {(d.node, d.device): d for d in self.store.drains.drained()}
+        # the nodes before their attempts: a node that says it stops refuses new starts,
+        # so what it holds as of this read is in the attempts read after it (and "agent
+        # stopped", stopping with nothing held, is never said of one still evicting)
+        nodes = self.store.nodes()
         held: dict[tuple[str, int], list[Any]] = {}
         for a in self.store.active_attempts():
             for index in a.devices:
                 held.setdefault((a.node, index), []).append(a)
         out = []
-        nodes = self.store.nodes()
         # where this store cannot see liveness in Redis (as of the read just made), a live
         # node's heartbeat here may be up to this much older than its last: silent and
         # quiet allow for it

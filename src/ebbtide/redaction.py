@@ -6,7 +6,8 @@ may carry a URL with its password, or an API token.  :class:`SecretFilter`, inst
 the handlers of every long-running ``ebb`` process, rewrites each record once it is
 formatted:
 
-- the password of any ``scheme://user:password@host`` becomes ``***``;
+- the password of any ``scheme://user:password@host``, and of a ``password=`` (or
+  ``sslpassword=``) query parameter, becomes ``***``;
 - an API bearer token (``ebt_…``) becomes ``ebt_***``;
 - the literal values of the secrets it is given (passwords taken from the process's own
   store and broker URLs) become ``***`` wherever they appear.
@@ -21,6 +22,9 @@ from urllib.parse import unquote, urlsplit
 
 #: ``scheme://user:password@`` in any text; the password is group 2
 _URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]*:)([^\s@/]+)(@)")
+#: a password given as a URL's query parameter (``redis://h/0?password=…``, libpq's
+#: ``?password=…``, which both clients accept); the value is group 2
+_QUERY_PASSWORD = re.compile(r"([?&](?:password|sslpassword)=)([^&#\s]+)", re.IGNORECASE)
 #: the bearer tokens ``ebb token create`` issues
 _TOKEN = re.compile(r"\bebt_[A-Za-z0-9_\-]{8,}")
 
@@ -28,6 +32,7 @@ _TOKEN = re.compile(r"\bebt_[A-Za-z0-9_\-]{8,}")
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with URL passwords, API tokens and the literal ``secrets`` masked."""
     text = _URL_PASSWORD.sub(r"\1***\3", text)
+    text = _QUERY_PASSWORD.sub(r"\1***", text)
     text = _TOKEN.sub("ebt_***", text)
     for secret in secrets:
         if secret:
@@ -43,12 +48,19 @@ def passwords_of(urls: Iterable[str | None]) -> list[str]:
         if not url:
             continue
         try:
-            password = urlsplit(url).password
+            parts = urlsplit(url)
+            passwords = [parts.password, *query_passwords(parts.query)]
         except ValueError:
             continue
-        if password and len(password) >= 4:  # masking "a" everywhere would garble logs
-            found.update({password, unquote(password)})
+        for password in passwords:
+            if password and len(password) >= 4:  # masking "a" everywhere would garble logs
+                found.update({password, unquote(password)})
     return sorted(found, key=len, reverse=True)
+
+
+def query_passwords(query: str) -> list[str]:
+    """The passwords a URL's query gives (``password=``, ``sslpassword=``), as written."""
+    return [m.group(2) for m in _QUERY_PASSWORD.finditer("?" + query)]
 
 
 class SecretFilter(logging.Filter):

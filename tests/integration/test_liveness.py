@@ -358,13 +358,15 @@ def test_a_client_that_cannot_see_redis_says_so_and_allows_for_it(
     assert "agent silent" not in result.stdout
     # a trial's trap: with the URL set but Redis down, the note still said "set it", and
     # the library's warning came unworded beside it
-    env["EBBTIDE_REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
+    env["EBBTIDE_REDIS_URL"] = "redis://:hunter22@127.0.0.1:1/0"  # nothing listens there
     result = subprocess.run([ebb, "nodes"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "which did not answer at EBBTIDE_REDIS_URL" in result.stderr
     assert "set EBBTIDE_REDIS_URL" not in result.stderr
-    others = [line for line in result.stderr.splitlines() if line.strip()]
-    assert others and all(line.startswith("ebb: ") for line in others), result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert all(line.startswith("ebb: ") for line in lines), result.stderr
+    assert any(line.startswith("ebb: warning: Redis: ") for line in lines), result.stderr
+    assert "hunter22" not in result.stderr + result.stdout
     assert "agent silent" not in result.stdout
 
 

@@ -22,6 +22,15 @@ from ebbtide.redaction import install, passwords_of, scrub
             "postgresql+psycopg://ebb:***@db:5432/ebbtide",
         ),
         ("token ebt_AbCdEf0123456789-_xyz revoked", "token ebt_*** revoked"),
+        # both clients take a password as a query parameter too
+        (
+            "Redis redis://r:6379/0?password=s3cret&db=1 (namespace x)",
+            "Redis redis://r:6379/0?password=***&db=1 (namespace x)",
+        ),
+        (
+            "postgresql://db/x?sslmode=require&Password=pw42",
+            "postgresql://db/x?sslmode=require&Password=***",
+        ),
         ("no secret here: http://host:8786/v1/jobs", "no secret here: http://host:8786/v1/jobs"),
     ],
 )
@@ -34,6 +43,16 @@ def test_passwords_of_the_processs_urls_are_masked_anywhere() -> None:
     assert secrets == ["hunter22", "p%40ss1", "p@ss1"]
     assert scrub("AUTH hunter22 failed; p@ss1", secrets) == "AUTH *** failed; ***"
     assert passwords_of(["redis://:ab@r/0"]) == []  # too short to mask safely
+    assert passwords_of(["redis://r/0?password=qu%2Fery9"]) == ["qu%2Fery9", "qu/ery9"]
+
+
+def test_a_redacted_url_hides_a_password_in_its_query_too() -> None:
+    """A review's catch: the startup line would print ``?password=`` in plain text."""
+    from ebbtide.config.settings import redacted
+
+    assert redacted("redis://h:6379/0?password=hunter22") == "redis://h:6379/0?password=***"
+    assert redacted("redis://:a1b2@h/0?password=c3d4") == "redis://:***@h/0?password=***"
+    assert redacted("sqlite:////var/ebb.db") == "sqlite:////var/ebb.db"
 
 
 def test_the_filter_cleans_messages_args_and_tracebacks() -> None:
@@ -56,3 +75,25 @@ def test_the_filter_cleans_messages_args_and_tracebacks() -> None:
     assert "hunter22" not in text
     assert "broker redis://:***@r:6379/0 down" in text
     assert "ConnectionError: AUTH *** rejected" in text
+
+
+def test_a_client_commands_warnings_are_worded_as_ours_masked_with_tracebacks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where nothing set logging up (a short client command), a library's warning was
+    printed bare by Python's last resort; it reads ``ebb: warning: ...``, masked, and
+    keeps its traceback."""
+    from ebbtide.cli.common import _client_warnings
+
+    monkeypatch.setenv("EBBTIDE_REDIS_URL", "redis://:hunter22@r:6379/0")
+    monkeypatch.setattr(logging, "lastResort", logging.lastResort)  # restored afterwards
+    _client_warnings()
+    logger = logging.getLogger("test_redaction.client")
+    logger.propagate = False  # no handler anywhere: the last resort takes it
+    try:
+        raise RuntimeError("AUTH hunter22 refused")
+    except RuntimeError:
+        logger.warning("Redis said no (hunter22)", exc_info=True)
+    err = capsys.readouterr().err
+    assert err.startswith("ebb: warning: Redis said no (***)\nTraceback"), err
+    assert "RuntimeError: AUTH *** refused" in err and "hunter22" not in err

@@ -89,6 +89,10 @@ class _ClientWarnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = f"ebb: {record.levelname.lower()}: {record.getMessage()}"
+            if record.exc_info and not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            if record.exc_text:  # (masked by the filter, as the message is)
+                line += "\n" + record.exc_text
         except Exception:
             self.handleError(record)
             return

@@ -84,12 +84,16 @@ PRIVATE_VARIABLES = frozenset(
 
 
 def redacted(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``, for messages and logs."""
+    """``url`` with its password (if any: ``user:password@``, or a ``password=`` query
+    parameter, which the Redis and PostgreSQL clients accept too) replaced by ``***``,
+    for messages and logs."""
+    from ebbtide.redaction import scrub
+
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return scrub(url)

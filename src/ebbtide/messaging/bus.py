@@ -20,6 +20,7 @@ older than ``MESSAGE_MAX_AGE_MS`` is dropped.  We never rely on dramatiq's redel
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,13 +54,18 @@ WORKER_TIMEOUT_MS = 250
 
 #: The longest the broker's Redis client waits on one call (connect, send or read), in
 #: seconds: a Redis that stops answering (a hung server, a network partition that drops
-#: packets) fails a send rather than stalling a scheduler pass or an agent for ever.  A
-#: consumer's fetch is a short Lua script; no command of the broker's blocks.
+#: packets) fails a call rather than stalling its caller for ever.  A consumer's fetch
+#: is a short Lua script; no command of the broker's blocks.
 BROKER_SOCKET_TIMEOUT_S = 5.0
-#: Retries of a call that failed to connect or timed out (backing off up to 1 s between):
-#: redis-py's default of 10, with its backoff, held a pass up to a minute against a
-#: Redis that was down; a send that fails is made good by reconciliation.
+#: Retries of a call that could not connect (backing off up to 1 s between; a call that
+#: timed out is not retried: its script may have run): redis-py's default of 10, with
+#: its backoff, held a pass up to a minute against a Redis that was down.
 BROKER_RETRIES = 3
+#: After a send fails, the next sends in this many seconds are dropped unsent rather
+#: than each waiting out its own failure: a scheduler pass sends one after another.
+#: Reconciliation makes every dropped command good (agents read their starts and
+#: evictions from the store every 0.5 s, and the scheduler passes every 0.5 s anyway).
+SEND_PAUSE_AFTER_FAILURE_S = 2.0
 
 _NODE_ACTOR = "ebbtide_node_command"
 _EVENT_ACTOR = "ebbtide_scheduler_event"
@@ -77,6 +83,7 @@ class Bus:
         self._worker: dramatiq.Worker | None = None
         self._redis: Any = None
         self._url: str | None = None
+        self._sends_paused_until = 0.0  # monotonic: sends are dropped until then
         register = dramatiq.actor(
             broker=broker, actor_name=_NODE_ACTOR, queue_name=self.node_queue("_"), max_retries=0
         )
@@ -95,6 +102,7 @@ class Bus:
         import redis
         from dramatiq.brokers.redis import RedisBroker
         from redis.backoff import ExponentialBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.retry import Retry
 
         from ebbtide.config.settings import redacted
@@ -104,7 +112,11 @@ class Bus:
                 url,
                 socket_timeout=BROKER_SOCKET_TIMEOUT_S,
                 socket_connect_timeout=BROKER_SOCKET_TIMEOUT_S,
-                retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), BROKER_RETRIES),
+                retry=Retry(
+                    ExponentialBackoff(cap=1.0, base=0.1),
+                    BROKER_RETRIES,
+                    supported_errors=(RedisConnectionError,),
+                ),
             )
         except ValueError as exc:  # not a Redis URL: name the setting it came from
             raise ConfigError(f"EBBTIDE_REDIS_URL: {redacted(url)}: {exc}") from None
@@ -145,10 +157,21 @@ class Bus:
             kwargs={},
             options={"max_age": MESSAGE_MAX_AGE_MS, "max_retries": 0},
         )
+        if time.monotonic() < self._sends_paused_until:  # failed a moment ago: drop it
+            log.debug("not sending %s to %s: Redis failed a send", payload.get("op"), queue_name)
+            return
         try:
             self.broker.enqueue(message)
         except Exception as exc:  # a lost message is made good by reconciliation
-            log.warning("could not send %s to %s: %s", payload.get("op"), queue_name, exc)
+            self._sends_paused_until = time.monotonic() + SEND_PAUSE_AFTER_FAILURE_S
+            log.warning(
+                "could not send %s to %s: %s; sends resume in %gs, reconciliation makes "
+                "up for those dropped",
+                payload.get("op"),
+                queue_name,
+                exc,
+                SEND_PAUSE_AFTER_FAILURE_S,
+            )
 
     def send_to_node(self, node: str, command: StartAttempt | EvictAttempt) -> None:
         self._send(
