@@ -32,14 +32,13 @@ from ebbtide.client_admin import ClientAdmin
 from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.client_checks import (
     NO_AGENT_NOTE,
-    check_fits_fleet,
-    check_share_fits,
+    check_deadline,
+    check_policy_first,
     check_someone_runs,
+    fit_to_fleet,
     kubernetes_grant,
     policy_in_effect,
-    runs_jobs_of,
     submit_notes,
-    with_whole_gpu_memory,
 )
 from ebbtide.client_checks import pod_notes as pod_notes
 from ebbtide.client_checks import published_policy as published_policy
@@ -57,7 +56,7 @@ from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.client_reports import ClientReports
 from ebbtide.config.policy import Policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import PermissionDenied, SpecError
+from ebbtide.errors import ConfigError, PermissionDenied, SpecError
 from ebbtide.identity import Caller, local_caller
 from ebbtide.queue.models import Job
 from ebbtide.queue.rightsizing import combine, hint
@@ -126,6 +125,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         only reads must not make an empty one where ``EBBTIDE_HOME`` was mistyped)."""
         self.settings = settings or Settings.from_env()
         self._owns_store = store is None
+        if store is None:  # a bad policy file is refused before a new store is made
+            check_policy_first(self.settings)
         self.store = store or open_store(self.settings, create=create)
         try:
             self.policy = policy or policy_in_effect(self.store, self.settings.policy_path)
@@ -160,11 +161,12 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         spec = with_submit_host(spec)
         notes = submit_notes(spec, self.policy)
         nodes = self.store.nodes()
-        mine = runs_jobs_of(self.user, nodes)  # a whole GPU is one of theirs
-        defaults = self.policy.defaults
-        margin, planning = defaults.margin_memory_mib, defaults.planning_margin_memory_mib
-        spec, memory_note = with_whole_gpu_memory(spec, mine, margin, planning)
-        named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
+        check = not flag(allow_future, "allow_future")
+        spec, memory_note = fit_to_fleet(spec, self.user, nodes, self.policy.defaults, check)
+        try:  # a trial's trap: a ConfigError, which `except SpecError` did not catch
+            named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
+        except ConfigError as exc:
+            raise SpecError("queue", str(exc).removeprefix("queue: ")) from None
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})
         queue = self.policy.queues[spec.queue]
@@ -175,12 +177,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             )
         if "priority" not in spec.model_fields_set and queue.priority:
             spec = spec.model_copy(update={"priority": queue.priority})
-        self._check_deadline(spec)
-        if not flag(allow_future, "allow_future"):
-            check_fits_fleet(spec, mine, margin, planning)
-            check_share_fits(
-                spec, mine, defaults.margin_compute_pct, defaults.planning_margin_compute_pct
-            )
+        check_deadline(spec, self.policy)
+        if check:
             check_someone_runs(self.user, nodes)
         grant = kubernetes_grant(spec, self.policy)
         ids = self.store.submit(
@@ -320,9 +318,11 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         data["hint"] = hint(job.id or 0, used, job.compute_pct, job.gpus, job.memory_mib)
         return data
 
-    def as_dict(self, job: Job) -> dict[str, Any]:
-        """The ``qstat --json`` shape, with ``backoff_until`` (Unix seconds) for a job that
-        waits out a backoff after repeated evictions."""
+    def as_dict(self, job: Job | int) -> dict[str, Any]:
+        """The ``qstat --json`` shape of a job (or of the job a handle or an id names),
+        with ``backoff_until`` (Unix seconds) for one that waits out a backoff after
+        repeated evictions."""
+        job = self._job_of(job)
         data = job_to_dict(job)
         wait = self.policy.defaults.backoff_s(job.evictions)
         data["backoff_until"] = (
@@ -339,17 +339,6 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         return self.store.cancel(
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
-
-    def _check_deadline(self, spec: JobSpec) -> None:
-        """A deadline no longer than the spec's queue allows (``max_deadline_s``)."""
-        queue = self.policy.queues.get(spec.queue)
-        limit = None if queue is None else queue.max_deadline_s
-        if limit is not None and (spec.deadline_s or 0) > limit:
-            raise SpecError(
-                "deadline",
-                f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
-                f"(max_deadline_s {limit:g}s)",
-            )
 
     def alter(self, job_id: int, **changes: Any) -> Job:
         """Change a job that has not started (``qalter``): ``name``, ``priority``,
@@ -372,8 +361,14 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             kept.pop(field, None)
             for replaced in REPLACED_BY.get(field, ()):
                 kept.pop(replaced, None)
-        spec = JobSpec(**kept, **changes)
-        self._check_deadline(spec)
+        was_whole, spec = spec.gpus, JobSpec(**kept, **changes)
+        if spec.gpus and not was_whole and "gpumem" not in changes:  # a fraction made whole
+            kept.pop("memory_mib", None)  # GPUs: a card's memory, as at submission
+            spec = JobSpec(**kept, **changes)
+        # a trial's trap: qalter -l gpu=2,gpumem=100GiB was taken where qsub refused it
+        spec, note = fit_to_fleet(spec, self.user, self.store.nodes(), self.policy.defaults)
+        self.last_notes = [note] if note else []
+        check_deadline(spec, self.policy)
         return self._shown(
             self.store.alter(
                 job_id,

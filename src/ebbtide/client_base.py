@@ -9,10 +9,12 @@ import builtins
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, Self
 
 from ebbtide.args import whole
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
+from ebbtide.client_fields import REPLACED_BY
 from ebbtide.errors import EbbtideError, SpecError
 from ebbtide.handle import JobHandle
 from ebbtide.identity import Caller
@@ -28,13 +30,25 @@ class WaitTimeout(EbbtideError):
     """``Client.wait`` ran out of time; the job goes on."""
 
 
-def spec_from(spec: JobSpec | None, fields: dict[str, Any]) -> JobSpec:
+def spec_from(spec: JobSpec | Mapping[str, Any] | None, fields: dict[str, Any]) -> JobSpec:
     """What ``submit(spec, **fields)`` submits: the spec, or one made of the fields, or
-    the spec with the fields on top (re-validated, what the spec left unset kept unset)."""
+    the spec with the fields on top (re-validated, what the spec left unset kept unset).
+    A mapping of fields stands for the spec they make; anything else is a
+    :class:`SpecError` (a trial's trap: ``submit({...})`` was an AttributeError)."""
+    if isinstance(spec, Mapping):
+        return JobSpec(**{**spec, **fields})
     if spec is None:
         return JobSpec(**fields)
+    if not isinstance(spec, JobSpec):
+        raise SpecError(
+            "spec", f"expected a JobSpec or its fields as keywords, got {type(spec).__name__}"
+        )
     if fields:
-        return JobSpec(**{**spec.model_dump(exclude_unset=True), **fields})
+        kept = spec.model_dump(exclude_unset=True)
+        for field in fields:  # gpu="50%" on top replaces the compute_pct the spec had
+            for replaced in REPLACED_BY.get(field, ()):
+                kept.pop(replaced, None)
+        return JobSpec(**{**kept, **fields})
     return spec
 
 
@@ -106,20 +120,40 @@ class ClientBase(ABC):
         self.close()
 
     def submit(
-        self, spec: JobSpec | None = None, *, allow_future: bool = False, **fields: Any
+        self,
+        spec: JobSpec | Mapping[str, Any] | None = None,
+        *,
+        allow_future: bool = False,
+        **fields: Any,
     ) -> JobHandle:
-        """Submit a job; return its :class:`~ebbtide.handle.JobHandle` — its id (for an
-        array, the array id = its first task's id), with ``state``, ``wait()``,
-        ``cancel()``, ``logs()``, ``events()`` and ``result()``.
+        """Submit a job; return its :class:`~ebbtide.handle.JobHandle` — its id, with
+        ``state``, ``wait()``, ``cancel()``, ``logs()``, ``events()`` and ``result()``.
 
-        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``, ``gpu="25%"``,
-        ``array="1-4%2"``).  Raises :class:`~ebbtide.errors.SpecError` for a bad spec,
+        Pass a :class:`JobSpec` or its fields as keywords (``command=[...]``,
+        ``gpu="25%"``).  An array (``array="1-4%2"``) is :meth:`submit_many`'s: it
+        returns every task's id (one handle would answer for its first task alone).
+        Raises :class:`~ebbtide.errors.SpecError` for a bad spec,
         :class:`~ebbtide.errors.PermissionDenied` for a queue the caller may not use.
         A job no node that has reported could ever hold (more GPUs than any node has, more
         memory than any card) is refused, saying what the fleet offers, unless
         ``allow_future`` (such a node will join).
         """
-        return JobHandle(self.submit_many(spec, allow_future=allow_future, **fields)[0], self)
+        spec = spec_from(spec, fields)
+        if spec.array is not None:  # a trial's trap: task 1's handle "succeeded" as the rest ran
+            raise SpecError(
+                "array",
+                "submit() returns one job's handle; submit an array with submit_many(), "
+                "which returns every task's id (client.handle(id) makes a handle of each)",
+            )
+        return JobHandle(self.submit_many(spec, allow_future=allow_future)[0], self)
+
+    def _job_of(self, job: Job | int) -> Job:
+        """``job`` itself, or the job a handle or an id names (a trial's trap:
+        ``as_dict(handle)`` was an AttributeError); a :class:`SpecError` for anything
+        else."""
+        if isinstance(job, Job):
+            return job
+        return self.get(whole(job, "job"))
 
     def handle(self, job_id: int) -> JobHandle:
         """A :class:`~ebbtide.handle.JobHandle` for a job submitted before (it must exist)."""

@@ -94,6 +94,29 @@ def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:
     return notes
 
 
+def check_policy_first(settings: Any) -> None:
+    """Where the SQLite store is not made yet, the policy file (``EBBTIDE_POLICY``) that
+    will be in effect there is read first: a bad one is refused before anything is
+    made (a trial's trap: the job was refused, and an empty store was left behind)."""
+    url = settings.db_url
+    if settings.policy_path is None or not url.startswith("sqlite:///"):
+        return
+    if not Path(url.removeprefix("sqlite:///")).exists():
+        load_policy(settings.policy_path)
+
+
+def check_deadline(spec: JobSpec, policy: Policy) -> None:
+    """A deadline no longer than the spec's queue allows (``max_deadline_s``)."""
+    queue = policy.queues.get(spec.queue)
+    limit = None if queue is None else queue.max_deadline_s
+    if limit is not None and (spec.deadline_s or 0) > limit:
+        raise SpecError(
+            "deadline",
+            f"{spec.deadline_s:g}s is longer than queue {spec.queue!r} allows "
+            f"(max_deadline_s {limit:g}s)",
+        )
+
+
 def policy_in_effect(store: Store, path: Path | None) -> Policy:
     """The policy jobs are checked against: the one the running (or last) scheduler
     published to the store (:func:`published_policy`), so every client sees the queues,
@@ -236,6 +259,24 @@ NO_AGENT_NOTE = (
 )
 
 
+def fit_to_fleet(
+    spec: JobSpec, user: str, nodes: Sequence[Any], defaults: Any, check: bool = True
+) -> tuple[JobSpec, str | None]:
+    """``spec`` as ``user``'s nodes would hold it (a whole GPU's memory, with a note:
+    :func:`with_whole_gpu_memory`), and with ``check`` refused unless one of them could
+    ever hold it (:func:`check_fits_fleet`, :func:`check_share_fits`): what ``qsub`` and
+    ``qalter`` both check, under the policy's ``defaults``."""
+    mine = runs_jobs_of(user, nodes)  # a whole GPU is one of theirs
+    margin, planning = defaults.margin_memory_mib, defaults.planning_margin_memory_mib
+    spec, note = with_whole_gpu_memory(spec, mine, margin, planning)
+    if check:
+        check_fits_fleet(spec, mine, margin, planning)
+        check_share_fits(
+            spec, mine, defaults.margin_compute_pct, defaults.planning_margin_compute_pct
+        )
+    return spec, note
+
+
 def with_whole_gpu_memory(
     spec: JobSpec, nodes: Sequence[Any], margin_mib: float = 0.0, planning_mib: float = 0.0
 ) -> tuple[JobSpec, str | None]:
@@ -247,8 +288,9 @@ def with_whole_gpu_memory(
     (``margin_mib``, ``defaults.margin_memory_mib``, and on a node measured
     through Prometheus ``planning_mib`` more: a grant of the whole card would never fit),
     with a note saying so, and saying when no card has that much free now (online memory,
-    the forecast's reserve: the job waits until one has).  With none reported, or an
-    amount asked for, ``spec`` as it is."""
+    the forecast's reserve: the job waits until one has).  With an amount asked for,
+    ``spec`` as it is; with no card reported, ``spec`` as it is and a note saying what
+    it is granted."""
     if not spec.gpus or "memory_mib" in spec.model_fields_set:
         return spec, None
     devices = [
@@ -257,8 +299,14 @@ def with_whole_gpu_memory(
         for d in json.loads(node.devices_json or "[]")
         if d.get("memory_mib")
     ]
-    if not devices:
-        return spec, None
+    if not devices:  # a trial's trap: granted the default gpumem, and not told
+        plural = "s" if spec.gpus > 1 else ""
+        return spec, (
+            f"{spec.gpus} whole GPU{plural} with no gpumem, and no node has reported its "
+            f"cards yet: granted {format_mib(spec.memory_mib)} of memory on each (the "
+            "default); -l gpumem=SIZE asks for what it needs (ebb qalter can change it "
+            "until it starts)"
+        )
     # MIG instances are GPUs to the planner, but a whole GPU asked for means a card
     cards = [(name, d) for name, d in devices if d.get("mig_parent") is None]
     what = "the smallest card here" if cards else "the smallest MIG instance here"

@@ -143,12 +143,17 @@ def format_mib(mib: float) -> str:
 
 
 _DUR_RE = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|min|h|d)?\s*")
+#: The fields of ``DD:HH:MM:SS``, each with how many of it make one of the field before.
+_CLOCK_FIELDS = (("days", 1), ("hours", 24), ("minutes", 60), ("seconds", 60))
 _DUR_UNITS_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration_s(text: str | int | float) -> float:
     """Parse a duration into seconds: ``30s``, ``5m``, ``2h``, ``HH:MM:SS``, ``MM:SS``,
-    ``DD:HH:MM:SS``, ``90``.
+    ``DD:HH:MM:SS``, ``90``.  In the clock forms the first field that is not zero may run
+    past its clock (``25:00:00``, ``90:00``, ``00:00:60``, as PBS takes them) but none
+    after it may: there minutes and seconds are 0-59 and hours 0-23, so ``25:99:00`` is
+    refused, not read as 26:39:00.
 
     At most :data:`MAX_DURATION_S` (366 days).
     """
@@ -161,9 +166,16 @@ def parse_duration_s(text: str | int | float) -> float:
         if len(parts) > 4 or not all(re.fullmatch(_NUMBER, p) for p in parts):
             raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
         seconds = 0.0
-        for i, part in enumerate(parts):
+        names = _CLOCK_FIELDS[-len(parts) :]
+        for part, (name, base) in zip(parts, names, strict=True):
+            # the first field that is not zero may run past its clock (25:00:00, 90:00,
+            # 00:00:60), the ones after it not
+            if seconds and float(part) >= base:
+                raise ValueError(
+                    f"{name} must be 0-{base - 1} in {text.strip()!r}, got {part} {name}"
+                )
             # DD:HH:MM:SS (Torque's walltime): the first of four counts days
-            seconds = seconds * (24 if len(parts) == 4 and i == 1 else 60) + float(part)
+            seconds = seconds * base + float(part)
     else:
         m = _DUR_RE.fullmatch(text)
         if not m:

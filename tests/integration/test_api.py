@@ -443,7 +443,6 @@ def test_the_sdk_through_the_server_raises_what_the_store_would(
     from ebbtide.api.remote import RemoteClient
     from ebbtide.client import Client
     from ebbtide.errors import (
-        ConfigError,
         JobNotFound,
         PermissionDenied,
         SpecError,
@@ -467,7 +466,7 @@ def test_the_sdk_through_the_server_raises_what_the_store_would(
         assert set(shape) == set(local.as_dict(api.store.get(job_id)))
         with pytest.raises(JobNotFound):
             alice.get(999)
-        with pytest.raises(ConfigError, match="unknown queue 'nope'"):
+        with pytest.raises(SpecError, match="unknown queue 'nope'"):  # as the store's
             alice.submit(command=["x"], queue="nope")
         with pytest.raises(SpecError) as bad:
             alice.submit(command=["x"], gpu="lots")

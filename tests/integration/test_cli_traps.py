@@ -450,7 +450,10 @@ def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> 
         ("notaurl", "EBBTIDE_DB_URL: cannot read 'notaurl' as a database URL; expected sqlite"),
         ("mysql://u@h/db", "ebbtide keeps its jobs in SQLite or PostgreSQL, not mysql"),
         ("postgresql+pg8000://u@127.0.0.1/db", "needs the pg8000 driver, which is not installed"),
-        ("sqlite:////nonexistent-ebbtide/dir/e.db", "the directory /nonexistent-ebbtide does not"),
+        (
+            "sqlite:////nonexistent-ebbtide/dir/e.db",
+            "the directory /nonexistent-ebbtide/dir does not",
+        ),
     ],
 )
 def test_a_bad_database_url_is_one_line_and_makes_nothing(

@@ -15,7 +15,7 @@ from ebbtide import client_base
 from ebbtide.client import Client, WaitTimeout
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import ConfigError, EbbtideError, PermissionDenied, SpecError, UserError
+from ebbtide.errors import EbbtideError, PermissionDenied, SpecError, UserError
 from ebbtide.identity import Caller, is_admin
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import EventType, JobState
@@ -130,15 +130,17 @@ def test_jobspec_with_bad_override(client: Client) -> None:
 def test_submit_many_returns_every_task(client: Client) -> None:
     ids = client.submit_many(command=["x"], name="a", array={"start": 0, "end": 2, "limit": 1})
     assert len(ids) == 3
-    assert client.submit(command=["x"], array={"start": 0, "end": 1}) == ids[-1] + 1
+    with pytest.raises(SpecError, match="submit_many"):  # one handle is not an array's
+        client.submit(command=["x"], array={"start": 0, "end": 1})
+    assert len(client.list()) == 3
     assert [j.name for j in client.list(array_id=ids[0])] == ["a[0]", "a[1]", "a[2]"]
 
 
 def test_unknown_queue(client: Client) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(SpecError) as info:
         client.submit(command=["x"], queue="nope")
     assert "nope" in str(info.value) and "default, fast" in str(info.value)
-    with pytest.raises(ConfigError):
+    with pytest.raises(SpecError):
         client.submit(JobSpec(command=["x"], queue="nope"))
     assert client.list() == []
 

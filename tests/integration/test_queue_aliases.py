@@ -13,7 +13,7 @@ from ebbtide.client import Client
 from ebbtide.clock import FakeClock
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import ConfigError
+from ebbtide.errors import SpecError
 from ebbtide.identity import Caller
 from ebbtide.queue.store import Store
 from tests.serving import serving
@@ -45,7 +45,7 @@ def test_the_sdk_and_the_api_record_the_queue_an_alias_names(
             job = client.submit(command=["true"], queue="workq")
             assert (client.get(job).queue, client.get(job).priority) == ("batch", 7)
             assert job.state == "queued"
-            with pytest.raises(ConfigError) as err:
+            with pytest.raises(SpecError) as err:
                 client.submit(command=["true"], queue="long")
             assert "known queues: batch (aliases: gpu, workq), default" in str(err.value)
         token = store.tokens.create("alice", by="root")[1]

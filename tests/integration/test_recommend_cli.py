@@ -185,3 +185,14 @@ def test_qstat_full_hints_at_a_job_that_asks_far_more_than_it_used(store: Store)
     plain = ebb("qstat", "-f", str(unmeasured))
     assert "hint:" not in plain and "used:" not in plain
     assert json.loads(ebb("qstat", "-f", str(unmeasured), "--json"))["usage"] is None
+
+
+def test_an_arrays_task_is_named_as_logs_and_events_name_it(store: Store) -> None:
+    """A trial's trap: ``ebb recommend 5[2]`` said "'5[2]' is not a job id", where
+    ``ebb logs`` and ``ebb events`` take it."""
+    tasks = store.submit(
+        JobSpec(command=["x"], array="1-2", gpu="10%"), "alice", defaults_deadline_s=30
+    )
+    text = ebb("recommend", f"{tasks[0]}[2]")
+    assert text.startswith(f"ebb recommend: job {tasks[1]} has not run yet"), text
+    assert "a whole array" in ebb("recommend", f"{tasks[0]}[]", code=1)

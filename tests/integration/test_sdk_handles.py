@@ -25,7 +25,8 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Client:
 
 
 def test_a_handle_is_the_jobs_id_and_answers_for_it(client: Client) -> None:
-    job = client.submit(command=["true"], array="1-4%2")
+    client.submit_many(command=["true"], array="1-4%2")  # an array: submit_many's
+    job = client.handle(1)
     assert isinstance(job, JobHandle) and isinstance(job, int)
     assert job == job.id == 1 and json.dumps({"id": job}) == '{"id": 1}'
     assert (str(job), f"{job}", f"{job:>3}", repr(job)) == ("1", "1", "  1", "JobHandle(1)")
@@ -45,7 +46,7 @@ def test_a_handle_is_the_jobs_id_and_answers_for_it(client: Client) -> None:
 
 def test_the_array_text_form_is_checked_as_on_the_command_line(client: Client) -> None:
     with pytest.raises(SpecError, match="array: the range ends"):
-        client.submit(command=["true"], array="4-1")
+        client.submit_many(command=["true"], array="4-1")
     assert JobSpec(command=["x"], array="0-15:4").array.indices() == range(0, 16, 4)  # type: ignore[union-attr]
 
 

@@ -226,10 +226,11 @@ class RemoteClient(ClientBase):
         sent = {k: v for k, v in params.items() if v is not None}
         return dict(self._call("GET", "/recommendations", params=sent))
 
-    def as_dict(self, job: Job) -> dict[str, Any]:
-        """The ``qstat --json`` shape of a job this client fetched, as the server made it
-        (for any other Job, its fields with ``backoff_until`` None: that is the server
-        policy's to say)."""
+    def as_dict(self, job: Job | int) -> dict[str, Any]:
+        """The ``qstat --json`` shape of a job this client fetched (or of the job a handle
+        or an id names: fetched now), as the server made it (for any other Job, its fields
+        with ``backoff_until`` None: that is the server policy's to say)."""
+        job = self._job_of(job)
         seen = self._shapes.get(job.id or 0)
         if seen is not None and seen[0] == job.model_dump():
             return copy.deepcopy(seen[1])

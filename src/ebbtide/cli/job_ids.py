@@ -72,15 +72,21 @@ def _expand_ids(
     ids: Sequence[JobRef],
     *,
     skip_finished: bool = False,
+    skip_started: bool = False,
     refused: list[tuple[int, str]] | None = None,
 ) -> list[int]:
     """The jobs :func:`_parse_ids` named, an array as each of its tasks; with
     ``skip_finished`` (commands that change jobs) a whole array as its tasks that have not
     finished, with a note on stderr of those left alone, and an array with none left
-    added to ``refused`` (its id, why) for the caller to report beside the others."""
-    from ebbtide.queue.states import FINAL_STATES
+    added to ``refused`` (its id, why) for the caller to report beside the others;
+    ``skip_started`` (``qalter``) leaves the tasks that hold a slice alone too, as PBS's
+    qalter of an array alters what has not run yet."""
+    from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES
 
     final = {s.value for s in FINAL_STATES}
+    if skip_started:
+        final |= {s.value for s in ACTIVE_STATES}
+    left = "running or finished" if skip_started else "finished"
     out: list[int] = []
     for ref in ids:
         if not ref.whole_array and ref.index is None:
@@ -90,9 +96,10 @@ def _expand_ids(
         if not tasks:
             raise UserError(f"no array with id {ref.id}")
         if ref.whole_array:
-            live = [t.id for t in tasks if not (skip_finished and t.state in final)]
+            skipping = skip_finished or skip_started
+            live = [t.id for t in tasks if not (skipping and t.state in final)]
             if not live:
-                why = f"every task of array {ref.id} has finished"
+                why = f"every task of array {ref.id} has {'started or ' * skip_started}finished"
                 if refused is None:
                     raise UserError(why)
                 refused.append((ref.id, why))
@@ -100,7 +107,7 @@ def _expand_ids(
             if len(live) < len(tasks):
                 done = len(tasks) - len(live)
                 click.echo(
-                    f"ebb: note: array {ref.id}: {done} finished task{'s' * (done > 1)} left alone",
+                    f"ebb: note: array {ref.id}: {done} {left} task{'s' * (done > 1)} left alone",
                     err=True,
                 )
             out.extend(live)

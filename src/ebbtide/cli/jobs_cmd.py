@@ -56,8 +56,10 @@ def qalter(
     as_json: bool,
 ) -> None:
     """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
-    gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array. A running job
-    keeps the slice it was given; qdel and qsub again to change it."""
+    gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array that has not
+    started (those running or finished are left alone, with a note). A running job keeps
+    the slice it was given; qdel and qsub again to change it. Checked as qsub checks:
+    a slice no node could ever hold is refused."""
     from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.queue.qsub import parse_resources
     from ebbtide.units import parse_int
@@ -89,7 +91,8 @@ def qalter(
     client = _client()
     refused: list[tuple[int, str]] = []
     altered, failed = [], False
-    for job_id in _expand_ids(client, parsed, skip_finished=True, refused=refused):
+    jobs = _expand_ids(client, parsed, skip_finished=True, skip_started=True, refused=refused)
+    for job_id in jobs:
         try:  # each job on its own, as PBS's qalter: one refusal does not stop the others
             job = client.alter(job_id, **changes)
         except UserError as exc:

@@ -9,7 +9,7 @@ import click
 
 from ebbtide.cli import fast
 from ebbtide.cli.common import _client, _echo_json
-from ebbtide.errors import UserError
+from ebbtide.errors import SpecError, UserError
 from ebbtide.scriptfile import read_script
 from ebbtide.units import shown
 
@@ -134,10 +134,31 @@ def qsub(
 
         notes = []
         spec = qsub_spec(opts, rest, script=script, notes=notes)
-        ids, is_array = _submitted(spec, notes, allow_future)
+        try:
+            ids, is_array = _submitted(spec, notes, allow_future)
+        except SpecError as exc:  # a trial's trap: a script's queue, named without its line
+            where = _queue_line(script) if exc.field == "queue" and not opts["queue"] else None
+            if where is None:
+                raise
+            raise SpecError(f"{where}: queue", exc.reason) from None
     _say_submitted("qsub", ids, is_array, notes, as_json)
     if not as_json:
         click.echo(f"{ids[0]}[]" if is_array else str(ids[0]))
+
+
+def _queue_line(script: tuple[str, str] | None) -> str | None:
+    """Where ``script``'s directives name the queue (``SCRIPT line N``, the last such
+    line: the one that counts), or None."""
+    from ebbtide.queue.qsub.directives import directive_lines
+
+    if script is None:
+        return None
+    lines = [
+        n
+        for n, prefix, tokens in directive_lines(script[1], source=script[0])
+        if prefix in ("#PBS", "#EBB") and any(t.startswith("-q") for t in tokens)
+    ]
+    return f"{script[0]} line {lines[-1]}" if lines else None
 
 
 def _submitted(spec: Any, notes: list[str], allow_future: bool) -> tuple[list[int], bool]:

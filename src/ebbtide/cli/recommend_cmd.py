@@ -34,7 +34,7 @@ def recommend(
     killed) + 10 % + 1GiB, rounded up to 1GiB and capped at the largest device. It says
     what the change would free on each device.
     """
-    from ebbtide.cli.job_ids import parse_job_id
+    from ebbtide.cli.job_ids import _expand_ids, _one_job
     from ebbtide.client import MAX_RECOMMEND_JOBS
     from ebbtide.queue.rightsizing import RECENT_JOBS
 
@@ -42,16 +42,18 @@ def recommend(
         raise UserError("give a job ID, or -u/-q, not both")
     if job_id is None and not (user or queue):
         raise UserError("recommend needs a job ID, -u USER or -q QUEUE")
-    number = None if job_id is None else parse_job_id(job_id, "ID")
+    # an array's task as logs and events take it (12[3]), checked before the store opens
+    ref = None if job_id is None else _one_job(job_id)
     jobs = RECENT_JOBS
     if last is not None:
-        if number is not None:
+        if ref is not None:
             raise UserError("--last goes with -u/-q: a job ID names one job")
         try:
             jobs = parse_int(last, 1, MAX_RECOMMEND_JOBS)
         except ValueError as exc:
             raise UserError(f"--last: {exc}") from None
     with _client() as client:
+        number = None if ref is None else _expand_ids(client, [ref])[0]
         found = client.recommend(number, user=user, queue=queue, last=jobs)
         _note_unknown_queue(client, queue)  # (once the value was found well formed)
     if as_json:

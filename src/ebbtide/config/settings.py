@@ -41,6 +41,15 @@ class Settings(BaseModel):
         env = dict(os.environ if env is None else env)
         home = Path(env.get("EBBTIDE_HOME") or Path.home() / ".ebbtide").expanduser()
         db_url = env.get("EBBTIDE_DB_URL") or f"sqlite:///{home / 'ebbtide.db'}"
+        if env.get("EBBTIDE_DB_URL") and db_url.startswith("sqlite:///"):
+            # a mistyped directory is named, not made (a new EBBTIDE_HOME is made)
+            where = Path(db_url.removeprefix("sqlite:///")).parent
+            if where != Path() and not where.is_dir():
+                from ebbtide.errors import ConfigError
+
+                raise ConfigError(
+                    f"EBBTIDE_DB_URL: {redacted(db_url)}: the directory {where} does not exist"
+                )
         return cls(
             home=home,
             db_url=normalise_db_url(db_url),

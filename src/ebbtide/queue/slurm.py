@@ -289,6 +289,11 @@ def slurm_time_s(text: str) -> float | None:
         raise ValueError(f"expected {SLURM_TIME_FORMS}, got {units.shown(text, 60)}")
     days, first, second, third = m.groups()
     parts = [int(p) for p in (first, second, third) if p is not None]
+    # the fields after the leading one in range, as sbatch takes them (25:99:00 is refused)
+    limits = [24, 60, 60] if days is not None else [60] * len(parts)
+    for k, (part, limit) in enumerate(zip(parts, limits, strict=False)):
+        if (k > 0 or days is not None) and part >= limit:
+            raise ValueError(f"{units.shown(text, 60)}: a field is {part}, at most {limit - 1}")
     if days is not None:
         hours, minutes, seconds = [*parts, 0, 0][:3]
         total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds

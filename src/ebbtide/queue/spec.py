@@ -237,6 +237,7 @@ class JobSpec(BaseModel):
                 pct, whole = units.parse_gpu(data.pop("gpu"))
             except ValueError as exc:
                 raise ValueError(f"gpu: {exc}") from None
+            _check_same(data, "gpu", {"compute_pct": pct, "gpus": whole})
             data["compute_pct"], data["gpus"] = pct, whole
         for key, parse, target in (
             ("gpumem", units.parse_memory_mib, "memory_mib"),
@@ -249,9 +250,11 @@ class JobSpec(BaseModel):
                 if raw is None:
                     continue
                 try:
-                    data[target] = parse(raw)
+                    value = parse(raw)
                 except ValueError as exc:
                     raise ValueError(f"{key}: {exc}") from None
+                _check_same(data, key, {target: value})
+                data[target] = value
         return data
 
     @field_validator("signal", mode="before")
@@ -430,6 +433,24 @@ def check_image(value: str) -> str:
             "reference is one word, like registry.example.com/team/train:1.4"
         )
     return value
+
+
+def _check_same(data: dict[str, Any], key: str, sets: dict[str, Any]) -> None:
+    """A ``ValueError`` naming both fields if ``data`` also gives a field that ``key``
+    sets (``gpu`` and ``compute_pct``), with another value: neither silently wins."""
+    for field, value in sets.items():
+        if field not in data:
+            continue
+        given = data[field]
+        try:
+            same = not isinstance(given, bool) and float(given) == float(value)
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            raise ValueError(
+                f"{key}: sets {field} to {value:g}, but {field}={shown(given)} is given "
+                f"too; give {key} or {field}, not both"
+            )
 
 
 def _check_os_text(text: str, max_bytes: int, what: str) -> None:

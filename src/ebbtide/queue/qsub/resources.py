@@ -73,14 +73,23 @@ def parse_resources(
     checked with their unit parsers, so a bad one is reported as ``-l gpumem: ...``.
     """
     result: dict[str, Any] = {}
-    for item in text.split(","):
+    seen: dict[str, str] = {}
+    items = text.split(",")
+    if not items[-1].strip():
+        items.pop()  # one comma at the end is harmless (gpu=25%,)
+    for item in items:
         item = item.strip()
         if not item:
-            continue
+            raise _error(
+                where, "-l", f"{units.shown(text, 60)} has an empty item; remove the extra comma"
+            )
         key, sep, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not sep:
             raise _error(where, "-l", f"expected KEY=VALUE, got {item!r}")
+        if key in seen:
+            raise _error(where, "-l", f"{key} given twice ({seen[key]} and {value})")
+        seen[key] = value
         if key in ("select", "nodes"):
             result.update(_parse_chunk(key, value, where, notes))
             continue

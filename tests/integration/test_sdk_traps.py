@@ -1,0 +1,144 @@
+"""Traps a new user of the SDK and of ``qalter`` met, each kept from coming back: a
+check ``qsub`` made that ``qalter`` skipped, an array's handle that answered for its
+first task alone, raw Python errors for a wrong argument, a ``ConfigError`` where a
+``SpecError`` was documented, a store made where the settings were wrong."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ebbtide.cli.main import cli
+from ebbtide.client import Client
+from ebbtide.config.settings import Settings
+from ebbtide.errors import ConfigError, SpecError
+from ebbtide.queue.store import Store
+
+GIB = 1024
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"
+
+
+def ebb(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def _node(home: Path, name: str = "vm", gpus: int = 2) -> None:
+    """A node with ``gpus`` 80 GiB cards has reported."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    devices = [
+        {"index": i, "memory_mib": 80 * GIB, "online_compute_pct": 5.0, "online_memory_mib": 1024}
+        for i in range(gpus)
+    ]
+    store.heartbeat(name, started_at=time.time(), devices=devices)
+    store.close()
+
+
+def test_qalter_refuses_a_slice_no_node_could_ever_hold_as_qsub_does(home: Path) -> None:
+    _node(home)
+    refused = ebb("qsub", "-l", "gpu=2,gpumem=100GiB", "--", "true", code=1)
+    assert "no node could ever hold it" in refused
+    ebb("qsub", "-h", "-l", "gpu=10%,gpumem=8GiB", "--", "true")  # job 1, held
+    for resources in ("gpu=2,gpumem=100GiB", "gpu=3"):
+        out = ebb("qalter", "1", "-l", resources, code=1)
+        assert out.startswith("ebb: error: ") and "altered" not in out, out
+    job = json.loads(ebb("qstat", "-f", "1", "--json"))
+    assert (job["compute_pct"], job["gpus"], job["memory_mib"]) == (10.0, 0, 8 * GIB)
+    ebb("qalter", "1", "-p", "5")  # what it asked for stays
+    assert json.loads(ebb("qstat", "-f", "1", "--json"))["memory_mib"] == 8 * GIB
+    # what fits is altered; a whole GPU gets its card's memory, as at submission
+    assert ebb("qalter", "1", "-l", "gpu=1").startswith("1: altered (gpu=1)")
+    job = json.loads(ebb("qstat", "-f", "1", "--json"))
+    assert job["gpus"] == 1 and job["memory_mib"] > 70 * GIB
+
+
+def test_qalter_of_a_whole_array_leaves_its_running_tasks_alone(home: Path) -> None:
+    """A trial's trap: ``qalter 1[]`` altered the queued tasks, then failed on the
+    running one (exit 1): PBS alters what has not run yet."""
+    ebb("qsub", "-J", "1-3", "-l", "gpu=10%", "--", "true")  # 1..3
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.dispatch(1, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1024)
+    store.mark_started(1, 1, pid=1, stdout_path="o", stderr_path="e")
+    store.close()
+    result = CliRunner().invoke(cli, ["qalter", "1[]", "-p", "5"])
+    assert result.exit_code == 0, result.output
+    assert "array 1: 1 running or finished task left alone" in result.stderr
+    assert result.stdout.splitlines() == ["2: altered (priority=5)", "3: altered (priority=5)"]
+    # a running job named on its own is still refused
+    assert "only held, waiting or queued" in ebb("qalter", "1[1]", "-p", "5", code=1)
+
+
+def test_an_array_is_submit_manys_not_a_single_handles(home: Path) -> None:
+    with Client() as client:
+        with pytest.raises(SpecError, match=r"^array: .*submit_many") as info:
+            client.submit(command=["true"], array="1-3")
+        assert info.value.field == "array" and client.list() == []  # nothing submitted
+        tasks = client.submit_many(command=["true"], array="1-3")
+        assert len(tasks) == 3
+
+
+def test_the_sdk_takes_handles_ids_and_field_mappings_and_names_what_it_cannot(
+    home: Path,
+) -> None:
+    with Client() as client:
+        job = client.submit({"command": ["true"], "gpu": "10%"})  # a mapping of fields
+        assert client.get(job).compute_pct == 10.0
+        for ref in (job, int(job), client.get(job)):
+            assert client.as_dict(ref)["id"] == job
+        with pytest.raises(SpecError, match=r"^job: expected a whole number"):
+            client.as_dict("1")  # type: ignore[arg-type]
+        with pytest.raises(SpecError, match=r"^spec: expected a JobSpec .* got list"):
+            client.submit(["true"])  # type: ignore[arg-type]
+
+
+def test_an_unknown_queue_is_a_spec_error_naming_the_queue(home: Path) -> None:
+    with Client() as client:
+        with pytest.raises(SpecError, match=r"^queue: unknown queue 'nosuch'") as info:
+            client.submit(command=["true"], queue="nosuch")
+        assert info.value.field == "queue" and client.list() == []
+
+
+def test_a_whole_gpu_before_any_node_reported_says_what_it_is_granted(home: Path) -> None:
+    """A trial's trap: granted 1GiB of memory (the default) without a word."""
+    result = CliRunner().invoke(cli, ["qsub", "-l", "ngpus=1", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert "no node has reported its cards yet: granted 1GiB" in result.stderr
+    assert "-l gpumem=SIZE" in result.stderr
+
+
+def test_a_mistyped_sqlite_directory_or_a_bad_policy_makes_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "nodir" / "x.db"
+    with pytest.raises(ConfigError, match=r"^EBBTIDE_DB_URL: .*nodir does not exist"):
+        Settings.from_env({"EBBTIDE_DB_URL": f"sqlite:///{missing}"})
+    assert not missing.parent.exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("queues:\n  default: {bogus: 1}\n")
+    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EBBTIDE_POLICY", str(bad))
+    out = ebb("qsub", "--", "true", code=1)
+    assert "bad.yaml:2" in out and "bogus" in out
+    assert not (tmp_path / "home" / "ebbtide.db").exists()
+
+
+def test_a_scripts_unknown_queue_is_named_with_its_line(home: Path, tmp_path: Path) -> None:
+    """A trial's trap: other bad ``#PBS`` lines were named, an unknown ``-q`` was not."""
+    script = tmp_path / "s1.sh"
+    script.write_text("#!/bin/sh\n#PBS -N s1\n#PBS -q workq\necho hi\n")
+    out = ebb("qsub", str(script), code=1)
+    assert out.startswith(f"ebb: error: {script} line 3: queue: unknown queue 'workq'"), out
+    out = ebb("qsub", "-q", "nope", str(script), code=1)  # the flag's, which wins: no line
+    assert out.startswith("ebb: error: queue: unknown queue 'nope'"), out
