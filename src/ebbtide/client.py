@@ -45,9 +45,9 @@ from ebbtide.client_checks import published_policy as published_policy
 from ebbtide.client_checks import queue_notes as queue_notes
 from ebbtide.client_fields import (
     ALTERABLE_FIELDS,
-    REPLACED_BY,
     TABLE_COLUMNS,
     _job_states,
+    altered_spec,
     submitted_fields,
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
@@ -355,18 +355,12 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             )
         if not changes:
             raise SpecError("changes", "nothing to alter; give at least one field")
-        spec = self.store.spec(job_id)
-        kept = spec.model_dump(exclude_unset=True)
-        for field in changes:
-            kept.pop(field, None)
-            for replaced in REPLACED_BY.get(field, ()):
-                kept.pop(replaced, None)
-        was_whole, spec = spec.gpus, JobSpec(**kept, **changes)
-        if spec.gpus and not was_whole and "gpumem" not in changes:  # a fraction made whole
-            kept.pop("memory_mib", None)  # GPUs: a card's memory, as at submission
-            spec = JobSpec(**kept, **changes)
-        # a trial's trap: qalter -l gpu=2,gpumem=100GiB was taken where qsub refused it
-        spec, note = fit_to_fleet(spec, self.user, self.store.nodes(), self.policy.defaults)
+        spec = altered_spec(self.store.spec(job_id), changes)
+        # a trial's trap: qalter -l gpu=2,gpumem=100GiB was taken where qsub refused it;
+        # checked on the owner's nodes, and only a new slice (-p on a job submitted with
+        # allow_future, or in a fleet that shrank since, is still taken)
+        owner, check = self.store.get(job_id).owner, bool({"gpu", "gpumem"} & set(changes))
+        spec, note = fit_to_fleet(spec, owner, self.store.nodes(), self.policy.defaults, check)
         self.last_notes = [note] if note else []
         check_deadline(spec, self.policy)
         return self._shown(

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from ebbtide.args import whole
 from ebbtide.attempt_logs import DEFAULT_TAIL_BYTES, LogTail
-from ebbtide.client_fields import REPLACED_BY
+from ebbtide.client_fields import without_replaced
 from ebbtide.errors import EbbtideError, SpecError
 from ebbtide.handle import JobHandle
 from ebbtide.identity import Caller
@@ -35,21 +35,20 @@ def spec_from(spec: JobSpec | Mapping[str, Any] | None, fields: dict[str, Any]) 
     the spec with the fields on top (re-validated, what the spec left unset kept unset).
     A mapping of fields stands for the spec they make; anything else is a
     :class:`SpecError` (a trial's trap: ``submit({...})`` was an AttributeError)."""
-    if isinstance(spec, Mapping):
-        return JobSpec(**{**spec, **fields})
     if spec is None:
         return JobSpec(**fields)
-    if not isinstance(spec, JobSpec):
+    if isinstance(spec, JobSpec) and not fields:
+        return spec
+    if isinstance(spec, JobSpec):
+        kept = spec.model_dump(exclude_unset=True)
+    elif isinstance(spec, Mapping):
+        kept = dict(spec)
+    else:
         raise SpecError(
             "spec", f"expected a JobSpec or its fields as keywords, got {type(spec).__name__}"
         )
-    if fields:
-        kept = spec.model_dump(exclude_unset=True)
-        for field in fields:  # gpu="50%" on top replaces the compute_pct the spec had
-            for replaced in REPLACED_BY.get(field, ()):
-                kept.pop(replaced, None)
-        return JobSpec(**{**kept, **fields})
-    return spec
+    # gpu="50%" on top replaces the compute_pct the spec had
+    return JobSpec(**without_replaced(kept, fields), **fields)
 
 
 class ClientBase(ABC):

@@ -32,6 +32,41 @@ REPLACED_BY = {
     "checkpoint_interval": ("checkpoint_interval_s",),
 }
 
+
+def without_replaced(kept: dict[str, Any], changes: Iterable[str]) -> dict[str, Any]:
+    """``kept`` (a spec's fields) without those ``changes`` set anew: the fields
+    themselves, and the raw fields a friendly one sets (``gpu`` replaces
+    ``compute_pct`` and ``gpus``: :data:`REPLACED_BY`)."""
+    kept = dict(kept)
+    for field in changes:
+        kept.pop(field, None)
+        for replaced in REPLACED_BY.get(field, ()):
+            kept.pop(replaced, None)
+    return kept
+
+
+def altered_spec(spec: Any, changes: dict[str, Any]) -> Any:
+    """``spec`` (a :class:`~ebbtide.queue.spec.JobSpec`) with ``changes`` (``qalter``'s),
+    its slice's memory as submission would give it: a fraction made whole GPUs with no
+    ``gpumem`` gets a card's memory (dropped here; the client sets it from the fleet),
+    and whole GPUs made a fraction must say their ``gpumem`` (the card's memory they had
+    would keep a card from anyone sharing it)."""
+    from ebbtide.queue.spec import JobSpec
+
+    kept = without_replaced(spec.model_dump(exclude_unset=True), changes)
+    altered = JobSpec(**kept, **changes)
+    if "gpumem" in changes or bool(altered.gpus) == bool(spec.gpus):
+        return altered
+    if spec.gpus:
+        raise SpecError(
+            "gpumem",
+            f"the job had whole GPUs with {spec.memory_mib} MiB of memory on each; "
+            "a fraction of one needs gpumem= too (gpu=50%,gpumem=8GiB)",
+        )
+    kept.pop("memory_mib", None)
+    return JobSpec(**kept, **changes)
+
+
 #: What ``qstat -f`` shows of a job as it was submitted, beside the job's state.
 SUBMITTED_FIELDS = (
     "command",

@@ -142,3 +142,33 @@ def test_a_scripts_unknown_queue_is_named_with_its_line(home: Path, tmp_path: Pa
     assert out.startswith(f"ebb: error: {script} line 3: queue: unknown queue 'workq'"), out
     out = ebb("qsub", "-q", "nope", str(script), code=1)  # the flag's, which wins: no line
     assert out.startswith("ebb: error: queue: unknown queue 'nope'"), out
+
+
+def test_qalter_checks_only_a_new_slice_and_keeps_memory_honest(home: Path) -> None:
+    """A review's catches: ``-p`` on a job submitted with allow_future was refused (no
+    node could ever hold it, and qalter has no --allow-future); whole GPUs made a
+    fraction kept a whole card's memory, blocking the card for anyone sharing it."""
+    _node(home)
+    with Client() as client:
+        future = client.submit(command=["true"], gpu="4", allow_future=True)
+        assert client.alter(future, priority=5).priority == 5
+        whole = client.submit(command=["true"], gpu="1", hold=True)
+        card = client.get(whole).memory_mib
+        assert card > 70 * GIB
+        with pytest.raises(SpecError, match=r"^gpumem: the job had whole GPUs"):
+            client.alter(whole, gpu="50%")
+        half = client.alter(whole, gpu="50%", gpumem="8GiB")
+        assert (half.compute_pct, half.gpus, half.memory_mib) == (50.0, 0, 8 * GIB)
+        assert client.alter(whole, gpu="2").memory_mib == card  # fraction made whole
+        assert client.alter(whole, gpu="1").memory_mib == card  # whole stays whole
+
+
+def test_fields_on_a_mapping_replace_what_they_set_as_on_a_spec(home: Path) -> None:
+    with Client() as client:
+        job = client.submit({"command": ["true"], "compute_pct": 10}, gpu="30%")
+        assert client.get(job).compute_pct == 30.0
+
+
+def test_a_client_of_a_server_does_not_check_a_store_it_never_opens(tmp_path: Path) -> None:
+    env = {"EBBTIDE_URL": "http://h:8786", "EBBTIDE_DB_URL": f"sqlite:///{tmp_path}/no/x.db"}
+    assert Settings.from_env(env).url == "http://h:8786"

@@ -138,7 +138,16 @@ def test_lists_that_stay_accepted(text: str, kwargs: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90", 5400.0), ("90:30", 5430.0), ("100:00:00", 360000.0), ("1-23:59:59", 172799.0)],
+    [
+        ("90", 5400.0),
+        ("90:30", 5430.0),
+        ("100:00:00", 360000.0),
+        ("1-23:59:59", 172799.0),
+        # the first field that is not zero may run past its clock, as -l walltime's
+        ("00:90:00", 5400.0),
+        ("0:90", 90.0),
+        ("0-36:00:00", 129600.0),
+    ],
 )
 def test_slurm_time_takes_its_forms(text: str, seconds: float) -> None:
     from ebbtide.queue.slurm import slurm_time_s

@@ -58,8 +58,10 @@ def qalter(
     """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
     gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array that has not
     started (those running or finished are left alone, with a note). A running job keeps
-    the slice it was given; qdel and qsub again to change it. Checked as qsub checks:
-    a slice no node could ever hold is refused."""
+    the slice it was given; qdel and qsub again to change it. A new slice is checked as
+    qsub checks it (one no node could ever hold is refused); -l gpu=N (whole GPUs) with
+    no gpumem gives a card's memory, as qsub does, and whole GPUs made a fraction need
+    gpumem= too."""
     from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.queue.qsub import parse_resources
     from ebbtide.units import parse_int

@@ -41,7 +41,8 @@ class Settings(BaseModel):
         env = dict(os.environ if env is None else env)
         home = Path(env.get("EBBTIDE_HOME") or Path.home() / ".ebbtide").expanduser()
         db_url = env.get("EBBTIDE_DB_URL") or f"sqlite:///{home / 'ebbtide.db'}"
-        if env.get("EBBTIDE_DB_URL") and db_url.startswith("sqlite:///"):
+        uses_store = not env.get("EBBTIDE_URL")  # a client of ebb server opens none
+        if uses_store and env.get("EBBTIDE_DB_URL") and db_url.startswith("sqlite:///"):
             # a mistyped directory is named, not made (a new EBBTIDE_HOME is made)
             where = Path(db_url.removeprefix("sqlite:///")).parent
             if where != Path() and not where.is_dir():

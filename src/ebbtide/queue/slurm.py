@@ -289,10 +289,13 @@ def slurm_time_s(text: str) -> float | None:
         raise ValueError(f"expected {SLURM_TIME_FORMS}, got {units.shown(text, 60)}")
     days, first, second, third = m.groups()
     parts = [int(p) for p in (first, second, third) if p is not None]
-    # the fields after the leading one in range, as sbatch takes them (25:99:00 is refused)
+    # as -l walltime: the first field that is not zero may run past its clock (0:90,
+    # 0-36:00:00), the ones after it not (25:99:00 is refused, not read as 26:39:00)
+    fields = [(int(days), 0)] if days is not None else []
     limits = [24, 60, 60] if days is not None else [60] * len(parts)
-    for k, (part, limit) in enumerate(zip(parts, limits, strict=False)):
-        if (k > 0 or days is not None) and part >= limit:
+    fields += list(zip(parts, limits, strict=False))
+    for k, (part, limit) in enumerate(fields):
+        if limit and part >= limit and any(p for p, _ in fields[:k]):
             raise ValueError(f"{units.shown(text, 60)}: a field is {part}, at most {limit - 1}")
     if days is not None:
         hours, minutes, seconds = [*parts, 0, 0][:3]
