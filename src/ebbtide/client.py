@@ -37,6 +37,7 @@ from ebbtide.client_checks import (
     check_someone_runs,
     fit_to_fleet,
     kubernetes_grant,
+    missing_cwd_note,
     policy_in_effect,
     submit_notes,
 )
@@ -192,6 +193,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         self.last_notes = [*notes, *([memory_note] if memory_note else [])]
         if not nodes:  # a new system, or a mistyped EBBTIDE_HOME: say that it waits
             self.last_notes.append(NO_AGENT_NOTE)
+        if self._reads_for_itself:  # on the submitting host (a server's is another's)
+            self.last_notes += missing_cwd_note(spec, self.policy)
         return ids
 
     def scheduler_running(self) -> bool | None:

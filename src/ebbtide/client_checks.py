@@ -61,6 +61,18 @@ def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
     return [*queue_notes(spec, policy), *pod_notes(spec, policy)]
 
 
+def missing_cwd_note(spec: JobSpec, policy: Policy) -> list[str]:
+    """A note when the job's working directory is not a directory on the submitting
+    host (a trial's trap: ``-d nope/dir`` was taken, and the job failed at its start
+    with exit code 127): not an error, as the node it runs on may have it."""
+    if policy.kubernetes is not None or not spec.cwd or Path(spec.cwd).is_dir():
+        return []
+    return [
+        f"the working directory {spec.cwd} does not exist here: the job fails at its start "
+        "unless it exists on the node it runs on"
+    ]
+
+
 def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """A note when the spec names its queue by an alias (a Slurm partition, a PBS queue
     of another site's): the job is recorded under the queue's own name."""

@@ -172,3 +172,17 @@ def test_fields_on_a_mapping_replace_what_they_set_as_on_a_spec(home: Path) -> N
 def test_a_client_of_a_server_does_not_check_a_store_it_never_opens(tmp_path: Path) -> None:
     env = {"EBBTIDE_URL": "http://h:8786", "EBBTIDE_DB_URL": f"sqlite:///{tmp_path}/no/x.db"}
     assert Settings.from_env(env).url == "http://h:8786"
+
+
+def test_a_working_directory_missing_here_is_noted_at_submission(
+    home: Path, tmp_path: Path
+) -> None:
+    """A trial's trap: ``qsub -d nope/dir`` was taken without a word, and the job failed
+    at its start (exit code 127). Not refused: the node it runs on may have it."""
+    result = CliRunner().invoke(cli, ["qsub", "-d", "nope/dir", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert f"the working directory {tmp_path / 'nope' / 'dir'} does not exist here" in (
+        result.stderr
+    )
+    result = CliRunner().invoke(cli, ["qsub", "-d", str(tmp_path), "--", "true"])
+    assert "does not exist here" not in result.stderr
