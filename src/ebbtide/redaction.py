@@ -3,8 +3,8 @@
 Messages ebbtide writes name URLs through :func:`ebbtide.config.settings.redacted`
 already.  Libraries do not: a driver's error, a broker's reconnect warning or a traceback
 may carry a URL with its password, or an API token.  :class:`SecretFilter`, installed on
-the handlers of every long-running ``ebb`` process, rewrites each record once it is
-formatted:
+the handlers of every long-running ``ebb`` process (and on the last-resort handler that
+words a short command's warnings), rewrites each record once it is formatted:
 
 - the password of any ``scheme://user:password@host``, and of a ``password=`` (or
   ``sslpassword=``) query parameter, becomes ``***``;

@@ -186,3 +186,11 @@ def test_a_working_directory_missing_here_is_noted_at_submission(
     )
     result = CliRunner().invoke(cli, ["qsub", "-d", str(tmp_path), "--", "true"])
     assert "does not exist here" not in result.stderr
+
+
+def test_qalter_says_what_a_new_whole_gpu_slice_is_given(home: Path) -> None:
+    _node(home)
+    ebb("qsub", "-h", "-l", "gpu=10%", "--", "true")  # job 1
+    result = CliRunner().invoke(cli, ["qalter", "1", "-l", "gpu=1"])
+    assert result.exit_code == 0, result.output
+    assert "ebb qalter: note: 1 whole GPU with no gpumem: granted 78GiB" in result.stderr

@@ -59,9 +59,9 @@ def qalter(
     gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array that has not
     started (those running or finished are left alone, with a note). A running job keeps
     the slice it was given; qdel and qsub again to change it. A new slice is checked as
-    qsub checks it (one no node could ever hold is refused); -l gpu=N (whole GPUs) with
-    no gpumem gives a card's memory, as qsub does, and whole GPUs made a fraction need
-    gpumem= too."""
+    qsub checks it (one no node could ever hold is refused); a fraction made whole GPUs
+    (-l gpu=N) with no gpumem is given a card's memory, with a note, as qsub does, and
+    whole GPUs made a fraction need gpumem= too."""
     from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.queue.qsub import parse_resources
     from ebbtide.units import parse_int
@@ -93,6 +93,7 @@ def qalter(
     client = _client()
     refused: list[tuple[int, str]] = []
     altered, failed = [], False
+    notes: list[str] = []
     jobs = _expand_ids(client, parsed, skip_finished=True, skip_started=True, refused=refused)
     for job_id in jobs:
         try:  # each job on its own, as PBS's qalter: one refusal does not stop the others
@@ -102,8 +103,11 @@ def qalter(
             click.echo(f"ebb: error: {exc}", err=True)
             continue
         altered.append(job)
+        notes.extend(n for n in client.last_notes if n not in notes)  # as qsub's, once
         if not as_json:
             click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
+    for note in notes:  # what a new slice was given (a whole GPU's memory, ...)
+        click.echo(f"ebb qalter: note: {note}", err=True)
     for _, why in refused:
         click.echo(f"ebb: error: {why}", err=True)
     if as_json:

@@ -52,14 +52,15 @@ MESSAGE_MAX_AGE_MS = 60_000
 #: agent also finds its starts and evictions by reconciling with the store every 0.5 s.
 WORKER_TIMEOUT_MS = 250
 
-#: The longest the broker's Redis client waits on one call (connect, send or read), in
+#: The longest the broker's Redis client waits on one connect, send or read, in
 #: seconds: a Redis that stops answering (a hung server, a network partition that drops
 #: packets) fails a call rather than stalling its caller for ever.  A consumer's fetch
 #: is a short Lua script; no command of the broker's blocks.
 BROKER_SOCKET_TIMEOUT_S = 5.0
-#: Retries of a call that could not connect (backing off up to 1 s between; a call that
-#: timed out is not retried: its script may have run): redis-py's default of 10, with
-#: its backoff, held a pass up to a minute against a Redis that was down.
+#: Retries of a call that failed with a connection error (refused, reset or closed;
+#: backing off up to 1 s between; a call that timed out is not retried): redis-py's
+#: default of 10, with its backoff, held a pass up to a minute against a Redis that was
+#: down.
 BROKER_RETRIES = 3
 #: After a send fails, the next sends in this many seconds are dropped unsent rather
 #: than each waiting out its own failure: a scheduler pass sends one after another.
