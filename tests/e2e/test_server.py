@@ -178,6 +178,11 @@ def fleet() -> Iterator[Fleet]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: sock.exists() and _answers(url), 30, "both servers")
+        # a trial's trap: a mistyped EBBTIDE_HOME served an empty store, unnamed
+        assert (
+            f"ebb server: store sqlite:///{home}/ebbtide.db"
+            in (root / "tcp-server.log").read_text()
+        )
         tokens = {}
         for name in users:
             made = json.loads(ebb(env, "token", "create", name, "--json", "--note", "e2e").stdout)

@@ -867,6 +867,15 @@ def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(
     """A trial's trap: with EBBTIDE_URL set, ``ebb token create`` wrote the token into the
     local default store, and the server knew nothing of it."""
     monkeypatch.setenv("EBBTIDE_URL", "http://127.0.0.1:18786")
+    # a later trial's trap: where no store was, an empty one was made for the token
+    for args in (["token", "create", "bob"], ["token", "list"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith(f"ebb: error: there is no ebbtide store at {home}/")
+        assert "not behind EBBTIDE_URL=http://127.0.0.1:18786" in result.stderr
+        assert not (home / "ebbtide.db").exists()
+    home.mkdir(parents=True)
+    Store(f"sqlite:///{home / 'ebbtide.db'}").close()  # the server's store, on its host
     result = CliRunner().invoke(cli, ["token", "list"])
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(
@@ -875,6 +884,21 @@ def test_ebb_token_says_which_store_it_uses_when_a_server_is_named(
     )
     monkeypatch.delenv("EBBTIDE_URL")
     assert CliRunner().invoke(cli, ["token", "list"]).stderr == ""
+
+
+def test_ebb_token_says_an_admins_token_is_one_and_a_second_revoke_changes_nothing(
+    home: Path,
+) -> None:
+    """A trial's traps: a token for root was handed out without a word, and revoking a
+    token twice said "revoked" twice."""
+    result = CliRunner().invoke(cli, ["token", "create", "root"])
+    assert result.exit_code == 0, result.output
+    assert "ebb token: note: root is an admin here" in result.stderr
+    result = CliRunner().invoke(cli, ["token", "create", "bob"])
+    assert "is an admin" not in result.stderr
+    assert ebb("token", "revoke", "2").strip() == "token 2 (bob) revoked"
+    again = ebb("token", "revoke", "2").strip()
+    assert again.startswith("token 2 (bob) was already revoked, by ")
 
 
 def test_qstat_full_shows_the_jobs_result(home: Path) -> None:

@@ -114,6 +114,21 @@ def test_plot_writes_a_png(t0: float, tmp_path: Path) -> None:
     assert json_out.read_bytes().startswith(PNG_SIGNATURE)
 
 
+def test_a_plot_file_name_that_cannot_be_drawn_is_named_before_anything_is_written(
+    t0: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trial's traps: ``--plot ""`` wrote a hidden ``.png`` and exited 0, and
+    ``--plot week.txt`` gave matplotlib's own words, not naming ``--plot``."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    for name in ("", ".png"):
+        result = ebb("--plot", name, code=1)
+        assert result.output.startswith(f"ebb: error: --plot {name!r}: give a file name")
+    result = ebb("--plot", "week.txt", code=1)
+    assert result.output.startswith("ebb: error: --plot week.txt: cannot draw a .txt file")
+    assert ".png" in result.output and [p.name for p in tmp_path.iterdir()] == ["home"]
+
+
 def test_plot_without_matplotlib_says_how_to_install_it(
     t0: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,3 +115,31 @@ def test_answers_that_are_not_the_servers_say_so() -> None:
     assert isinstance(error_in(404, {"detail": "Not Found"}, "s"), UserError)
     assert "not as an ebb server does" in str(error_in(502, None, "the ebb server at X"))
     assert "HTTP 503" in str(error_in(503, {"detail": "the store is unavailable"}, "s"))
+
+
+def test_a_url_with_a_path_is_named_not_sent_to_a_wrong_route() -> None:
+    """A trial's trap: ``EBBTIDE_URL=https://h:8786/v1`` called ``/v1/v1/qstat``: "Not
+    Found"."""
+    for url in ("https://h:8786/v1", "http://h:8786/ebb?x=1"):
+        with pytest.raises(ConfigError, match=r"no path \(ebbtide adds /v1\): http"):
+            Client(_settings(EBBTIDE_URL=url))
+    Client(_settings(EBBTIDE_URL="https://h:8786/")).close()  # a trailing slash is no path
+
+
+def test_a_token_in_the_environment_is_taken_without_its_newline_as_the_files() -> None:
+    token = "ebt_" + "a" * 40
+    assert read_token(_settings(EBBTIDE_TOKEN=f"{token} \n")) == token
+
+
+def test_a_failed_connection_hints_at_the_likely_fix() -> None:
+    """A trial's traps: an http:// URL to a TLS server, and a self-signed certificate,
+    said nothing of https:// or SSL_CERT_FILE."""
+    import httpx
+
+    from ebbtide.api.remote import _reason
+
+    dropped = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    assert _reason(dropped, "http://h:1").endswith("(a server with TLS takes https://)")
+    assert "TLS" not in _reason(dropped, "https://h:1")
+    unverified = httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] self-signed certificate")
+    assert "SSL_CERT_FILE=its PEM" in _reason(unverified, "https://h:1")

@@ -52,6 +52,8 @@ def token_path() -> Path:
 def read_token(settings: Settings) -> str | None:
     """``EBBTIDE_TOKEN``, else the token file (refused if others may read it)."""
     token = settings.token
+    if token is not None:  # as the file's: a token pasted with a newline or a space
+        token = token.strip()
     if token is None:
         path = token_path()
         try:
@@ -116,7 +118,7 @@ class RemoteClient(ClientBase):
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise ServerUnavailable(
-                f"cannot reach the ebb server at {self._where}: {_reason(exc)}"
+                f"cannot reach the ebb server at {self._where}: {_reason(exc, self.url)}"
             ) from None
         try:
             body = response.json()
@@ -324,6 +326,11 @@ def _endpoint(url: str) -> tuple[str, httpx.HTTPTransport | None]:
     if parts.scheme == "unix" and parts.path and not parts.netloc:
         return "http://ebbtide", httpx.HTTPTransport(uds=parts.path)
     if parts.scheme in ("http", "https") and parts.hostname:
+        if parts.path.strip("/") or parts.query:  # a trial's trap: /v1/v1/qstat, Not Found
+            raise ConfigError(
+                f"EBBTIDE_URL={redacted(url)!r}: give the server's address alone, with no "
+                f"path (ebbtide adds {PREFIX}): {parts.scheme}://{parts.netloc}"
+            )
         return url.rstrip("/"), None
     raise ConfigError(
         f"EBBTIDE_URL={redacted(url)!r}: expected http://HOST:PORT, https://HOST:PORT or "
@@ -331,6 +338,13 @@ def _endpoint(url: str) -> tuple[str, httpx.HTTPTransport | None]:
     )
 
 
-def _reason(exc: httpx.TransportError) -> str:
+def _reason(exc: httpx.TransportError, url: str = "") -> str:
     text = str(exc).strip() or str(exc.__cause__ or "").strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    # a trial's traps: what an http:// URL to a TLS server, and a self-signed
+    # certificate, say of themselves gives no hint of the fix
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        reason += " (a private CA's or a self-signed certificate: SSL_CERT_FILE=its PEM)"
+    elif url.startswith("http://") and "disconnected without sending a response" in reason:
+        reason += " (a server with TLS takes https://)"
+    return reason

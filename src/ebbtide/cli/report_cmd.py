@@ -79,10 +79,22 @@ def report(
 
         from ebbtide.report_plot import pyplot
 
-        pyplot()  # say matplotlib is missing before reading anything
+        plt = pyplot()  # say matplotlib is missing before reading anything
+        # a trial's traps: "" wrote a hidden ".png", and week.txt got matplotlib's words
+        if not plot_path.strip() or Path(plot_path).name.startswith("."):
+            raise UserError(f"--plot {plot_path!r}: give a file name, like week.png")
         folder = Path(plot_path).expanduser().absolute().parent
         if not folder.is_dir():
             raise UserError(f"--plot {plot_path}: no directory {folder}")
+        kind = Path(plot_path).suffix.lower().lstrip(".")
+        figure = plt.figure()
+        known = figure.canvas.get_supported_filetypes()
+        plt.close(figure)
+        if kind and kind not in known:
+            raise UserError(
+                f"--plot {plot_path}: cannot draw a .{kind} file; end the name in one of "
+                f".{', .'.join(sorted(known))} (.png without one)"
+            )
     client = _client()
     try:
         data = client.report(start, end, queue=queue, user=user)

@@ -75,7 +75,7 @@ def server(
     """
     from ebbtide.api import serve
     from ebbtide.api.app import close_app, create_app
-    from ebbtide.config.settings import Settings
+    from ebbtide.config.settings import Settings, redacted
     from ebbtide.metrics import default as default_metrics
     from ebbtide.metrics import serve_metrics
 
@@ -102,8 +102,11 @@ def server(
             if metrics_port is not None
             else None
         )
-        app = create_app(Settings.from_env(), metrics=metrics)
+        settings = Settings.from_env()
+        app = create_app(settings, metrics=metrics)
         try:
+            # a trial's trap: a mistyped EBBTIDE_HOME served an empty store, unnamed
+            log.info("ebb server: store %s", redacted(settings.db_url))
             _say_where(tcp, socket_path if unix else None, mode, tls is not None)
             serve.ApiServer(app, tcp=tcp, unix=unix, tls=tls).run()
         finally:

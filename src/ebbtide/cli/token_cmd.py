@@ -1,7 +1,8 @@
 """``ebb token create | list | revoke``: the bearer tokens ``ebb server`` takes (admins).
 
 These open the store themselves (``EBBTIDE_DB_URL``), even where ``EBBTIDE_URL`` names a
-server: a token is what a user needs before they can call one.
+server: a token is what a user needs before they can call one.  Where ``EBBTIDE_URL`` is
+set they make no store: one that is not there is an error saying where tokens live.
 """
 
 from __future__ import annotations
@@ -28,15 +29,6 @@ def _admin_client() -> Client:
 
     from_env = Settings.from_env()
     settings = from_env.model_copy(update={"url": None})
-    if from_env.url:  # a trial's trap: the token went into another store than the server's
-        from ebbtide.config.settings import redacted
-
-        click.echo(
-            f"ebb token: note: tokens live in the store itself, {redacted(settings.db_url)} "
-            f"(EBBTIDE_DB_URL, else EBBTIDE_HOME), not behind EBBTIDE_URL={from_env.url}; "
-            "run this where the server's store is",
-            err=True,
-        )
     policy = load_policy(settings.policy_path)
     caller = local_caller(policy.admins, settings.act_as)
     if not caller.admin:
@@ -46,7 +38,26 @@ def _admin_client() -> Client:
             f"(EBBTIDE_POLICY); {caller.user} is not an admin under "
             f"{settings.policy_path or 'the built-in policy'}"
         )
-    return Client(settings, policy=policy, caller=caller)
+    if not from_env.url:
+        return Client(settings, policy=policy, caller=caller)
+    # a trial's trap: with EBBTIDE_URL set, the token went into another store than the
+    # server's, made empty for it, and the command said only a note
+    from ebbtide.config.settings import redacted
+    from ebbtide.errors import NoStore
+
+    where = (
+        f"tokens live in the store itself, {redacted(settings.db_url)} (EBBTIDE_DB_URL, else "
+        f"EBBTIDE_HOME), not behind EBBTIDE_URL={from_env.url}"
+    )
+    try:
+        client = Client(settings, policy=policy, caller=caller, create=False)
+    except NoStore:
+        raise UserError(
+            f"there is no ebbtide store at {settings.db_url.removeprefix('sqlite:///')}: "
+            f"{where}; run this where the server's store is"
+        ) from None
+    click.echo(f"ebb token: note: {where}; run this where the server's store is", err=True)
+    return client
 
 
 def _when(t: float | None) -> str:
@@ -90,6 +101,15 @@ def create(user: str, note: str, expires: str | None, as_json: bool) -> None:
             raise UserError("--expires: must be longer than 0s")
     with _admin_client() as client:
         token_id, token = client.create_token(user, note=note, expires_s=expires_s)
+        from ebbtide.identity import is_admin
+
+        admin = is_admin(user, client.policy.admins)
+    if admin:  # a trial's trap: an admin's token, handed out without a word
+        click.echo(
+            f"ebb token: note: {user} is an admin here: with this token a request may act "
+            "for any user, cancel anyone's jobs and drain nodes; keep it as you keep root's",
+            err=True,
+        )
     if as_json:
         _echo_json({"id": token_id, "user": user, "token": token})
         return
@@ -129,5 +149,9 @@ def revoke(token_id: str) -> None:
         raise UserError(f"ID: expected a token's number (see ebb token list), got {token_id!r}")
     number = int(token_id)
     with _admin_client() as client:
+        before = next((t for t in client.tokens() if t.id == number), None)
         info = client.revoke_token(number)
+    if before is not None and before.state == "revoked":  # a trial's trap: "revoked" again
+        click.echo(f"token {info.id} ({info.user}) was already revoked, by {info.revoked_by}")
+        return
     click.echo(f"token {info.id} ({info.user}) revoked")
