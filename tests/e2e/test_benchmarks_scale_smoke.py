@@ -156,6 +156,7 @@ def test_fleet_scale_json() -> None:
     # fewer heartbeats written than journaled (two a second per agent)
     assert 0 < result["heartbeat_writes_per_s"] < 20 * 2
     assert result["sql_writes_per_s"] > 0 and result["redis_ops_per_s"] > 0
+    assert isinstance(result["harness_kept_up"], bool)
 
 
 def _exit_with(code: int) -> None:
