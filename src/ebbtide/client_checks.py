@@ -110,10 +110,10 @@ def check_policy_first(settings: Any) -> None:
     """Where the SQLite store is not made yet, the policy file (``EBBTIDE_POLICY``) that
     will be in effect there is read first: a bad one is refused before anything is
     made (a trial's trap: the job was refused, and an empty store was left behind)."""
-    url = settings.db_url
-    if settings.policy_path is None or not url.startswith("sqlite:///"):
-        return
-    if not Path(url.removeprefix("sqlite:///")).exists():
+    from ebbtide.config.settings import sqlite_file
+
+    file = sqlite_file(settings.db_url)
+    if settings.policy_path is not None and file is not None and not file.exists():
         load_policy(settings.policy_path)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import signal
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 #: The largest integer the store keeps (a signed 64-bit column in SQLite and
@@ -144,8 +145,21 @@ def format_mib(mib: float) -> str:
 
 _DUR_RE = re.compile(rf"\s*({_NUMBER})\s*(ms|s|m|min|h|d)?\s*")
 #: The fields of ``DD:HH:MM:SS``, each with how many of it make one of the field before.
-_CLOCK_FIELDS = (("days", 1), ("hours", 24), ("minutes", 60), ("seconds", 60))
+CLOCK_FIELDS = (("days", 1), ("hours", 24), ("minutes", 60), ("seconds", 60))
 _DUR_UNITS_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def clock_value(text: str, parts: Sequence[str], fields: Sequence[tuple[str, int]]) -> float:
+    """``parts`` (the numbers of ``text``) read as the clock ``fields`` (of
+    :data:`CLOCK_FIELDS`), in units of the last: the first field that is not zero may run
+    past its clock (``25:00:00``, ``90:00``, ``00:00:60``), none after it may (minutes and
+    seconds 0-59, hours 0-23 after days: ``25:99:00`` is a ``ValueError``)."""
+    value = 0.0
+    for part, (name, base) in zip(parts, fields, strict=True):
+        if value and float(part) >= base:
+            raise ValueError(f"{name} must be 0-{base - 1} in {text.strip()!r}, got {part} {name}")
+        value = value * base + float(part)
+    return value
 
 
 def parse_duration_s(text: str | int | float) -> float:
@@ -165,17 +179,8 @@ def parse_duration_s(text: str | int | float) -> float:
         parts = text.strip().split(":")
         if len(parts) > 4 or not all(re.fullmatch(_NUMBER, p) for p in parts):
             raise ValueError(f"expected {DURATION_FORMS}, got {text!r}")
-        seconds = 0.0
-        names = _CLOCK_FIELDS[-len(parts) :]
-        for part, (name, base) in zip(parts, names, strict=True):
-            # the first field that is not zero may run past its clock (25:00:00, 90:00,
-            # 00:00:60), the ones after it not
-            if seconds and float(part) >= base:
-                raise ValueError(
-                    f"{name} must be 0-{base - 1} in {text.strip()!r}, got {part} {name}"
-                )
-            # DD:HH:MM:SS (Torque's walltime): the first of four counts days
-            seconds = seconds * base + float(part)
+        # DD:HH:MM:SS (Torque's walltime): the first of four counts days
+        seconds = clock_value(text, parts, CLOCK_FIELDS[-len(parts) :])
     else:
         m = _DUR_RE.fullmatch(text)
         if not m:

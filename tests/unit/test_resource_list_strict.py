@@ -160,5 +160,8 @@ def test_slurm_time_refuses_a_field_out_of_range(text: str) -> None:
     """As ``-l walltime=25:99:00``: a trial's trap, stored as 95,940 s."""
     from ebbtide.queue.slurm import slurm_time_s
 
-    with pytest.raises(ValueError, match="at most"):
+    # the message -l walltime's clock check gives (one rule, units.clock_value)
+    with pytest.raises(
+        ValueError, match=rf"^(hours|minutes|seconds) must be 0-(23|59) in '{text}'"
+    ):
         slurm_time_s(text)

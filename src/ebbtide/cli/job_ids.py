@@ -83,9 +83,9 @@ def _expand_ids(
     qalter of an array alters what has not run yet."""
     from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES
 
-    final = {s.value for s in FINAL_STATES}
+    left_alone = {s.value for s in FINAL_STATES}
     if skip_started:
-        final |= {s.value for s in ACTIVE_STATES}
+        left_alone |= {s.value for s in ACTIVE_STATES}
     left = "running or finished" if skip_started else "finished"
     out: list[int] = []
     for ref in ids:
@@ -97,7 +97,7 @@ def _expand_ids(
             raise UserError(f"no array with id {ref.id}")
         if ref.whole_array:
             skipping = skip_finished or skip_started
-            live = [t.id for t in tasks if not (skipping and t.state in final)]
+            live = [t.id for t in tasks if not (skipping and t.state in left_alone)]
             if not live:
                 why = f"every task of array {ref.id} has {'started or ' * skip_started}finished"
                 if refused is None:

@@ -79,17 +79,17 @@ def report(
 
         from ebbtide.report_plot import pyplot
 
-        plt = pyplot()  # say matplotlib is missing before reading anything
+        pyplot()  # say matplotlib is missing before reading anything
         # a trial's traps: "" wrote a hidden ".png", and week.txt got matplotlib's words
         if not plot_path.strip() or Path(plot_path).name.startswith("."):
             raise UserError(f"--plot {plot_path!r}: give a file name, like week.png")
         folder = Path(plot_path).expanduser().absolute().parent
         if not folder.is_dir():
             raise UserError(f"--plot {plot_path}: no directory {folder}")
+        from matplotlib.backend_bases import FigureCanvasBase
+
         kind = Path(plot_path).suffix.lower().lstrip(".")
-        figure = plt.figure()
-        known = figure.canvas.get_supported_filetypes()
-        plt.close(figure)
+        known = FigureCanvasBase.get_supported_filetypes()
         if kind and kind not in known:
             raise UserError(
                 f"--plot {plot_path}: cannot draw a .{kind} file; end the name in one of "

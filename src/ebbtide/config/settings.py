@@ -42,9 +42,10 @@ class Settings(BaseModel):
         home = Path(env.get("EBBTIDE_HOME") or Path.home() / ".ebbtide").expanduser()
         db_url = env.get("EBBTIDE_DB_URL") or f"sqlite:///{home / 'ebbtide.db'}"
         uses_store = not env.get("EBBTIDE_URL")  # a client of ebb server opens none
-        if uses_store and env.get("EBBTIDE_DB_URL") and db_url.startswith("sqlite:///"):
+        file = sqlite_file(db_url) if uses_store and env.get("EBBTIDE_DB_URL") else None
+        if file is not None:
             # a mistyped directory is named, not made (a new EBBTIDE_HOME is made)
-            where = Path(db_url.removeprefix("sqlite:///")).parent
+            where = file.parent
             if where != Path() and not where.is_dir():
                 from ebbtide.errors import ConfigError
 
@@ -61,6 +62,15 @@ class Settings(BaseModel):
             url=env.get("EBBTIDE_URL") or None,
             token=env.get("EBBTIDE_TOKEN") or None,
         )
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:///PATH`` store URL names; None for another kind of store, or
+    for SQLite in memory."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///")
+    return Path(path) if path and path != ":memory:" else None
 
 
 def normalise_db_url(url: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ebbtide.config.settings import redacted
+from ebbtide.config.settings import redacted, sqlite_file
 from ebbtide.errors import NoStore, UserError
 
 #: SQLite waits this long for a lock held by another process, in milliseconds.
@@ -51,9 +51,9 @@ _POSTGRES_DRIVER = (
 
 
 def _sqlite_engine(url: str, create: bool) -> sa.Engine:
-    path = url.removeprefix("sqlite:///")
-    if path and path != ":memory:":
-        _sqlite_file(Path(path), create)
+    path = sqlite_file(url)
+    if path is not None:
+        _sqlite_file(path, create)
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @sa.event.listens_for(engine, "connect")

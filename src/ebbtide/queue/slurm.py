@@ -288,24 +288,18 @@ def slurm_time_s(text: str) -> float | None:
     if not m:
         raise ValueError(f"expected {SLURM_TIME_FORMS}, got {units.shown(text, 60)}")
     days, first, second, third = m.groups()
-    parts = [int(p) for p in (first, second, third) if p is not None]
-    # as -l walltime: the first field that is not zero may run past its clock (0:90,
-    # 0-36:00:00), the ones after it not (25:99:00 is refused, not read as 26:39:00)
-    fields = [(int(days), 0)] if days is not None else []
-    limits = [24, 60, 60] if days is not None else [60] * len(parts)
-    fields += list(zip(parts, limits, strict=False))
-    for k, (part, limit) in enumerate(fields):
-        if limit and part >= limit and any(p for p, _ in fields[:k]):
-            raise ValueError(f"{units.shown(text, 60)}: a field is {part}, at most {limit - 1}")
-    if days is not None:
-        hours, minutes, seconds = [*parts, 0, 0][:3]
-        total = ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
-    elif len(parts) == 1:
-        total = parts[0] * 60
-    elif len(parts) == 2:
-        total = parts[0] * 60 + parts[1]
-    else:
-        total = (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    parts = [p for p in (first, second, third) if p is not None]
+    # as -l walltime (units.clock_value): the first field that is not zero may run past
+    # its clock (0:90, 0-36:00:00), the ones after it not (25:99:00 is refused)
+    if days is not None:  # D-H, D-H:M, D-H:M:S: in units of the last field given
+        given = units.CLOCK_FIELDS[: 1 + len(parts)]
+        total = units.clock_value(value, [days, *parts], given)
+        for _, base in units.CLOCK_FIELDS[len(given) :]:
+            total *= base
+    elif len(parts) == 1:  # a bare number is minutes
+        total = int(parts[0]) * 60.0
+    else:  # M:S, H:M:S
+        total = units.clock_value(value, parts, units.CLOCK_FIELDS[-len(parts) :])
     return float(total)
 
 
