@@ -20,8 +20,11 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
-#: ``scheme://user:password@`` in any text; the password is group 2
-_URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]*:)([^\s@/]+)(@)")
+#: ``scheme://user:password@`` in any text; the password is group 2: everything up to the
+#: last ``@`` before a space or a quote, as SQLAlchemy reads a URL (``/`` and ``#`` may
+#: stand in a password there, and redis-py's URL parsing takes ``@`` in one); a run that
+#: only looks like a password is masked too: masking too much is the safe side
+_URL_PASSWORD = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@'\"]*:)([^\s'\"]*)(@)")
 #: a password given as a URL's query parameter (``redis://h/0?password=…``, libpq's
 #: ``?password=…``, which both clients accept); the value is group 2
 _QUERY_PASSWORD = re.compile(r"([?&](?:password|sslpassword)=)([^&#\s]+)", re.IGNORECASE)
@@ -47,11 +50,11 @@ def passwords_of(urls: Iterable[str | None]) -> list[str]:
     for url in urls:
         if not url:
             continue
+        passwords = [m.group(2) for m in _URL_PASSWORD.finditer(url)]
         try:
-            parts = urlsplit(url)
-            passwords = [parts.password, *query_passwords(parts.query)]
+            passwords += query_passwords(urlsplit(url).query)
         except ValueError:
-            continue
+            pass
         for password in passwords:
             if password and len(password) >= 4:  # masking "a" everywhere would garble logs
                 found.update({password, unquote(password)})

@@ -55,6 +55,34 @@ def test_a_redacted_url_hides_a_password_in_its_query_too() -> None:
     assert redacted("sqlite:////var/ebb.db") == "sqlite:////var/ebb.db"
 
 
+@pytest.mark.parametrize(
+    ("url", "expected", "password"),
+    [
+        # SQLAlchemy reads everything up to the first "@" as the password, "/" included
+        ("postgresql://u:pa/ss@h/db", "postgresql://u:***@h/db", "pa/ss"),
+        # redis-py reads up to the last "@": none of it may show
+        ("redis://:se@cret@h:6379/0", "redis://:***@h:6379/0", "se@cret"),
+        ("redis://:sec#ret@h/0", "redis://:***@h/0", "sec#ret"),
+        # an IPv6 host keeps its brackets
+        ("redis://u:pw42@[::1]:6379/0", "redis://u:***@[::1]:6379/0", "pw42"),
+    ],
+)
+def test_a_password_with_slashes_or_at_signs_is_masked_whole(
+    url: str, expected: str, password: str
+) -> None:
+    """A review's catch: ``u:pa/ss@h`` printed the whole password, ``se@cret`` half of it."""
+    from ebbtide.config.settings import redacted
+
+    assert redacted(url) == expected
+    assert scrub(f"cannot connect to {url} (refused)") == f"cannot connect to {expected} (refused)"
+    assert password in passwords_of([url])
+
+
+def test_a_url_in_compact_json_is_masked_and_the_rest_kept() -> None:
+    text = '{"a":"postgresql://u:pw@h/db","b":"x@y"}'
+    assert scrub(text) == '{"a":"postgresql://u:***@h/db","b":"x@y"}'
+
+
 def test_the_filter_cleans_messages_args_and_tracebacks() -> None:
     logger = logging.getLogger("test_redaction")
     logger.propagate = False

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
@@ -109,11 +108,4 @@ def redacted(url: str) -> str:
     for messages and logs."""
     from ebbtide.redaction import scrub
 
-    parts = urlsplit(url)
-    if parts.password is not None:
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
     return scrub(url)
