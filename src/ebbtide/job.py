@@ -274,7 +274,10 @@ def checkpointed(path: str | os.PathLike[str], duration_s: float | None = None) 
 def progress(done: float, total: float | None = None) -> None:
     """Report progress (``done`` of ``total`` units of work, any unit) to the agent.
 
-    Cheap, but meant for a few calls a second at most.
+    Cheap, but meant for a few calls a second at most: each call is a line in the status
+    file.  The node agent passes the latest on to the store at most every
+    ``PROGRESS_REPORT_PERIOD_S`` (10 s), the first at once and the last when the attempt
+    ends.
     """
     _ensure_handler()
     _status(

@@ -17,7 +17,8 @@ store that is slow, locked or gone never delays a warning or a kill.  Handlers s
    slices evicted (killed at once when the GPU is gone) and takes nothing new;
 4. run what is in the inbox: starts the store thread prepared, evictions, kills of
    attempts the store gave away, undrains;
-5. reap attempts whose processes ended, read their status files (checkpoints, progress);
+5. reap attempts whose processes ended, read their status files (checkpoints; progress,
+   the latest at most every ``PROGRESS_REPORT_PERIOD_S``);
 6. kill attempts whose eviction deadline has come (every process of the attempt);
 7. the fast path: if the sample shows online usage plus offline slices above capacity
    minus the margin, pick victims with the same victim policy the scheduler uses and warn
@@ -1103,14 +1104,21 @@ class NodeAgent:
                 self.journal.append(
                     "record_result", job_id=local.job_id, attempt=local.attempt, value=rec.value
                 )
-            else:
-                self.journal.append(
-                    "record_progress",
-                    job_id=local.job_id,
-                    attempt=local.attempt,
-                    done=rec.done,
-                    total=rec.total,
-                )
+            else:  # the latest wins: reported at most once a period (see below)
+                local.progress = (rec.done, rec.total)
+        self._report_progress(local)
+
+    def _report_progress(self, local: LocalAttempt, *, final: bool = False) -> None:
+        progress = local.progress_to_report(self.clock.time(), final=final)
+        if progress is not None:
+            done, total = progress
+            self.journal.append(
+                "record_progress",
+                job_id=local.job_id,
+                attempt=local.attempt,
+                done=done,
+                total=total,
+            )
 
     def _finish(self, local: LocalAttempt, ended: Exit) -> None:
         self.executor.sweep(local.handle)
@@ -1119,6 +1127,7 @@ class NodeAgent:
         if ended.cause == "deadline" and local.eviction is not None:
             local.eviction.killed = True
         self._read_status(local)
+        self._report_progress(local, final=True)
         del self.attempts[local.job_id]
         code = ended.code
         if ended.cause in ("lease", "agent_gone", CAUSE_LOST, CAUSE_UNSCHEDULABLE):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,12 @@ from ebbtide.workers.executor import Handle
 from ebbtide.workers.ownership import Tree
 from ebbtide.workers.status import StatusReader
 from ebbtide.workers.usage import UsageSummary
+
+#: How often one attempt's progress reaches the store at most, in seconds: the latest
+#: the job gave, the first at once and the last when the attempt ends.  A job may call
+#: ``job.progress()`` at every step; each status line was a journal entry and a SQL
+#: write, ahead of the node's heartbeats in the journal.
+PROGRESS_REPORT_PERIOD_S = 10.0
 
 
 @dataclass
@@ -44,6 +51,10 @@ class LocalAttempt:
     usage: UsageSummary | None = None
     #: Unix seconds its usage may be sampled next (about once a second, not every tick)
     usage_due_at: float = 0.0
+    #: the job's latest progress (done, total) not reported to the store yet
+    progress: tuple[float, float | None] | None = None
+    #: Unix seconds its progress was last reported (-inf: never)
+    progress_sent_at: float = -math.inf
     #: the last view, and what it was made from (the fast path asks for one every tick)
     _view: tuple[tuple[Any, ...], ActiveAttempt] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -83,3 +94,15 @@ class LocalAttempt:
         )
         self._view = (key, view)
         return view
+
+    def progress_to_report(
+        self, now: float, *, final: bool = False
+    ) -> tuple[float, float | None] | None:
+        """The progress to report ``now``, if any: the latest the job gave, at most once
+        per :data:`PROGRESS_REPORT_PERIOD_S` (the first at once); any when ``final``."""
+        if self.progress is None:
+            return None
+        if not final and now - self.progress_sent_at < PROGRESS_REPORT_PERIOD_S:
+            return None
+        progress, self.progress, self.progress_sent_at = self.progress, None, now
+        return progress
