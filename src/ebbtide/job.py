@@ -52,7 +52,9 @@ resumes from its last periodic checkpoint.
 
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import pickle
 import signal
@@ -68,6 +70,7 @@ from ebbtide.queue.spec import REQUEUE_EXIT_CODE
 
 __all__ = [
     "DEFAULT_CHECKPOINT_DIR",
+    "PROGRESS_LINE_PERIOD_S",
     "REQUEUE_EXIT_CODE",
     "STATE_FILE_NAME",
     "array_index",
@@ -95,10 +98,17 @@ MAX_RESULT_BYTES = 3072
 _TMP_PREFIX = f".{STATE_FILE_NAME}."
 _TMP_SUFFIX = ".tmp"
 
+#: The most often :func:`progress` writes a status line, in seconds.
+PROGRESS_LINE_PERIOD_S = 0.5
+
 _warned = False
 _handler_installed = False
 _install_lock = threading.Lock()
 _swept_temp_files = False
+#: the progress line held back (written later), and when the last one was written
+_progress_pending: dict[str, Any] | None = None
+_progress_written_at = -math.inf
+_progress_lock = threading.Lock()
 
 
 # --------------------------------------------------------------------------- identity
@@ -148,6 +158,7 @@ def requeue() -> NoReturn:
     thread ``sys.exit`` only ends that thread), after a checkpoint.
     """
     _ensure_handler()
+    _flush_progress()
     sys.exit(REQUEUE_EXIT_CODE)
 
 
@@ -274,20 +285,49 @@ def checkpointed(path: str | os.PathLike[str], duration_s: float | None = None) 
 def progress(done: float, total: float | None = None) -> None:
     """Report progress (``done`` of ``total`` units of work, any unit) to the agent.
 
-    Cheap, but meant for a few calls a second at most: each call is a line in the status
-    file.  The node agent passes the latest on to the store at most every
-    ``PROGRESS_REPORT_PERIOD_S`` (10 s), the first at once and the last when the attempt
-    ends.
+    Cheap enough for every step: a status line is written at most every
+    :data:`PROGRESS_LINE_PERIOD_S`, the latest call's, and the one left over goes out with
+    the next checkpoint or result, at :func:`requeue` and when the process exits.  The
+    node agent passes the latest on to the store at most every 10 s (the first at once,
+    the last when the attempt ends).
     """
+    global _progress_pending, _progress_written_at
     _ensure_handler()
-    _status(
-        {
-            "type": "progress",
-            "done": float(done),
-            "total": None if total is None else float(total),
-            "time": time.time(),
-        }
-    )
+    line = _progress_line(done, total)
+    now = time.monotonic()
+    with _progress_lock:
+        if now - _progress_written_at < PROGRESS_LINE_PERIOD_S:
+            _progress_pending = line
+            return
+        _progress_pending, _progress_written_at = None, now
+    _status(line)
+
+
+def _write_progress(done: float, total: float | None = None) -> None:
+    """A progress line written at once, for callers that throttle on their own
+    (:mod:`ebbtide.integrations`), after any :func:`progress` held back."""
+    _flush_progress()
+    _status(_progress_line(done, total))
+
+
+def _progress_line(done: float, total: float | None) -> dict[str, Any]:
+    return {
+        "type": "progress",
+        "done": float(done),
+        "total": None if total is None else float(total),
+        "time": time.time(),
+    }
+
+
+def _flush_progress() -> None:
+    """Write the progress line :func:`progress` held back, if any."""
+    global _progress_pending, _progress_written_at
+    with _progress_lock:
+        line, _progress_pending = _progress_pending, None
+        if line is not None:
+            _progress_written_at = time.monotonic()
+    if line is not None:
+        _status(line)
 
 
 def result(value: Any) -> None:
@@ -303,6 +343,7 @@ def result(value: Any) -> None:
             f"a job's result is at most {MAX_RESULT_BYTES} bytes as JSON; give a path to a "
             "file instead"
         )
+    _flush_progress()
     _status({"type": "result", "value": value})
 
 
@@ -369,6 +410,7 @@ def _size_bytes(path: Path) -> int:
 
 
 def _report_checkpoint(path: Path, size_bytes: int, duration_s: float | None) -> None:
+    _flush_progress()
     _status(
         {
             "type": "checkpoint",
@@ -398,3 +440,4 @@ def _status(line: dict[str, Any]) -> None:
 
 
 _ensure_handler()
+atexit.register(_flush_progress)

@@ -477,3 +477,51 @@ def test_batch_inference_array_task_skips_done_batches(tmp_path: Path, spawn: Sp
         for line in part.read_text().splitlines()
     ]
     assert [row["item"] for row in rows] == list(range(1, 200, 2))
+
+
+def test_progress_at_every_step_writes_a_few_lines_and_the_last_at_exit(tmp_path: Path) -> None:
+    """A job may call ``job.progress`` at every step: the status file (which the agent
+    parses, on the node the online service runs on) gets at most a line a period, and
+    the last call's values when the process ends."""
+    result = run_py(
+        """
+        import ebbtide.job as job
+        for i in range(20_000):
+            job.progress(i, 20_000)
+        job.progress(20_000, 20_000)
+        """,
+        agent_env(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = status_lines(tmp_path)
+    assert 2 <= len(lines) <= 10, len(lines)
+    assert lines[0]["done"] == 0.0  # the first at once
+    assert (lines[-1]["done"], lines[-1]["total"]) == (20_000.0, 20_000.0)  # the last at exit
+
+
+def test_held_back_progress_goes_out_before_a_checkpoint_a_result_and_a_requeue(
+    tmp_path: Path,
+) -> None:
+    result = run_py(
+        """
+        import ebbtide.job as job
+        job.progress(1, 9)
+        job.progress(2, 9)  # held back: within a period of the first
+        job.checkpoint({"step": 2})
+        job.progress(3, 9)
+        job.result("ok")
+        job.progress(4, 9)
+        job.requeue()
+        """,
+        agent_env(tmp_path),
+    )
+    assert result.returncode == 99, result.stderr
+    seen = [(s["type"], s.get("done")) for s in status_lines(tmp_path)]
+    assert seen == [
+        ("progress", 1.0),
+        ("progress", 2.0),
+        ("checkpoint", None),
+        ("progress", 3.0),
+        ("result", None),
+        ("progress", 4.0),
+    ]

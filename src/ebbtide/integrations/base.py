@@ -16,8 +16,8 @@ from pathlib import Path
 
 import ebbtide.job as job
 
-#: How often a callback reports progress by default, in seconds (``ebbtide.job.progress``
-#: is meant for a few calls a second at most).
+#: How often a callback reports progress by default, in seconds (each report is a status
+#: line the node agent reads).
 PROGRESS_INTERVAL_S = 1.0
 
 
@@ -76,7 +76,7 @@ class ProgressThrottle:
         due = self._last_at is None or now - self._last_at >= self.interval_s
         if not (due or force):
             return
-        job.progress(done, total)
+        job._write_progress(done, total)  # throttled here, at the interval asked for
         self._last_at, self._last_done = now, done
 
 
