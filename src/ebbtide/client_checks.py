@@ -58,7 +58,24 @@ def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
     by an alias (:func:`queue_notes`), what attempts running as pods do not do
     (:func:`pod_notes`)."""
-    return [*queue_notes(spec, policy), *pod_notes(spec, policy)]
+    return [*queue_notes(spec, policy), *pod_notes(spec, policy), *shared_checkpoint_note(spec)]
+
+
+def shared_checkpoint_note(spec: JobSpec) -> list[str]:
+    """A note when an array's tasks would share one checkpoint directory (a trial's
+    trap: ``-J 0-3 --checkpoint-dir ckpt``: each task's ``job.checkpoint()`` writes the
+    same ``ckpt/state.pkl``, and a task resumed from another's)."""
+    if spec.array is None or spec.checkpoint_dir is None:
+        return []
+    if spec.array.end == spec.array.start or any(
+        f in spec.checkpoint_dir for f in ("%a", "%j", "%J")
+    ):
+        return []
+    return [
+        f"the array's tasks share the checkpoint directory {spec.checkpoint_dir}: "
+        "job.checkpoint() in each writes the same state.pkl there; put %a (the task's "
+        f"index) in it to keep them apart, e.g. {spec.checkpoint_dir.rstrip('/')}/%a"
+    ]
 
 
 def missing_cwd_note(spec: JobSpec, policy: Policy) -> list[str]:

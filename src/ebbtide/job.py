@@ -194,8 +194,10 @@ def _ensure_handler() -> None:
 def restore(default: Any = None) -> Any:
     """The state saved by the last :func:`checkpoint`, or ``default`` on a fresh start.
 
-    Reads ``EBBTIDE_RESUME_FROM`` when set, otherwise the newest ``state.pkl`` under
-    :func:`checkpoint_dir` (so a local run that is stopped and rerun resumes too).
+    Under ebbtide, the checkpoint the node agent gives (``EBBTIDE_RESUME_FROM``; empty:
+    a fresh start, whatever the checkpoint directory holds: other jobs may share it).  A
+    local run (the variable is not set) resumes from the newest ``state.pkl`` under
+    :func:`checkpoint_dir`, and says so on stderr (so that one stopped and rerun resumes).
 
     Raises:
       ValueError: ``EBBTIDE_RESUME_FROM`` names something :func:`checkpoint` did not
@@ -211,11 +213,19 @@ def restore(default: Any = None) -> Any:
         if path.name != STATE_FILE_NAME or not path.is_file():
             raise ValueError(_not_ours(given, f"it is not a {STATE_FILE_NAME}"))
         return _load(path, given)
+    if "EBBTIDE_RESUME_FROM" in os.environ:
+        # the agent's word: a fresh start (a state.pkl in a shared directory is another's)
+        return default
     candidates = list(checkpoint_dir().rglob(STATE_FILE_NAME))
     if not candidates:
         return default
     newest = max(candidates, key=lambda p: p.stat().st_mtime_ns)
-    return _load(newest, newest)
+    state = _load(newest, newest)
+    print(
+        f"ebbtide.job: a local run: resuming from {newest} (delete it to start afresh)",
+        file=sys.stderr,
+    )
+    return state
 
 
 def checkpoint(state: Any) -> Path:

@@ -60,7 +60,11 @@ class _QsubCommand(click.Command):
     "signal_",
     help="Warning signal at eviction: TERM (default), INT, HUP, USR1, USR2, QUIT, ALRM, XCPU.",
 )
-@click.option("--checkpoint-dir", help="Where the job keeps checkpoints.")
+@click.option(
+    "--checkpoint-dir",
+    help="Where the job keeps checkpoints (%j id, %A array id, %a index, %x name, %u user: "
+    "an array's tasks need %a, e.g. ckpt/%a).",
+)
 @click.option("-d", "--cwd", help="Working directory of the job.")
 @click.option("--max-attempts", help="Failed attempts allowed before the job fails, 1..100.")
 @click.option(

@@ -181,6 +181,8 @@ class JobSpec(BaseModel):
     checkpoint_interval_s: (
         Annotated[float, Field(ge=MIN_JOB_DURATION_S, le=MAX_DURATION_S)] | None
     ) = None
+    #: where the job keeps its checkpoints (None: its own directory under the agent's
+    #: home); the fields of an output path (``%j``, ``%A``, ``%a``, ...) are filled in
     checkpoint_dir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None

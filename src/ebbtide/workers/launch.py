@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +137,10 @@ def launch_for(
     make_dirs: tuple[str, ...] = ()
     if spec.checkpoint_dir is None:
         ckpt_dir = attempt_files.checkpoint_dir(home, job.id, identity)
-    else:
-        ckpt_dir = job_path(spec.checkpoint_dir, identity)
+    else:  # the fields of an output path filled in: ckpt/%a keeps an array's tasks apart
+        ckpt_dir = job_path(
+            _OUTPUT_FIELD.sub(_fields(spec, job, node), spec.checkpoint_dir), identity
+        )
         if identity is not None and identity.switch:
             make_dirs = (str(ckpt_dir),)
         else:
@@ -287,6 +289,16 @@ def output_path(
     ``%j`` (and ``%J``) the job id, ``%A`` the array's id, ``%a`` the index, ``%x`` the
     name, ``%u`` the owner, ``%N`` the node, ``%s``/``%t`` 0, ``%%`` a ``%``; relative to
     the job's directory (else its user's home, or the agent's directory)."""
+    path = _OUTPUT_FIELD.sub(_fields(spec, job, node), template)
+    path = str(job_path(path, identity)) if path.startswith("~") else path
+    if not os.path.isabs(path):
+        base = cwd or (identity.home if identity is not None else os.getcwd())
+        path = os.path.join(base, path)
+    return os.path.normpath(path)
+
+
+def _fields(spec: JobSpec, job: Any, node: str) -> Callable[[re.Match[str]], str]:
+    """What each ``%`` field of an output path or a checkpoint directory stands for."""
     values = {
         "%": "%",
         "j": str(job.id),
@@ -299,12 +311,7 @@ def output_path(
         "s": "0",
         "t": "0",
     }
-    path = _OUTPUT_FIELD.sub(lambda m: values[m.group(1)], template)
-    path = str(job_path(path, identity)) if path.startswith("~") else path
-    if not os.path.isabs(path):
-        base = cwd or (identity.home if identity is not None else os.getcwd())
-        path = os.path.join(base, path)
-    return os.path.normpath(path)
+    return lambda m: values[m.group(1)]
 
 
 def status_path_for(home: Path, job_id: int, attempt: int) -> Path:
