@@ -52,9 +52,7 @@ resumes from its last periodic checkpoint.
 
 from __future__ import annotations
 
-import atexit
 import json
-import math
 import os
 import pickle
 import signal
@@ -65,8 +63,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from ebbtide import status_lines as _lines
 from ebbtide import units
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE
+from ebbtide.status_lines import PROGRESS_LINE_PERIOD_S
 
 __all__ = [
     "DEFAULT_CHECKPOINT_DIR",
@@ -98,17 +98,10 @@ MAX_RESULT_BYTES = 3072
 _TMP_PREFIX = f".{STATE_FILE_NAME}."
 _TMP_SUFFIX = ".tmp"
 
-#: The most often :func:`progress` writes a status line, in seconds.
-PROGRESS_LINE_PERIOD_S = 0.5
-
 _warned = False
 _handler_installed = False
 _install_lock = threading.Lock()
 _swept_temp_files = False
-#: the progress line held back (written later), and when the last one was written
-_progress_pending: dict[str, Any] | None = None
-_progress_written_at = -math.inf
-_progress_lock = threading.Lock()
 
 
 # --------------------------------------------------------------------------- identity
@@ -158,7 +151,7 @@ def requeue() -> NoReturn:
     thread ``sys.exit`` only ends that thread), after a checkpoint.
     """
     _ensure_handler()
-    _flush_progress()
+    _lines.flush_progress()
     sys.exit(REQUEUE_EXIT_CODE)
 
 
@@ -301,43 +294,8 @@ def progress(done: float, total: float | None = None) -> None:
     node agent passes the latest on to the store at most every 10 s (the first at once,
     the last when the attempt ends).
     """
-    global _progress_pending, _progress_written_at
     _ensure_handler()
-    line = _progress_line(done, total)
-    now = time.monotonic()
-    with _progress_lock:
-        if now - _progress_written_at < PROGRESS_LINE_PERIOD_S:
-            _progress_pending = line
-            return
-        _progress_pending, _progress_written_at = None, now
-    _status(line)
-
-
-def _write_progress(done: float, total: float | None = None) -> None:
-    """A progress line written at once, for callers that throttle on their own
-    (:mod:`ebbtide.integrations`), after any :func:`progress` held back."""
-    _flush_progress()
-    _status(_progress_line(done, total))
-
-
-def _progress_line(done: float, total: float | None) -> dict[str, Any]:
-    return {
-        "type": "progress",
-        "done": float(done),
-        "total": None if total is None else float(total),
-        "time": time.time(),
-    }
-
-
-def _flush_progress() -> None:
-    """Write the progress line :func:`progress` held back, if any."""
-    global _progress_pending, _progress_written_at
-    with _progress_lock:
-        line, _progress_pending = _progress_pending, None
-        if line is not None:
-            _progress_written_at = time.monotonic()
-    if line is not None:
-        _status(line)
+    _lines.progress(done, total)
 
 
 def result(value: Any) -> None:
@@ -353,8 +311,8 @@ def result(value: Any) -> None:
             f"a job's result is at most {MAX_RESULT_BYTES} bytes as JSON; give a path to a "
             "file instead"
         )
-    _flush_progress()
-    _status({"type": "result", "value": value})
+    _lines.flush_progress()
+    _lines.write({"type": "result", "value": value})
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -420,8 +378,8 @@ def _size_bytes(path: Path) -> int:
 
 
 def _report_checkpoint(path: Path, size_bytes: int, duration_s: float | None) -> None:
-    _flush_progress()
-    _status(
+    _lines.flush_progress()
+    _lines.write(
         {
             "type": "checkpoint",
             "path": str(path),
@@ -432,22 +390,4 @@ def _report_checkpoint(path: Path, size_bytes: int, duration_s: float | None) ->
     )
 
 
-def _status(line: dict[str, Any]) -> None:
-    """Append one JSON line to ``EBBTIDE_STATUS_FILE`` in one write; dropped if unset."""
-    status_file = os.environ.get("EBBTIDE_STATUS_FILE")
-    if not status_file:
-        return
-    data = (json.dumps(line, separators=(", ", ": ")) + "\n").encode()
-    try:
-        fd = os.open(status_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        # The checkpoint itself is safe; a later attempt still finds it in checkpoint_dir().
-        print(f"ebbtide.job: cannot write status file {status_file}: {exc}", file=sys.stderr)
-
-
 _ensure_handler()
-atexit.register(_flush_progress)

@@ -86,7 +86,12 @@ LAYERS: list[dict[str, list[str]]] = [
             "ebbtide.queue.qsub",
             "ebbtide.queue.slurm",
         ],
-        "job API": ["ebbtide.job", "ebbtide.demo_job", "ebbtide.integrations"],
+        "job API": [
+            "ebbtide.job",
+            "ebbtide.status_lines",
+            "ebbtide.demo_job",
+            "ebbtide.integrations",
+        ],
     },
     {
         "scheduling core": [

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import ebbtide.job as job
+from ebbtide import status_lines
 
 #: How often a callback reports progress by default, in seconds (each report is a status
 #: line the node agent reads).
@@ -76,7 +77,7 @@ class ProgressThrottle:
         due = self._last_at is None or now - self._last_at >= self.interval_s
         if not (due or force):
             return
-        job._write_progress(done, total)  # throttled here, at the interval asked for
+        status_lines.write_progress(done, total)  # throttled here, at the interval asked
         self._last_at, self._last_done = now, done
 
 
