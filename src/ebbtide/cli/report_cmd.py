@@ -75,26 +75,11 @@ def report(
     if error:
         raise UserError(f"--since {since} --until {until}: {error}")
     if plot_path is not None:
-        from pathlib import Path
-
+        from ebbtide.plot_path import check_plot_path
         from ebbtide.report_plot import pyplot
 
         pyplot()  # say matplotlib is missing before reading anything
-        # a trial's traps: "" wrote a hidden ".png", and week.txt got matplotlib's words
-        if not plot_path.strip() or Path(plot_path).name.startswith("."):
-            raise UserError(f"--plot {plot_path!r}: give a file name, like week.png")
-        folder = Path(plot_path).expanduser().absolute().parent
-        if not folder.is_dir():
-            raise UserError(f"--plot {plot_path}: no directory {folder}")
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        kind = Path(plot_path).suffix.lower().lstrip(".")
-        known = FigureCanvasBase.get_supported_filetypes()
-        if kind and kind not in known:
-            raise UserError(
-                f"--plot {plot_path}: cannot draw a .{kind} file; end the name in one of "
-                f".{', .'.join(sorted(known))} (.png without one)"
-            )
+        check_plot_path(plot_path)
     client = _client()
     try:
         data = client.report(start, end, queue=queue, user=user)
@@ -102,12 +87,13 @@ def report(
     finally:
         client.close()
     if plot_path is not None:
+        from ebbtide.plot_path import plot_failed
         from ebbtide.report_plot import plot
 
         try:
             plot(plot_path, data)
         except OSError as exc:
-            raise UserError(f"--plot {plot_path}: {exc.strerror or exc}") from None
+            raise plot_failed(plot_path, exc) from None
     if as_json:
         _echo_json(data)
     else:

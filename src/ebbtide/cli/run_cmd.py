@@ -431,15 +431,26 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     show_default=True,
     help="Also run exclusive, static-night and greedy.",
 )
-@click.option("--margins", default="5%,2GiB", show_default=True, help="ebbtide's safety margins.")
+@click.option(
+    "--margins",
+    default="5%,2GiB",
+    show_default=True,
+    help="ebbtide's safety margins (given with --policy: over its margin_compute_pct and "
+    "margin_memory_mib).",
+)
 @click.option(
     "--quantiles",
     default="0.9,1",
     show_default=True,
-    help="ebbtide's forecast: quantiles of recent compute and memory rises kept in reserve.",
+    help="ebbtide's forecast: quantiles of recent compute and memory rises kept in reserve "
+    "(given with --policy: over its forecast_compute_quantile).",
 )
 @click.option(
-    "--history", default="1h", show_default=True, help="ebbtide's forecast: history it rests on."
+    "--history",
+    default="1h",
+    show_default=True,
+    help="ebbtide's forecast: history it rests on (given with --policy: over its "
+    "forecast_history_s).",
 )
 @click.option(
     "--clock-start",
@@ -452,9 +463,12 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     type=click.Path(dir_okay=False),
     help="Run ebbtide under this policy file: its defaults (margins, deadline, cooldown, "
     "backoff, forecast, pausing), windows and queue limits and protections (jobs are in "
-    "queue default; devices are gpuK/0; the trace's clock is read in the first cron "
-    "window's timezone). Without it, ebbtide keeps the built-in policy's cooldown and "
-    "backoff.",
+    "queue default; devices are gpuK/0). Windows are read on a simulated calendar day, "
+    "Monday 2024-01-08, from --clock-start's time of day in the first cron window's "
+    "timezone (UTC without one); a note says when no window opens in the span or a pool "
+    "matches no device. --margins, --quantiles and --history given on the command line, "
+    "--no-pause and --suspend-to-host apply over the file. Without it, ebbtide keeps the "
+    "built-in policy's cooldown and backoff.",
 )
 @click.option(
     "--pause/--no-pause",
@@ -496,7 +510,14 @@ def demo(home: str | None, speedup: float, count: int, as_json: bool) -> None:
     help="Print one JSON object: the workload, and per policy the table's figures and what "
     "they rest on (README, Simulation).",
 )
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw a PNG here.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also draw a PNG here (or what the name's suffix says; checked before the run; "
+    "needs matplotlib: pip install 'ebbtide[plot]').",
+)
 @click.option("--debug", is_flag=True, help="Check conservation on every change (slow).")
 def sim(**options: Any) -> None:
     """Simulate offline jobs in the headroom of a recorded online load, beside baselines.
@@ -509,6 +530,15 @@ def sim(**options: Any) -> None:
       ebb sim --online genai:$T --jobs openb:$T/openb_pod_list_default.csv
       ebb sim --online trace:online.csv --jobs synthetic:7 --json
     """
+    from click.core import ParameterSource
+
     from ebbtide.sim.cli import run_sim
 
-    run_sim(**options)
+    ctx = click.get_current_context()
+    given = [
+        name
+        for name in ("margins", "quantiles", "history")
+        if ctx.get_parameter_source(name)
+        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    ]
+    run_sim(**options, given=given)

@@ -9,29 +9,33 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ebbtide.errors import UserError
 from ebbtide.scheduling.snapshot import Margins
 from ebbtide.shipped import shipped_or_path
+from ebbtide.sim.in_effect import (
+    header_line,
+    in_effect,
+    note,
+    product_policy,
+    trace_notes,
+    window_notes,
+)
 from ebbtide.sim.jobs import SimJob, load_openb, synthetic
 from ebbtide.sim.online import OnlineLoad, load_genai, load_trace_csv
-from ebbtide.sim.policies import (
-    NO_PAUSE,
-    ForecastSettings,
-    SimPolicy,
-    baselines,
-    ebbtide_policy,
-    from_policy_file,
-)
+from ebbtide.sim.policies import NO_PAUSE, ForecastSettings, SimPolicy, baselines
 from ebbtide.sim.report import render
 from ebbtide.sim.runner import describe_workload, run_policies
 from ebbtide.sim.tile import TILE_MAX, tile_load, tile_stream
 from ebbtide.units import parse_duration_s, parse_memory_mib
+
+if TYPE_CHECKING:
+    from ebbtide.config.policy import Policy
 
 ONLINE_FORMS = "genai:DIR (the two GenAI files) or trace:CSV"
 JOBS_FORMS = "openb:CSV (an openb pod list) or synthetic[:SEED]"
@@ -163,6 +167,39 @@ def parse_tile(text: str) -> int:
     return copies
 
 
+def parse_history(text: str) -> float:
+    """``--history``: a duration above 0, in seconds."""
+    history_s = _flag("--history", parse_duration_s, text)
+    if history_s <= 0:
+        raise UserError(f"--history {text!r}: the forecast needs some history, like 1h")
+    return history_s
+
+
+def _size(flag: str, text: str) -> float:
+    """A memory size above 0, in MiB, a refusal named by ``flag``."""
+    mib = float(_flag(flag, parse_memory_mib, text))
+    if mib <= 0:
+        raise UserError(f"{flag} {text!r}: must be more than 0, like 80GiB")
+    return mib
+
+
+def _load_policy(policy_path: str) -> Policy:
+    from pathlib import Path
+
+    from ebbtide.config.policy import load_policy
+
+    return load_policy(Path(policy_path))  # ConfigError names every problem
+
+
+def _check_plot(plot_path: str) -> None:
+    """Refuse a ``--plot`` path that cannot be drawn before a long run, not after it."""
+    from ebbtide.plot_path import check_plot_path
+    from ebbtide.sim.plot import _pyplot
+
+    _pyplot()
+    check_plot_path(plot_path)
+
+
 def run_sim(
     *,
     online: str,
@@ -188,23 +225,22 @@ def run_sim(
     suspend_to_host: bool | None = None,
     restart_overhead: str = "30s",
     tile: str = "1",
+    given: Collection[str] = (),
 ) -> None:
-    device_mib = float(_flag("--device-memory", parse_memory_mib, device_memory))
-    job_mib = float(_flag("--job-gpu-memory", parse_memory_mib, job_gpu_memory))
-    history_s = _flag("--history", parse_duration_s, history)
+    """``ebb sim``; ``given``: which of ``margins``, ``quantiles`` and ``history`` were set
+    on the command line (over a ``--policy`` file, only those apply)."""
+    device_mib = _size("--device-memory", device_memory)
+    job_mib = _size("--job-gpu-memory", job_gpu_memory)
+    cq, mq = parse_quantiles(quantiles)
+    forecast = ForecastSettings(
+        compute_quantile=cq, memory_quantile=mq, history_s=parse_history(history)
+    )
+    margins_in = parse_margins(margins)
     restart_s = parse_restart_overhead(restart_overhead)
     copies = parse_tile(tile)
-    rules = None
-    if policy_path is not None:
-        from pathlib import Path
-
-        from ebbtide.config.policy import load_policy
-
-        rules = load_policy(Path(policy_path))  # ConfigError names every problem
+    rules = _load_policy(policy_path) if policy_path is not None else None
     if plot_path is not None:
-        from ebbtide.sim.plot import _pyplot
-
-        _pyplot()  # fail before a long run, not after
+        _check_plot(plot_path)
     started = time.perf_counter()
     online_load = parse_online(
         online,
@@ -214,6 +250,10 @@ def run_sim(
         clock_start=clock_start,
     )
     online_load = tile_load(online_load, copies, seed=seed)
+    for text in trace_notes(online_load, hours) + (
+        window_notes(rules, online_load) if rules is not None else []
+    ):
+        note(text)
     stream = parse_jobs(
         jobs,
         seed=seed,
@@ -222,15 +262,7 @@ def run_sim(
         stubborn_frac=stubborn_frac,
     )
     stream = tile_stream(stream, copies)
-    cq, mq = parse_quantiles(quantiles)
-    product = (
-        from_policy_file(rules)
-        if rules is not None
-        else ebbtide_policy(
-            parse_margins(margins),
-            ForecastSettings(compute_quantile=cq, memory_quantile=mq, history_s=history_s),
-        )
-    )
+    product = product_policy(rules, margins_in, forecast, given)
     if suspend_to_host is not None:
         product = replace(product, pause=replace(product.pause, suspend=suspend_to_host))
     if not pause:
@@ -264,18 +296,25 @@ def run_sim(
         ),
         "policies": figures,
     }
-    result["workload"]["pause"] = product.pause.enabled
-    result["workload"]["suspend_to_host"] = product.pause.enabled and product.pause.suspend
-    if policy_path is not None:
-        result["workload"]["policy"] = policy_path
-    if plot_path is not None:
-        from ebbtide.sim.plot import plot
-
-        plot(plot_path, recordings, clock_origin_s=online_load.clock_origin_s)
+    workload = result["workload"]
+    workload["pause"] = product.pause.enabled
+    workload["suspend_to_host"] = product.pause.enabled and product.pause.suspend
+    workload.update(in_effect(product, policy_path, given))
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:
-        click.echo(render(result))
+        table = render(result)
+        if policy_path is not None:  # the header names the file, after online: and offline:
+            head, _, rest = table.partition("\n\n")
+            table = f"{head}\n{header_line(workload)}\n\n{rest}"
+        click.echo(table)
         click.echo(f"\n(total {time.perf_counter() - started:.1f} s)")
-        if plot_path is not None:
-            click.echo(f"plot: {plot_path}")
+    if plot_path is not None:  # after the results, which a failure here must not lose
+        from ebbtide.plot_path import plot_failed
+        from ebbtide.sim.plot import plot
+
+        try:
+            plot(plot_path, recordings, clock_origin_s=online_load.clock_origin_s)
+        except OSError as exc:
+            raise plot_failed(plot_path, exc) from None
+        click.echo(f"plot: {plot_path}", err=as_json)
