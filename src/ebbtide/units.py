@@ -36,20 +36,24 @@ MAX_NUMBER_CHARS = 64
 #: these, so a warning reaches the job and never ends the shim.
 WARNING_SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "XCPU")
 
+#: MiB per unit.  ``kb``, ``mb``, ``gb`` and ``tb`` are powers of 1024, as PBS (``mem=``)
+#: and Slurm (``--mem``) read them and as a GPU's "80GB" is meant: one reading wherever
+#: a size is given (``-l``, the SDK, policy files, ``--devices``); a trial found ``4GB``
+#: 4096 MiB in ``-l`` and 3815 MiB through the SDK.
 _MEM_UNITS_MIB = {
     "": 1 / (1024 * 1024),  # 0 only: other bare numbers are refused
     "b": 1 / (1024 * 1024),
     "k": 1 / 1024,
-    "kb": 1000 / (1024 * 1024),
+    "kb": 1 / 1024,
     "kib": 1 / 1024,
     "m": 1,
-    "mb": 1_000_000 / (1024 * 1024),
+    "mb": 1,
     "mib": 1,
     "g": 1024,
-    "gb": 1_000_000_000 / (1024 * 1024),
+    "gb": 1024,
     "gib": 1024,
     "t": 1024 * 1024,
-    "tb": 1_000_000_000_000 / (1024 * 1024),
+    "tb": 1024 * 1024,
     "tib": 1024 * 1024,
 }
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
@@ -107,9 +111,10 @@ def parse_int(text: str | int, low: int, high: int, what: str = "a whole number"
 
 def parse_memory_mib(text: str | int | float) -> int:
     """Parse a memory size into MiB (rounded up): a number with a unit (``4GiB``,
-    ``512MiB``, ``16GB``, ``4g``).  A bare number other than 0 is refused: PBS reads it as
-    bytes, Slurm as MB, a person often as GiB, so no reading of it is safe.  (Fields whose
-    name gives the unit, like the policy's ``*_mib``, take bare numbers as MiB.)
+    ``512MiB``, ``16GB``, ``4g``; every unit a power of 1024, ``GB`` as ``GiB``).  A bare
+    number other than 0 is refused: PBS reads it as bytes, Slurm as MB, a person often as
+    GiB, so no reading of it is safe.  (Fields whose name gives the unit, like the
+    policy's ``*_mib``, take bare numbers as MiB.)
 
     At most :data:`MAX_MEMORY_MIB` (1 TiB).
     """
