@@ -37,7 +37,7 @@ from rich.text import Text
 
 from ebbtide.client import Client
 from ebbtide.config.settings import Settings
-from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.spec import MIN_JOB_DURATION_S, JobSpec
 from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store import Store
 from ebbtide.runtime import Runtime, build
@@ -136,7 +136,8 @@ def job_spec(job: DemoJob, speedup: float, cwd: Path) -> JobSpec:
         memory_mib=round(job.gpumem_gib * 1024),
         deadline_s=job.deadline_s,
         priority=job.priority,
-        checkpoint_interval_s=job.every_s / speedup,
+        # at --speedup 20 a 1 s interval would be shorter than any job may ask for
+        checkpoint_interval_s=max(MIN_JOB_DURATION_S, job.every_s / speedup),
         cwd=str(cwd),
         pause=job.pause,
     )
