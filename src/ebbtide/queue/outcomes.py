@@ -15,7 +15,8 @@ by asking :func:`decide` what it means and writing that down; no policy lives in
   the job once it has used up ``max_attempts``;
 - any other exit is a **failure**: the job is requeued while failures remain below
   ``max_attempts`` (never when ``final``: a job that cannot be started at all), else it
-  **failed**.
+  **failed**.  So is any exit but 0 of an attempt that ran past its walltime
+  (``ran_out``): warned of its limit, not evicted, its exit 99 is no requeue of its own.
 
 A *lost* attempt (its node went silent, its process vanished, its start never happened)
 is none of these: the job is requeued, and held when :func:`hold_after_losses` says it
@@ -37,6 +38,9 @@ GPU_FAULT = "gpu_fault"
 #: (``EvictReason.SHUTDOWN``: a restart or an upgrade of ebbtide): requeued and, like a
 #: GPU fault, not counted (no backoff, no ``max_preemptions``): not the job's doing.
 SHUTDOWN = "shutdown"
+#: The reason code of an attempt that ran past its walltime (warned, then killed at its
+#: deadline if still running): a failure whatever it exited with, but 0.
+WALLTIME = "walltime"
 #: The reason codes of evictions the cluster made itself, seen after the fact
 #: (``EvictReason.KUBE_PREEMPTED``, ``EvictReason.NODE_PRESSURE``): requeued, counted.
 PLATFORM_EVICTIONS = frozenset({"kube_preempted", "node_pressure"})
@@ -77,6 +81,7 @@ def decide(
     warning_signal: int,
     why: str | None = None,
     final: bool = False,
+    ran_out: bool = False,
 ) -> Verdict:
     """The verdict on an attempt that ended with ``exit_code`` (see the module doc)."""
     if exit_code == 0:
@@ -100,7 +105,8 @@ def decide(
     code = (eviction or {}).get("reason_code")
     fault = code == GPU_FAULT
     taken = code in PLATFORM_EVICTIONS
-    if source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault or taken:
+    evicted = source == JobState.EVICTING or exit_code == REQUEUE_EXIT_CODE or fault or taken
+    if evicted and not ran_out:
         reason = (eviction or {}).get("reason") or "the job asked to be requeued (exit 99)"
         counted = evictions if fault or code == SHUTDOWN else evictions + 1
         crashed = (

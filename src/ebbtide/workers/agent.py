@@ -64,7 +64,7 @@ from ebbtide.preemption.relief import (
 )
 from ebbtide.preemption.victims import COOLDOWN_REASONS, EvictReason
 from ebbtide.queue.drains import WHOLE_NODE
-from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED
+from ebbtide.queue.outcomes import GPU_FAULT, START_DEFERRED, WALLTIME
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store import Store
@@ -570,8 +570,34 @@ class NodeAgent:
             and not local.eviction
             and now - local.started_at > local.walltime_s
         ):
-            log.info("job %s attempt %s: walltime exceeded", local.job_id, local.attempt)
-            local.ended_by = f"walltime {local.walltime_s:g}s exceeded, killed"
+            self._walltime_ran_out(local, now)
+
+    def _walltime_ran_out(self, local: LocalAttempt, now: float) -> None:
+        """Warn an attempt past its walltime, as PBS and Slurm do, and kill it its
+        deadline later if it still runs (a paused one cannot take the warning: at once).
+        It fails, whatever it exits with but 0 (a trial's trap: it was killed with no
+        warning at all)."""
+        wall, grace = local.walltime_s, local.slice.deadline_s
+        if local.walltime_kill_at is None:
+            if local.paused_at is not None:
+                local.walltime_kill_at = now
+                local.ended_by = f"walltime {wall:g}s exceeded while paused, killed"
+            else:
+                local.walltime_kill_at = now + grace
+                local.ended_by = f"walltime {wall:g}s exceeded"
+                log.info(
+                    "job %s attempt %s: walltime exceeded; warned (%s), killed in %gs",
+                    local.job_id,
+                    local.attempt,
+                    signal_name(local.slice.signal),
+                    grace,
+                )
+                self.executor.kill_at(local.handle, time.monotonic() + grace)
+                self.executor.signal(local.handle, local.slice.signal)
+                return
+        if now >= local.walltime_kill_at:
+            if local.ended_by == f"walltime {wall:g}s exceeded":
+                local.ended_by += f", killed {grace:g}s after the warning"
             self.executor.signal(local.handle, signal.SIGKILL)
 
     def _kill_all_due(self) -> None:
@@ -1152,6 +1178,8 @@ class NodeAgent:
         if ended.cause in (CAUSE_OOM, CAUSE_IMAGE):  # a failure of the job's own
             local.ended_by = ended.detail
             reason_code = ended.cause
+        elif local.walltime_kill_at is not None:
+            reason_code = WALLTIME
         if ended.cause in PLATFORM_EVICTIONS and local.eviction is None:
             # the cluster took it back (an online pod's preemption, node pressure): an
             # eviction with the platform's grace as its deadline, requeued like ours

@@ -38,6 +38,9 @@ class LocalAttempt:
     last_checkpoint_at: float | None = None
     eviction: EvictionClock | None = None
     walltime_s: float | None = None
+    #: Unix seconds it is killed for running past its walltime (warned its deadline
+    #: before); None: it has not
+    walltime_kill_at: float | None = None
     #: why the agent ended it, when it was not the job's own doing (walltime, fencing)
     ended_by: str | None = None
     #: Unix seconds it was paused (frozen in place); None while it runs

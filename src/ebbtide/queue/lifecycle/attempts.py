@@ -294,6 +294,7 @@ class AttemptLogic(Shared):
             warning_signal=job.signal,
             why=why,
             final=final,
+            ran_out=reason_code == outcomes.WALLTIME,
         )
         target = verdict.target
         data: dict[str, Any] = {"exit_code": exit_code}
