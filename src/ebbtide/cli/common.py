@@ -127,6 +127,9 @@ def _setup_logging(level: str) -> None:
     for noisy in ("dramatiq", "pika", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # whatever library writes a line, no URL password, token or credential of ours in it
+    from ebbtide.messaging import broker_logs
     from ebbtide.redaction import install
 
     install(_our_secrets())
+    # a Redis that does not answer: one warning of ours, not a critical traceback a second
+    broker_logs.install()
