@@ -38,7 +38,9 @@ from ebbtide.client_checks import (
     fit_to_fleet,
     kubernetes_grant,
     missing_cwd_note,
+    new_store_file,
     policy_in_effect,
+    say_new_store,
     submit_notes,
 )
 from ebbtide.client_checks import pod_notes as pod_notes
@@ -100,7 +102,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         policy: Policy | None = None,
         caller: Caller | None = None,
         workdir: str | None = ".",
-        create: bool = True,
+        create: bool | None = None,
     ) -> Client:
         if store is None and cls is Client:
             settings = settings or Settings.from_env()
@@ -120,15 +122,19 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         policy: Policy | None = None,
         caller: Caller | None = None,
         workdir: str | None = ".",
-        create: bool = True,
+        create: bool | None = None,
     ) -> None:
         """``create`` False: a SQLite store that is not there is an error (a command that
-        only reads must not make an empty one where ``EBBTIDE_HOME`` was mistyped)."""
+        only reads must not make an empty one where ``EBBTIDE_HOME`` was mistyped); None
+        (the SDK's default): made, with a warning that names it."""
         self.settings = settings or Settings.from_env()
         self._owns_store = store is None
         if store is None:  # a bad policy file is refused before a new store is made
             check_policy_first(self.settings)
-        self.store = store or open_store(self.settings, create=create)
+        made = new_store_file(self.settings) if store is None and create is None else None
+        self.store = store or open_store(self.settings, create=create is not False)
+        if made is not None:
+            say_new_store(made)
         try:
             self.policy = policy or policy_in_effect(self.store, self.settings.policy_path)
         except BaseException:

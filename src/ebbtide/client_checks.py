@@ -54,6 +54,25 @@ def kubernetes_grant(spec: JobSpec, policy: Policy) -> Grant | None:
 _parsed: dict[str, Policy] = {}
 
 
+def new_store_file(settings: Any) -> Path | None:
+    """The SQLite file opening ``settings``' store would make (None: it is there, or the
+    store is not a SQLite file)."""
+    from ebbtide.config.settings import sqlite_file
+
+    path = sqlite_file(settings.db_url)
+    return path if path is not None and not path.exists() else None
+
+
+def say_new_store(path: Path) -> None:
+    """A trial's trap: ``Client()`` under a mistyped ``EBBTIDE_HOME`` made an empty store
+    in silence, and ``get(5)`` said only that there is no job 5."""
+    log.warning(
+        "there was no ebbtide store at %s: made a new, empty one (check EBBTIDE_HOME or "
+        "EBBTIDE_DB_URL if jobs were expected there)",
+        path,
+    )
+
+
 def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
     by an alias (:func:`queue_notes`), what attempts running as pods do not do

@@ -194,3 +194,22 @@ def test_qalter_says_what_a_new_whole_gpu_slice_is_given(home: Path) -> None:
     result = CliRunner().invoke(cli, ["qalter", "1", "-l", "gpu=1"])
     assert result.exit_code == 0, result.output
     assert "ebb qalter: note: 1 whole GPU with no gpumem: granted 78GiB" in result.stderr
+
+
+def test_an_sdk_client_that_makes_a_new_store_says_where(
+    home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A trial's trap: ``Client()`` under a mistyped ``EBBTIDE_HOME`` made an empty store
+    in silence, and ``get(5)`` said only that there is no job 5."""
+    with caplog.at_level("WARNING", logger="ebbtide"):
+        Client().close()
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [
+        f"there was no ebbtide store at {home / 'ebbtide.db'}: made a new, empty one (check "
+        "EBBTIDE_HOME or EBBTIDE_DB_URL if jobs were expected there)"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ebbtide"):
+        Client().close()  # there now: nothing to say
+        Client(create=True).close()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -39,7 +39,7 @@ def _admin_client() -> Client:
             f"{settings.policy_path or 'the built-in policy'}"
         )
     if not from_env.url:
-        return Client(settings, policy=policy, caller=caller)
+        return Client(settings, policy=policy, caller=caller, create=True)
     # a trial's trap: with EBBTIDE_URL set, the token went into another store than the
     # server's, made empty for it, and the command said only a note
     from ebbtide.config.settings import redacted
