@@ -554,10 +554,12 @@ def test_cancel_requested_ends_cancelled(store: Store) -> None:
         for case, (job_id, attempt) in jobs.items()
     }
     assert ended == dict.fromkeys(cases, S.CANCELLED)
-    for job_id, _ in jobs.values():
+    for (state, _), (job_id, _) in jobs.items():
         job = store.get(job_id)
         assert (job.state, job.cancel_requested) == (S.CANCELLED, True)
         assert job.finished_at is not None
+        if state == S.RUNNING:  # who, as for a job cancelled before it ran (a trial's trap)
+            assert job.reason == "cancelled by alice"
         assert types(store, job_id)[-1] == EventType.CANCELLED
         assert store.attempts(job_id)[0].outcome == AttemptOutcome.CANCELLED
 

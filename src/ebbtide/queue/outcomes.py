@@ -38,6 +38,9 @@ GPU_FAULT = "gpu_fault"
 #: (``EvictReason.SHUTDOWN``: a restart or an upgrade of ebbtide): requeued and, like a
 #: GPU fault, not counted (no backoff, no ``max_preemptions``): not the job's doing.
 SHUTDOWN = "shutdown"
+#: How a running job's reason starts while its cancellation waits for its attempt to end
+#: (then "cancelled by …", as for a job cancelled before it ran).
+CANCEL_ASKED = "cancel requested by "
 #: The reason code of an attempt that ran past its walltime (warned, then killed at its
 #: deadline if still running): a failure whatever it exited with, but 0.
 WALLTIME = "walltime"

@@ -300,9 +300,14 @@ class AttemptLogic(Shared):
         data: dict[str, Any] = {"exit_code": exit_code}
         if reason_code:
             data["reason_code"] = reason_code
+        reason = verdict.reason
+        asked = job.reason or ""
+        if target == JobState.CANCELLED and asked.startswith(outcomes.CANCEL_ASKED):
+            # who cancelled it, as for a job cancelled before it ran (not a bare "cancelled")
+            reason = "cancelled by " + asked.removeprefix(outcomes.CANCEL_ASKED)
         changes: dict[str, Any] = {
             "exit_code": exit_code,
-            "reason": verdict.reason,
+            "reason": reason,
             "evictions": verdict.evictions,
             "failures": verdict.failures,
         }

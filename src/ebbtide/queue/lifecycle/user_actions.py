@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from ebbtide.errors import PermissionDenied, StaleState, UserError
+from ebbtide.queue import outcomes
 from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.lifecycle.submission import packed_memory_mib
 from ebbtide.queue.models import Job
@@ -155,7 +156,7 @@ class UserActionLogic(Shared):
                     with self._tx() as conn:
                         requested = {
                             "cancel_requested": True,
-                            "reason": f"cancel requested by {actor(user, attribution)}",
+                            "reason": f"{outcomes.CANCEL_ASKED}{actor(user, attribution)}",
                         }
                         if not self._update_job_if(conn, job_id, [state.value], requested):
                             raise StaleState("moved")
