@@ -118,10 +118,10 @@ def _job_states(
     """``state`` as a list of states; None for all."""
     if state is None:
         return None
-    items = [state] if isinstance(state, str | JobState) else builtins.list(state)
     try:
+        items = [state] if isinstance(state, str | JobState) else builtins.list(state)
         return [JobState(s) for s in items]
-    except ValueError:
+    except (ValueError, TypeError):  # a trial's trap: state=5 was a raw TypeError
         known = ", ".join(s.value for s in JobState)
         raise SpecError("state", f"expected one of {known}, got {shown(state, 60)}") from None
 

@@ -83,6 +83,7 @@ __all__ = [
     "progress",
     "requeue",
     "restore",
+    "result",
     "resume_from",
     "warning_signal",
 ]

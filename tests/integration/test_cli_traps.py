@@ -1005,3 +1005,33 @@ def test_policy_explain_explains_the_policy_in_force(
     away = CliRunner().invoke(cli, ["policy", "explain"])
     assert away.exit_code == 0 and away.stdout.startswith(f"policy: {good}\n")
     assert "the store's policy cannot be read" in away.stderr and "secret" not in away.output
+
+
+def test_a_python_script_with_no_shebang_is_taken_with_a_note(home: Path) -> None:
+    """A trial's trap: ``ebb qsub myjob.py 5`` ran the script under /bin/sh, which failed
+    with ``import: not found``, and nothing said so at submission."""
+
+    def said(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["qsub", *args])
+        assert result.exit_code == 0, result.output
+        return result.stderr
+
+    (home.parent / "myjob.py").write_text("import sys\nprint(sys.argv)\n")
+    err = said(str(home.parent / "myjob.py"), "5")
+    assert "myjob.py has no #! line, so it runs under /bin/sh" in err
+    assert "#!/usr/bin/env python3" in err and "ebb qsub -- python3" in err
+    (home.parent / "ok.py").write_text("#!/usr/bin/env python3\nprint(1)\n")
+    assert "no #! line" not in said(str(home.parent / "ok.py"))
+    # -S says what runs it
+    assert "no #! line" not in said("-S", "/usr/bin/python3", str(home.parent / "myjob.py"))
+
+
+def test_qdel_of_an_arrays_id_says_it_is_one_task(home: Path) -> None:
+    """A trial's trap: ``ebb qdel 62``, 62 being an array's id, cancelled its first task
+    alone, and said nothing."""
+    assert ebb("qsub", "-J", "1-3", "--", "true").strip() == "1[]"
+    result = CliRunner().invoke(cli, ["qdel", "1"])
+    assert result.exit_code == 0, result.output
+    assert "1 is task 1[1] of an array: `ebb qdel 1[]` acts on all its tasks" in result.stderr
+    result = CliRunner().invoke(cli, ["qdel", "1[]"])
+    assert result.exit_code == 0 and "is task" not in result.stderr

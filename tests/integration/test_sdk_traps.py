@@ -213,3 +213,13 @@ def test_an_sdk_client_that_makes_a_new_store_says_where(
         Client().close()  # there now: nothing to say
         Client(create=True).close()
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_state_that_is_not_one_is_a_spec_error(home: Path) -> None:
+    client = Client(create=True)
+    try:
+        for bad in (5, object(), ["queued", 3]):
+            with pytest.raises(SpecError, match=r"^state: expected one of held"):
+                client.list(state=bad)  # type: ignore[arg-type]
+    finally:
+        client.close()

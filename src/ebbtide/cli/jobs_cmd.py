@@ -116,8 +116,13 @@ def qalter(
         sys.exit(1)
 
 
+#: The command of each action, for the notes.
+_COMMANDS = {"cancel": "qdel", "hold": "qhold", "release": "qrls"}
+
+
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
     parsed = _parse_ids(ids)
+    plain = {r.id for r in parsed if not r.whole_array and r.index is None}
     client = _client()
     refused: list[tuple[int, str]] = []
     results = []
@@ -126,6 +131,13 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
         try:
             job = getattr(client, action)(job_id)
             results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})
+            if job_id in plain and job.array_id is not None and not as_json:
+                # a trial's trap: `qdel 62` of an array's id acted on its first task alone
+                click.echo(
+                    f"ebb: note: {job_id} is task {job.array_id}[{job.array_index}] of an "
+                    f"array: `ebb {_COMMANDS[action]} {job.array_id}[]` acts on all its tasks",
+                    err=True,
+                )
         except UserError as exc:
             failed = True
             results.append({"id": job_id, "ok": False, "error": str(exc)})

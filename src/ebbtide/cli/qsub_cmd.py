@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,9 +146,27 @@ def qsub(
             if where is None:
                 raise
             raise SpecError(f"{where}: queue", exc.reason) from None
+    if script is not None and not opts["shell"]:
+        notes += _no_shebang_note(*script)
     _say_submitted("qsub", ids, is_array, notes, as_json)
     if not as_json:
         click.echo(f"{ids[0]}[]" if is_array else str(ids[0]))
+
+
+#: Interpreters of scripts by their suffix, for :func:`_no_shebang_note`.
+_INTERPRETERS = {".py": "python3", ".pl": "perl", ".rb": "ruby", ".jl": "julia", ".r": "Rscript"}
+
+
+def _no_shebang_note(path: str, text: str) -> list[str]:
+    """A trial's trap: ``ebb qsub train.py`` with no ``#!`` line ran the script under
+    /bin/sh (as PBS does), and it failed with ``import: not found``."""
+    interpreter = _INTERPRETERS.get(os.path.splitext(path)[1].lower())
+    if interpreter is None or text.startswith("#!"):
+        return []
+    return [
+        f"{path} has no #! line, so it runs under /bin/sh; start it with "
+        f"#!/usr/bin/env {interpreter}, or submit `ebb qsub -- {interpreter} {path}`"
+    ]
 
 
 def _queue_line(script: tuple[str, str] | None) -> str | None:
