@@ -189,5 +189,14 @@ class ClientBase(ABC):
             if job.state in {s.value for s in FINAL_STATES}:
                 return job
             if give_up is not None and time.monotonic() >= give_up:
-                raise WaitTimeout(f"job {job_id} still {job.state} after {timeout:g}s")
+                raise WaitTimeout(
+                    f"job {job_id} still {job.state} after {timeout:g}s{self._why_waits(job)}"
+                )
             time.sleep(WAIT_POLL_S)
+
+    def _why_waits(self, job: Job) -> str:
+        """What a job that has not ended waits on, for :class:`WaitTimeout` (a trial's
+        trap: "still queued" with no scheduler running, and nothing said of it)."""
+        if job.state == "queued" and self.scheduler_running() is False:
+            return "; no scheduler runs for this store (ebb up, or ebb scheduler)"
+        return f"; {job.reason}" if job.reason else ""

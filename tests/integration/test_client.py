@@ -182,6 +182,8 @@ def test_wait_timeout(client: Client) -> None:
         client.wait(job_id, timeout=0.1)
     assert 0.1 <= time.monotonic() - started < 2
     assert "queued" in str(info.value)
+    # a trial's trap: nothing said that no scheduler would ever start it
+    assert str(info.value).endswith("; no scheduler runs for this store (ebb up, or ebb scheduler)")
     assert isinstance(info.value, EbbtideError)
     assert client.get(job_id).state == S.QUEUED  # the job goes on
 
