@@ -37,7 +37,6 @@ from ebbtide.client_checks import (
     check_someone_runs,
     fit_to_fleet,
     kubernetes_grant,
-    missing_cwd_note,
     new_store_file,
     policy_in_effect,
     say_new_store,
@@ -55,6 +54,7 @@ from ebbtide.client_fields import (
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
 from ebbtide.client_logs import ClientLogs
+from ebbtide.client_paths import missing_cwd_note
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.client_reports import ClientReports
 from ebbtide.config.policy import Policy

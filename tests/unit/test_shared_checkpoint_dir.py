@@ -9,7 +9,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-from ebbtide.client_checks import shared_checkpoint_note
+from ebbtide.client_paths import shared_checkpoint_note
 from ebbtide.queue.spec import ArraySpec, JobSpec
 from ebbtide.workers.launch import launch_for
 from tests.unit.builders import JobRow
