@@ -20,6 +20,8 @@ RENDERED_ATTEMPT = 1
 PLACEHOLDER_IMAGE = "IMAGE"
 #: The device UUID shown under ``direct`` when no --device-uuid is given.
 PLACEHOLDER_DEVICE_UUID = "GPU-UUID-CHOSEN-AT-DISPATCH"
+#: The node shown when no --node is given.
+PLACEHOLDER_NODE = "NODE"
 #: Exit status of a refused render (a usage error, as click's own).
 EXIT_REFUSED = 2
 
@@ -45,7 +47,12 @@ def _profiles_help() -> str:
     "--profile",
     help="Resource profile of the nodes (default: the policy's kubernetes.profile, else whole).",
 )
-@click.option("--node", default="NODE", show_default=True, help="Node the pod is pinned to.")
+@click.option(
+    "--node",
+    default=PLACEHOLDER_NODE,
+    show_default=True,
+    help="Node the pod is pinned to (a Kubernetes node name, like gpu-a-7).",
+)
 @click.option("--namespace", help="Namespace (default: the policy's, else ebbtide-jobs).")
 @click.option("--image", help="Container image (default: the queue's, else the policy's).")
 @click.option(
@@ -116,6 +123,8 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
         command = command[1:]
     if not command:
         raise UserError("render needs a command: ebb k8s render [opts] -- CMD ARGS")
+    node = _node_name(opts["node"])
+    notes: list[str] = []
     spec = JobSpec(
         **build_spec_kwargs(
             QsubOptions(
@@ -128,9 +137,12 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
                 signal=opts["signal_"],
                 image=opts["image"],
                 command=command,
-            )
+            ),
+            notes=notes,
         )
     )
+    for note in notes:  # -l resources accepted without effect, as ebb qsub says them
+        click.echo(f"ebb: note: {note}", err=True)
     chosen = opts["policy_path"] or os.environ.get("EBBTIDE_POLICY")
     policy = load_policy(Path(chosen)) if chosen else Policy()
     spec = spec.model_copy(update={"queue": policy.queue_named(spec.queue)})
@@ -163,7 +175,7 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
         attempt=RENDERED_ATTEMPT,
         owner=_owner(),
         queue=spec.queue,
-        node=opts["node"],
+        node=node,
         argv=[*(spec.command or []), *spec.args],
         env=dict(spec.env),
         cwd=spec.cwd,
@@ -176,6 +188,24 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
         tolerations=tuple(policy.tolerations_for(spec.queue)),
     )
     return pod_manifest(request, settings)
+
+
+def _node_name(node: str) -> str:
+    """``--node`` checked as the API server checks a node's name (a DNS subdomain)."""
+    from pydantic import TypeAdapter
+
+    from ebbtide.config.policy import KubeName
+
+    if node == PLACEHOLDER_NODE:
+        return node
+    try:
+        TypeAdapter(KubeName).validate_python(node)
+    except ValueError:
+        raise UserError(
+            f"--node: {node!r} is not a Kubernetes node name: at most 253 lowercase "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit"
+        ) from None
+    return node
 
 
 def _owner() -> str:

@@ -1,4 +1,5 @@
-"""``ebb policy check | explain | schema``: validate, explain and describe policy files."""
+"""``ebb policy check | explain | schema``: validate and explain policy files, and print
+their JSON Schema."""
 
 from __future__ import annotations
 
@@ -87,6 +88,11 @@ def _parse_at(text: str | None) -> float:
         ) from None
     if when.tzinfo is None:
         when = when.astimezone()  # this machine's local time
+        click.echo(
+            f"ebb: note: --at {text} has no UTC offset: read as this machine's local time "
+            f"(UTC{when.strftime('%z')[:3]}:{when.strftime('%z')[3:]})",
+            err=True,
+        )
     return when.timestamp()
 
 
@@ -134,13 +140,17 @@ def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict
                     note=f"pool {w.pool} only; --device NODE/INDEX for one device",
                 )
         windows.append(entry)
-    queues = {}
+    queues: dict[str, dict[str, Any]] = {}
     for q in policy.queues:
         if q in gates.open:
             g = gates.open[q]
             queues[q] = {"allowed": True, "open_until": _iso(g.open_until), "share": g.share}
+            if _goes_on(keeper, q, g.open_until, g.window, where):
+                # the gatekeeper follows a chain of openings only so far: no close found
+                days = int((g.open_until - at) // 86400)
+                queues[q].update(open_until=None, no_close_within_days=days)
         else:
-            queues[q] = {"allowed": False, "reason": gates.closed.get(q, "")}
+            queues[q] = {"allowed": False, "reason": _zoned(policy, gates.closed.get(q, ""))}
     shares = [g.share for g in gates.open.values()]
     return {
         "at": _iso(at),
@@ -153,13 +163,37 @@ def explain_data(policy: Any, at: float, device: tuple[str, int] | None) -> dict
     }
 
 
+def _goes_on(keeper: Any, queue: str, until: float, closing: str, where: tuple[str, int]) -> bool:
+    """Whether a cron window admitting ``queue`` is still open at ``until``, the end
+    the gatekeeper gave (it follows a chain of openings a bounded number of times), and
+    no blackout is what closes it then: an always-open window has no close to show."""
+    policy = keeper.policy
+    if math.isinf(until) or closing in {b.name for b in policy.blackouts}:
+        return False
+    return any(
+        (w.queues is None or queue in w.queues)
+        and keeper.applies(w.pool, *where)
+        and keeper.schedules[w.name].occurrence_at(until) is not None
+        for w in policy.cron_windows
+    )
+
+
+def _zoned(policy: Any, reason: str) -> str:
+    """``blackout 'x' until 18:00`` with the blackout's timezone, beside UTC times."""
+    for b in policy.blackouts:
+        prefix = f"blackout {b.name!r} until "
+        if reason.startswith(prefix) and len(reason) == len(prefix) + 5:  # HH:MM
+            return f"{reason} {b.timezone}"
+    return reason
+
+
 @click.group("policy")
 def policy_group() -> None:
-    """Check, explain and describe policy files (ebbtide.yaml)."""
+    """Check and explain policy files (ebbtide.yaml), and print their JSON Schema."""
 
 
 @policy_group.command("check")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path())  # a directory: a ConfigError, as any unreadable
 @click.option(
     "--json",
     "as_json",
@@ -192,12 +226,15 @@ def check(file: str, as_json: bool) -> None:
 @click.option(
     "--policy",
     "path",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     help="Policy file (default: the one the scheduler published, else $EBBTIDE_POLICY, else "
     "built-in defaults).",
 )
 @click.option(
-    "--at", "at_text", help="ISO time to explain (default: now), e.g. 2026-12-01T23:00+01:00."
+    "--at",
+    "at_text",
+    help="ISO time to explain (default: now), e.g. 2026-12-01T23:00+01:00; without an "
+    "offset, this machine's local time.",
 )
 @click.option("--device", "device_text", help="NODE/INDEX, for pool and per-device windows.")
 @click.option("--json", "as_json", is_flag=True)
@@ -229,7 +266,10 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
         note = f" ({w['note']})" if w.get("note") else ""
         click.echo(f"  {w['kind']:<8} {w['name']:<20} {state}{nxt}{note}")
     for q, info in data["queues"].items():
-        if info["allowed"]:
+        if info["allowed"] and "no_close_within_days" in info:
+            days, share = info["no_close_within_days"], info["share"]
+            click.echo(f"  queue {q}: allowed (no close within {days} days), share {share:g}")
+        elif info["allowed"]:
             until = info["open_until"] or "no known end"
             click.echo(f"  queue {q}: allowed until {until}, share {info['share']:g}")
         else:

@@ -15,7 +15,8 @@ names the file, the line and column, and the field path:
 A key given twice does not stop the reading: :func:`read_yaml` builds the value (the
 last one counts) and keeps the duplicate beside it, so that the caller validating the
 value reports it with every other error of the file in one run
-(:meth:`YamlDocument.report`).
+(:meth:`YamlDocument.report`).  Nor does a scalar YAML cannot build (``2026-02-30``):
+it is read as its text and kept beside the value the same way.
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def read_config(path: str | os.PathLike[str], what: str = "config file") -> str:
     name = os.fspath(path)
 
     def check(info: os.stat_result) -> None:
+        if stat.S_ISDIR(info.st_mode):
+            raise ConfigError(
+                f"{name}: the {what} is a directory, not a regular file; name the file"
+            )
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{name}: the {what} is not a regular file")
         if info.st_size > MAX_FILE_BYTES:
@@ -100,6 +105,8 @@ class _Loader(yaml.SafeLoader):
         self._path: list[str | int] = []
         #: where each node was first met, for problems found while building values
         self.paths: dict[int, Loc] = {}
+        #: the scalars that could not be built (read as their text instead)
+        self.unbuilt: list[_Problem] = []
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if isinstance(index, yaml.ScalarNode):
@@ -124,9 +131,17 @@ class _Loader(yaml.SafeLoader):
         except (ValueError, OverflowError, TypeError) as exc:
             shown = str(node.value) if isinstance(node, yaml.ScalarNode) else node.tag
             shown = shown if len(shown) <= 30 else shown[:30] + "…"
-            raise _Problem(
+            problem = _Problem(
                 self.paths.get(id(node), ()), node.start_mark, f"cannot read {shown!r}: {exc}"
-            ) from None
+            )
+            if not isinstance(node, yaml.ScalarNode):
+                raise problem from None
+            # a scalar: noted, and read as its text, so the rest of the file is still read
+            # and checked (the caller drops what validation says of the text)
+            self.unbuilt.append(problem)
+            self.recursive_objects.pop(node, None)
+            self.constructed_objects[node] = str(node.value)
+            return str(node.value)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(node.value)
@@ -147,12 +162,25 @@ class YamlDocument:
     node: yaml.Node | None
     data: Any
     duplicates: tuple[_Problem, ...] = ()
+    #: values YAML could not build (``2026-02-30``): in ``data`` as their text
+    unbuilt: tuple[_Problem, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """Whether reading found a problem already (a duplicate key, a value unbuilt)."""
+        return bool(self.duplicates or self.unbuilt)
+
+    def unbuilt_at(self, loc: Sequence[Any]) -> bool:
+        """Whether ``loc`` is (or lies inside) a value YAML could not build: what
+        validation says there is about its text, not what the file meant."""
+        parts = [str(p) for p in loc]
+        return any(parts[: len(p.loc)] == [str(x) for x in p.loc] for p in self.unbuilt)
 
     def report(self, problems: Sequence[tuple[Sequence[Any], str]] = ()) -> str:
-        """``file:line:col: path: message`` for each duplicate key and each of
-        ``problems`` (``(path, message)``, placed in the node tree), in file order; empty
-        when none."""
-        placed = [*self.duplicates, *_placed(problems, self.node, self.filename)]
+        """``file:line:col: path: message`` for each duplicate key, each value
+        unbuilt and each of ``problems`` (``(path, message)``, placed in the node tree),
+        in file order; empty when none."""
+        placed = [*self.duplicates, *self.unbuilt, *_placed(problems, self.node, self.filename)]
         return _lines(placed, self.filename) if placed else ""
 
 
@@ -179,9 +207,10 @@ def read_yaml(text: str, filename: str) -> YamlDocument:
             data = loader.construct_document(node)
         except (ValueError, OverflowError, TypeError) as exc:  # outside any one node
             raise _Problem((), node.start_mark, f"cannot read the file: {exc}") from None
-        return YamlDocument(filename, node, data, tuple(duplicates))
+        return YamlDocument(filename, node, data, tuple(duplicates), tuple(loader.unbuilt))
     except _Problem as p:
-        raise ConfigError(_lines([*duplicates, p], filename)) from None
+        unbuilt = loader.unbuilt if loader is not None else []
+        raise ConfigError(_lines([*duplicates, *unbuilt, p], filename)) from None
     except yaml.YAMLError as exc:
         raise ConfigError(_syntax_error(exc, text, filename)) from None
     finally:

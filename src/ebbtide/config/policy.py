@@ -17,7 +17,8 @@ file, line and field path; a user looking up a key finds every key here.)
 - ``retention``: how long finished jobs stay in the store (default: for ever).
 
 Unknown keys are errors; every error names the file, the line and column and the field
-path, and all errors are reported at once.  ``ebb policy schema`` prints the JSON Schema.
+path, and all errors are reported at once: the checks across sections run on the parts
+that are valid even when others are not.  ``ebb policy schema`` prints the JSON Schema.
 Every number is finite and bounded; timeouts have floors the node agent's timing needs
 (it ticks every 50 ms and heartbeats every 0.5 s).  Reading the YAML itself (duplicate
 keys, nesting, aliases) is :mod:`ebbtide.config.loader`'s.
@@ -27,10 +28,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ebbtide.config.base import Strict
 from ebbtide.config.loader import read_config, read_yaml
@@ -577,11 +586,17 @@ class Policy(Strict):
         )
 
 
-def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
-    """Problems pydantic cannot see field by field: names and references."""
+def cross_check(
+    policy: Policy, index: Sequence[int] | None = None, skip: frozenset[str] = frozenset()
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Problems pydantic cannot see field by field: names and references.  ``index``:
+    each window's place in the file (when some were left out, see :func:`_salvaged`);
+    ``skip``: the checks whose facts are not all known (``pools``: the device pools;
+    ``queues``: every queue's name and aliases)."""
     problems: list[tuple[tuple[str | int, ...], str]] = []
     seen: dict[str, int] = {}
-    for i, w in enumerate(policy.windows):
+    for at, w in enumerate(policy.windows):
+        i = index[at] if index is not None else at
         if w.name in seen:
             problems.append(
                 (
@@ -590,7 +605,7 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
                 )
             )
         seen.setdefault(w.name, i)
-        if w.pool is not None and w.pool not in policy.devices.pools:
+        if w.pool is not None and w.pool not in policy.devices.pools and "pools" not in skip:
             known = ", ".join(sorted(policy.devices.pools)) or "none defined"
             problems.append(
                 (("windows", i, "pool"), f"unknown device pool {w.pool!r} (pools: {known})")
@@ -598,6 +613,8 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
         for j, q in enumerate(getattr(w, "queues", None) or []):
             if q not in policy.queues:
                 alias_of = [n for n, c in policy.queues.items() if q in c.aliases]
+                if not alias_of and "queues" in skip:
+                    continue  # perhaps an alias of a queue that could not be read
                 problems.append(
                     (
                         ("windows", i, "queues", j),
@@ -607,7 +624,8 @@ def cross_check(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
                         + ", ".join(sorted(policy.queues)),
                     )
                 )
-    problems.extend(_alias_problems(policy))
+    if "queues" not in skip:  # a clash with an alias that cannot be read is not known
+        problems.extend(_alias_problems(policy))
     for name, q in policy.queues.items():
         if q.deadline_s and q.max_deadline_s and q.deadline_s > q.max_deadline_s:
             problems.append(
@@ -679,15 +697,72 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
+            loc = _yaml_loc(err["loc"])
+            if document.unbuilt_at(loc):
+                continue  # YAML could not read the value: that is the error to show
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown key"
-            problems.append((_yaml_loc(err["loc"]), msg))
+            problems.append((loc, msg))
+        # the checks across sections still run, on the parts that are valid by themselves
+        found = {tuple(map(str, loc)) for loc, _ in problems}
+        problems += [p for p in _salvaged(data) if tuple(map(str, p[0])) not in found]
         raise ConfigError(document.report(problems)) from None
     problems = cross_check(policy)
-    if problems or document.duplicates:
+    if problems or document.failed:
         raise ConfigError(document.report(problems))
     return policy
+
+
+def _salvaged(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """:func:`cross_check` on a policy that failed validation: on the sections, queues
+    and windows that are valid by themselves.  A check whose facts are not all known is
+    skipped rather than guessed: no unknown pool while ``devices`` is invalid, no unknown
+    queue while some queue's aliases cannot be read; of an invalid window only its name
+    counts (no two windows share one)."""
+    skip: set[str] = set()
+
+    def part(kind: Any, value: Any) -> Any:
+        try:
+            return TypeAdapter(kind).validate_python(value)
+        except ValidationError:
+            return None
+
+    devices = part(DevicesConfig, data.get("devices", {}))
+    if devices is None:
+        skip.add("pools")
+    queues: dict[str, QueueConfig] = {}
+    raw_queues = data.get("queues", {})
+    if not isinstance(raw_queues, dict):
+        skip.add("queues")
+        raw_queues = {}
+    for name, raw in raw_queues.items():
+        queue = part(QueueConfig, raw)
+        if queue is None:  # its aliases still name it, if they can be read
+            raw_aliases = raw.get("aliases", []) if isinstance(raw, dict) else []
+            aliases = part(list[Annotated[str, Field(pattern=_QUEUE_NAME)]], raw_aliases)
+            if aliases is None:
+                skip.add("queues")
+            queue = QueueConfig.model_construct(aliases=aliases or [])
+        queues[str(name)] = queue
+    queues.setdefault("default", QueueConfig())
+    windows, index = [], []
+    raw_windows = data.get("windows", [])
+    for i, raw in enumerate(raw_windows if isinstance(raw_windows, list) else []):
+        window = part(Window, raw)
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if window is None and isinstance(name, str):  # its name still counts as used
+            window = CronWindow.model_construct(name=name)
+        if window is not None:
+            windows.append(window)
+            index.append(i)
+    policy = Policy.model_construct(
+        queues=queues,
+        windows=windows,
+        devices=devices or DevicesConfig(),
+        kubernetes=part(KubernetesSettings | None, data.get("kubernetes")),
+    )
+    return cross_check(policy, index, frozenset(skip))
 
 
 def _yaml_loc(loc: tuple[Any, ...]) -> tuple[str | int, ...]:

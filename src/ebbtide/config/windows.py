@@ -76,6 +76,23 @@ class _Scheduled(_Window):
             raise ValueError("must be at least 1s and at most 31 days")
         return value
 
+    @field_validator("until", mode="before")
+    @classmethod
+    def _until_number(cls, value: object) -> object:
+        # YAML 1.1 reads an unquoted 7:30 as 450 (base 60), and 7.30 as a float
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24 * 60:
+            shown = f"{value // 60}:{value % 60:02d}"
+            raise ValueError(
+                f"expected a local time HH:MM, got the number {value}: YAML reads an "
+                f'unquoted {shown} as a number; write it quoted: "{shown}"'
+            )
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f"expected a local time HH:MM, got the number {value}; write it quoted, "
+                'like "07:30"'
+            )
+        return value
+
     @field_validator("until")
     @classmethod
     def _until(cls, value: str | None) -> str | None:
