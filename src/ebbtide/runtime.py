@@ -34,7 +34,7 @@ from ebbtide.units import format_mib
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.headroom.base import DeviceInfo, HeadroomSource
 from ebbtide.workers.heartbeat import HeartbeatRules
-from ebbtide.workers.policy_follow import PolicyFollower
+from ebbtide.workers.policy_follow import FileFollower, PolicyFollower
 from ebbtide.workers.suspend import DEFAULT_HOST_COPY_MIB_S, CudaCheckpoint
 
 log = logging.getLogger("ebbtide")
@@ -115,9 +115,10 @@ class Runtime:
             self.scheduler.request_reload()
             return
         path = self.policy_path
+        if self.follower is not None:  # the published policy, or the file if it changed
+            self.follower.wake()
+            return
         if path is None:
-            if self.follower is not None:
-                self.follower.wake()
             return
         try:
             self.apply_policy(load_policy(path))
@@ -180,6 +181,8 @@ def build(
         # a worker with no file of its own: the scheduler's policy, now and as it changes
         follower = PolicyFollower(store)
         policy = follower.read() or policy
+    elif path is not None and not scheduler and agent_name is not None:
+        follower = FileFollower(path)  # its own file, read again when it changes
     if settings.redis_url and store.engine.dialect.name == "sqlite":
         # a trial's trap: a worker with the broker set and no EBBTIDE_DB_URL ran on a
         # SQLite file of its own, and never appeared in the fleet

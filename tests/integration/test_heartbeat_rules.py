@@ -201,11 +201,19 @@ def test_a_worker_with_no_policy_file_follows_the_scheduler_s(tmp_path, redis_ur
         rt.follower.stop()
     finally:
         rt.stop()
-    # a worker given a file keeps to it
+    # a worker given a file keeps to it, and follows it as it changes (a ConfigMap
+    # updated in place: a trial's trap, its agents kept the old margins until restarted)
     own = tmp_path / "own.yaml"
     own.write_text("allow_root_jobs: true\n")
     rt = worker(policy_path=own)
     try:
-        assert rt.follower is None and rt.agent is not None and rt.agent.allow_root_jobs is True
+        assert rt.agent is not None and rt.agent.allow_root_jobs is True
+        assert rt.follower is not None and rt.follower.check() is False  # as built
+        store.publish_policy("defaults: {margin_compute_pct: 4}\n", "elsewhere.yaml")
+        assert rt.follower.check() is False  # the store's is not its policy
+        own.write_text("allow_root_jobs: true\ndefaults: {margin_compute_pct: 8}\n")
+        assert rt.follower.check() is True and rt.agent.margins.compute_pct == 8
+        own.write_text("defaults: {margin_compute_pct: [\n")  # no longer reads: kept
+        assert rt.follower.check() is False and rt.agent.margins.compute_pct == 8
     finally:
         rt.stop()

@@ -1,15 +1,18 @@
-"""A node agent's policy when it runs with no policy file of its own: the one the
-scheduler publishes to the store (``Store.publish_policy``), followed as it changes, so
-that the rules the agent enforces itself are the scheduler's.  ``ebb worker`` wires it
-(:func:`ebbtide.runtime.build`)."""
+"""A lone node agent's policy, followed as it changes, so that the rules the agent enforces
+itself (margins, pausing, suspending) are the scheduler's: with no policy file of its own,
+the one the scheduler publishes to the store (``Store.publish_policy``); with one, that
+file, read again when its text changes (a ConfigMap updated in place: a trial found the
+agents of a Kubernetes install kept their old margins until restarted, and a restart
+evicts the node's jobs).  ``ebb worker`` wires it (:func:`ebbtide.runtime.build`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
-from ebbtide.config.policy import Policy, parse_published
+from ebbtide.config.policy import Policy, load_policy, parse_published
 from ebbtide.errors import ConfigError
 from ebbtide.queue.interface import JobStore
 
@@ -28,7 +31,7 @@ class PolicyFollower:
     allow, not for whoever can write the store.  A policy this ebbtide cannot read is
     reported and the one in force kept."""
 
-    def __init__(self, store: JobStore, *, period_s: float = FOLLOW_PERIOD_S) -> None:
+    def __init__(self, store: JobStore | None, *, period_s: float = FOLLOW_PERIOD_S) -> None:
         self.store = store
         self.period_s = period_s
         #: what a new policy is handed to (the runtime's ``apply_policy``)
@@ -70,6 +73,8 @@ class PolicyFollower:
     def read(self) -> Policy | None:
         """The published policy if its text changed since the last read (and can be
         read here), else None."""
+        if self.store is None:
+            return None
         try:
             published = self.store.published_policy()
         except Exception as exc:  # the store is away: the next look tries again
@@ -94,4 +99,36 @@ class PolicyFollower:
                 "that: give it a policy file of its own (--policy) that does"
             )
             policy = policy.model_copy(update={"allow_root_jobs": False})
+        return policy
+
+
+class FileFollower(PolicyFollower):
+    """A lone node agent's own policy file, read again every ``period_s`` (and at once on
+    SIGHUP) and applied when its text changed; one that no longer reads is reported and
+    the policy in force kept.  (The ``kubernetes:`` section is the executor's, taken at
+    start: a change there needs a restart.)"""
+
+    def __init__(self, path: Path, *, period_s: float = FOLLOW_PERIOD_S) -> None:
+        super().__init__(None, period_s=period_s)
+        self.path = path
+        self.seen = self._text()
+
+    def _text(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def read(self) -> Policy | None:
+        text = self._text()
+        if text is None or text == self.seen:
+            return None
+        self.seen = text
+        try:
+            policy = load_policy(self.path)
+        except ConfigError as exc:
+            for line in str(exc).splitlines():
+                log.error("policy not reloaded, keeping the old one: %s", line)
+            return None
+        log.info("policy reloaded from %s: it changed", self.path)
         return policy
