@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from ebbtide.clock import Clock
 from ebbtide.errors import ConfigError
+from ebbtide.preemption.victims import EvictReason
 
 if TYPE_CHECKING:
     from ebbtide.queue.models import NodeRow
@@ -165,7 +166,8 @@ class Metrics:
         )
         self.ended = Counter(
             "ebbtide_attempts_ended",
-            "Attempts that ended, by outcome (succeeded, failed, evicted, requeued, killed, lost).",
+            "Attempts that ended, by outcome (succeeded, failed, evicted, cancelled, requeued, "
+            "killed, lost).",
             ["node", "queue", "outcome"],
             registry=r,
         )
@@ -344,7 +346,12 @@ class Metrics:
     def attempt_ended(
         self, node: str, queue: str, outcome: str, eviction: dict[str, Any] | None = None
     ) -> None:
-        """An attempt ended; ``eviction`` is the ``evicted`` event's data when it was one."""
+        """An attempt ended; ``eviction`` is the ``evicted`` event's data when it was one.
+        A user's cancellation is no eviction here, as in ``ebb report`` and ``ebb top``
+        (a trial's trap: one ``qdel`` of a job that ignored its warning counted an
+        eviction of 30 s and fired the eviction latency alert)."""
+        if eviction is not None and eviction.get("reason_code") == EvictReason.CANCELLED.value:
+            outcome, eviction = "cancelled", None
         self.ended.labels(node, queue, outcome).inc()
         if eviction is None:
             return

@@ -59,6 +59,20 @@ def test_an_eviction_counts_its_reason_latency_lost_work_and_a_miss(metrics: Met
     assert get(metrics, "ebbtide_attempts_ended_total", outcome="succeeded", **where) == 1
 
 
+def test_a_users_cancellation_is_no_eviction(metrics: Metrics) -> None:
+    """A trial's trap: one ``qdel`` of a job that ignored its warning counted an eviction
+    of 30 s (and lost work) and fired the eviction latency alert, while ``ebb report``
+    and ``ebb top`` counted none."""
+    cancel = eviction(reason_code="cancelled", latency_s=29.9, lost_work_s=40.0)
+    metrics.attempt_ended("n1", "batch", "evicted", cancel)
+    where = {"node": "n1", "queue": "batch"}
+    assert get(metrics, "ebbtide_attempts_ended_total", outcome="cancelled", **where) == 1
+    assert get(metrics, "ebbtide_attempts_ended_total", outcome="evicted", **where) is None
+    assert get(metrics, "ebbtide_evicted_jobs_total", reason="cancelled", **where) is None
+    assert not get(metrics, "ebbtide_eviction_latency_seconds_count", **where)
+    assert not get(metrics, "ebbtide_lost_work_seconds_total", **where)
+
+
 def test_a_device_sample_gives_ratios_and_bytes_and_headroom_never_below_zero(
     metrics: Metrics,
 ) -> None:
