@@ -40,3 +40,21 @@ def test_an_unknown_resource_is_noted_and_a_typo_refused_as_qsub_does(tmp_path: 
     assert "unknown resource 'gpumen'; did you mean 'gpumem'?" in err
     code, _, err = _render(tmp_path, "-l", "gpu=25%,gpumem=8GiB")
     assert code == 0 and "-l" not in err
+
+
+def test_cpus_and_host_memory_asked_for_are_the_pods_requests(tmp_path: Path) -> None:
+    """A trial's trap: ``-l ncpus=8,mem=32gb`` were dropped from the pod, a BestEffort pod
+    with unbounded host memory beside inference, refused where a quota wants requests."""
+    import json
+
+    code, out, err = _render(
+        tmp_path, "--json", "-l", "gpu=25%,gpumem=4GiB,ncpus=8,mem=32gb", "--node", "gpu-a"
+    )
+    assert code == 0, err
+    [container] = json.loads(out)["spec"]["containers"]
+    resources = container["resources"]
+    assert resources["requests"]["cpu"] == "8" and resources["requests"]["memory"] == "32768Mi"
+    assert "cpu" not in resources["limits"] and "memory" not in resources["limits"]
+    code, out, err = _render(tmp_path, "--json", "-l", "gpu=25%,gpumem=4GiB", "--node", "gpu-a")
+    [container] = json.loads(out)["spec"]["containers"]
+    assert "cpu" not in container["resources"]["requests"]

@@ -186,6 +186,8 @@ def build_render(command: list[str], **opts: Any) -> dict[str, Any]:
         device_uuids=tuple(opts["device_uuids"]) or (PLACEHOLDER_DEVICE_UUID,),
         checkpoint_claim=policy.checkpoint_claim_for(spec.queue),
         tolerations=tuple(policy.tolerations_for(spec.queue)),
+        cpus=spec.cpus,
+        host_memory_mib=spec.host_memory_mib,
     )
     return pod_manifest(request, settings)
 

@@ -297,6 +297,8 @@ class KubernetesExecutor:
             checkpoint_claim=getattr(queue, "checkpoint_claim", None)
             or self.settings.checkpoint_claim,
             tolerations=_tuple_or_none(getattr(queue, "tolerations", None)),
+            cpus=launch.cpus,
+            host_memory_mib=launch.host_memory_mib,
         )
         manifest = pod_manifest(request, self.settings)
         name = manifest["metadata"]["name"]

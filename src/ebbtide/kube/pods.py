@@ -124,6 +124,22 @@ class PodRequest:
     device_uuids: tuple[str, ...] = ()
     checkpoint_claim: str | None = None
     tolerations: tuple[Toleration, ...] | None = None
+    #: the CPUs and host memory (MiB) the job asked for (``-l ncpus=8,mem=32gb``): the
+    #: pod's requests (None: none, a BestEffort pod where the grant asks no more)
+    cpus: int | None = None
+    host_memory_mib: int | None = None
+
+
+def _requests(req: PodRequest) -> dict[str, str]:
+    """The container's requests: the grant's, and the CPUs and host memory the job asked
+    for (requested, not limited: a job may burst as a process under the local executor
+    may; a namespace's ResourceQuota or LimitRange counts them)."""
+    requests = dict(req.grant.resources)
+    if req.cpus is not None:
+        requests["cpu"] = str(req.cpus)
+    if req.host_memory_mib is not None:
+        requests["memory"] = f"{req.host_memory_mib}Mi"
+    return requests
 
 
 def node_affinity(node: str) -> dict[str, Any]:
@@ -156,7 +172,7 @@ def pod_manifest(req: PodRequest, settings: KubernetesSettings) -> dict[str, Any
         "name": CONTAINER_NAME,
         "image": req.image,
         "command": list(req.argv),
-        "resources": {"limits": dict(req.grant.resources), "requests": dict(req.grant.resources)},
+        "resources": {"limits": dict(req.grant.resources), "requests": _requests(req)},
         "volumeMounts": [],
         # a job needs no privilege: none to gain, no capability, the runtime's seccomp
         "securityContext": {

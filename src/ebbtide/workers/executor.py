@@ -98,6 +98,9 @@ class Launch:
     compute_pct: float = 0.0
     gpus: int = 0
     memory_mib: int = 0
+    #: the CPUs and host memory (MiB) the job asked for (``ncpus``, ``mem``); None: none
+    cpus: int | None = None
+    host_memory_mib: int | None = None
     #: the devices' UUIDs (``DeviceInfo.uuid``), in the order of ``CUDA_VISIBLE_DEVICES``
     device_uuids: tuple[str, ...] = ()
     #: whom the job runs as; None: the agent's user (see :mod:`ebbtide.workers.runas`)

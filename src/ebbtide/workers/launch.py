@@ -188,6 +188,8 @@ def launch_for(
         compute_pct=float(job.compute_pct),
         gpus=int(job.gpus),
         memory_mib=int(job.memory_mib),
+        cpus=spec.cpus,
+        host_memory_mib=spec.host_memory_mib,
         device_uuids=tuple(d.uuid or d.visible_id for d in devices),
         identity=identity,
         trim_path=trims_path(identity, spec.env),
