@@ -128,8 +128,10 @@ def test_someone_not_an_admin_is_refused(store: Store, monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--older-than", "soon"], "ebb: error: --older-than: expected a duration like 30s"),
+        (["--older-than", "soon"], "ebb: error: --older-than: expected an age like 30d, 12h"),
         (["--older-than", "10m"], "ebb: error: --older-than: must be from 1h to 366d, got 10m"),
+        # a trial's trap: the bare number was seconds, and nothing said so
+        (["--older-than", "90"], "ebb: error: --older-than: must be from 1h to 366d, got 90 (90 "),
         (["--older-than", "400d"], "ebb: error: --older-than: "),
         (["--older-than", "-1d"], "ebb: error: --older-than: "),
     ],

@@ -26,14 +26,17 @@ def admin_group() -> None:
 def _age(text: str) -> float:
     from ebbtide.units import parse_duration_s
 
+    forms = "an age like 30d, 12h or 90d (1h to 366d)"
     try:
         seconds = parse_duration_s(text)
-    except ValueError as exc:
-        raise UserError(f"--older-than: {exc}") from None
+    except ValueError:
+        raise UserError(f"--older-than: expected {forms}, got {text!r}") from None
     if not MIN_PURGE_AGE_S <= seconds <= MAX_DURATION_S:
+        # a trial's trap: a bare 90 was 90 seconds, refused without saying so
+        unit = f" ({seconds:g} seconds: give a unit)" if text.strip().isdigit() else ""
         raise UserError(
-            f"--older-than: must be from 1h to 366d, got {text}; a job that finished just "
-            "now may still be waited on and looked at"
+            f"--older-than: must be from 1h to 366d, got {text}{unit}; a job that finished "
+            "just now may still be waited on and looked at"
         )
     return seconds
 
