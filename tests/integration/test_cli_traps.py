@@ -1035,3 +1035,10 @@ def test_qdel_of_an_arrays_id_says_it_is_one_task(home: Path) -> None:
     assert "1 is task 1[1] of an array: `ebb qdel 1[]` acts on all its tasks" in result.stderr
     result = CliRunner().invoke(cli, ["qdel", "1[]"])
     assert result.exit_code == 0 and "is task" not in result.stderr
+
+
+def test_a_task_named_beside_its_array_is_one_job(home: Path) -> None:
+    assert ebb("qsub", "-J", "0-3", "--", "true").strip() == "1[]"
+    out = ebb("qstat", "--json", "1[]", "2", "3")
+    ids = [j["id"] for j in json.loads(out)]
+    assert sorted(ids) == [1, 2, 3, 4] and len(ids) == len(set(ids))

@@ -120,7 +120,9 @@ def _expand_ids(
                 f"{max(indices)}, {len(indices)} of them)"
             )
         out.append(task)
-    return out
+    # each job once, where it was first named (a trial's trap: `qstat 111[] 112` counted
+    # task 112 twice, "5 tasks" of a 4-task array)
+    return list(dict.fromkeys(out))
 
 
 def _one_job(text: str) -> JobRef:

@@ -528,7 +528,7 @@ def sim(**options: Any) -> None:
     \b
       T=../shared/traces
       ebb sim --online genai:$T --jobs openb:$T/openb_pod_list_default.csv
-      ebb sim --online trace:online.csv --jobs synthetic:7 --json
+      ebb sim --online trace:genai_sample.csv --jobs synthetic:7 --json
     """
     from click.core import ParameterSource
 
