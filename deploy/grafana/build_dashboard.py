@@ -397,7 +397,8 @@ def queues() -> list[Panel]:
         timeseries(
             "Jobs by queue and state",
             "Jobs queued (waiting for a slice), held (by a user, the policy or a dependency), "
-            "running (holding a slice, paused ones included) and paused, per queue.",
+            "running (holding a slice, paused ones included) and paused, per queue; and "
+            "whether the policy's windows let the queue run now (1) or keep it out (0).",
             [
                 target(
                     f"sum by (queue, status) (ebbtide_pending_jobs{{{QUEUE}}})",
@@ -405,6 +406,10 @@ def queues() -> list[Panel]:
                 ),
                 target(f"sum by (queue) (ebbtide_running_jobs{{{QUEUE}}})", "{{queue}} running"),
                 target(f"sum by (queue) (ebbtide_paused_jobs{{{QUEUE}}})", "{{queue}} paused"),
+                target(
+                    f"max by (queue) (ebbtide_queue_window_open{{{QUEUE}}})",
+                    "{{queue}} window open",
+                ),
             ],
         ),
         timeseries(

@@ -21,6 +21,7 @@ names: :data:`CATALOGUE` lists them for the tests that keep the three in step.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -70,6 +71,7 @@ CATALOGUE: dict[str, tuple[str, ...]] = {
     "ebbtide_pending_jobs": ("queue", "status"),
     "ebbtide_running_jobs": ("queue",),
     "ebbtide_paused_jobs": ("queue",),
+    "ebbtide_queue_window_open": ("queue",),
     "ebbtide_admitted_jobs": ("queue",),
     "ebbtide_admission_wait_time_seconds": ("queue",),
     "ebbtide_scheduler_pass_duration_seconds": (),
@@ -445,6 +447,13 @@ class SchedulerCollector(Collector):
         paused = GaugeMetricFamily(
             "ebbtide_paused_jobs", "Jobs paused or suspended in place.", labels=["queue"]
         )
+        window = GaugeMetricFamily(
+            "ebbtide_queue_window_open",
+            "1 while the policy's windows let the queue run now (on some device, or no window "
+            "restricts it), 0 while they keep it out: its queued jobs wait for a window.",
+            labels=["queue"],
+        )
+        admitted_now = _window_admits(s, now, nodes)
         queues = set(stats) | set(s.policy.queues)
         for queue in sorted(queues):
             by_state = stats.get(queue, {})
@@ -455,6 +464,9 @@ class SchedulerCollector(Collector):
             paused.add_metric(
                 [queue], sum(1 for a in active if a.queue == queue and a.paused_at is not None)
             )
+            window.add_metric(
+                [queue], 1.0 if admitted_now is None or queue in admitted_now else 0.0
+            )
         ages = GaugeMetricFamily(
             "ebbtide_node_heartbeat_age_seconds",
             "Seconds since each node's last heartbeat (nodes that said they stopped are left out).",
@@ -463,7 +475,26 @@ class SchedulerCollector(Collector):
         for n in nodes:
             if not n.stopping:
                 ages.add_metric([n.name], max(0.0, now - n.heartbeat_at))
-        yield from (pending, running, paused, ages)
+        yield from (pending, running, paused, window, ages)
+
+
+def _window_admits(scheduler: Any, now: float, nodes: Sequence[Any]) -> set[str] | None:
+    """The queues some device's windows let run ``now``; None when no window restricts
+    any (or there is nothing to ask: no device reported).  A trial's trap:
+    ``EbbtideQueueStuck`` fired every day on a queue that waits for its night window."""
+    gates_of = getattr(getattr(scheduler, "runtime", None), "gates", None)
+    if gates_of is None:
+        return None
+    devices = []
+    for n in nodes:
+        try:
+            devices += [(n.name, int(d["index"])) for d in json.loads(n.devices_json or "[]")]
+        except (ValueError, KeyError, TypeError):
+            continue
+    gates = gates_of(now, devices) if devices else None
+    if gates is None:
+        return None
+    return {q for g in gates.values() for q in g.open}
 
 
 def serve_metrics(metrics: Metrics, address: str, port: int) -> Callable[[], None]:

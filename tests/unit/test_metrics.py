@@ -153,6 +153,32 @@ def test_the_leading_scheduler_reports_queues_and_nodes_at_scrape_time(
         store.close()
 
 
+def test_a_queue_its_windows_keep_out_is_said_so(tmp_path: Path, metrics: Metrics) -> None:
+    """A trial's trap: ``EbbtideQueueStuck`` fired every day on a queue that waits for its
+    night window; ``ebbtide_queue_window_open`` says which queues the windows keep out."""
+    from ebbtide.config.policy import parse_policy
+
+    policy = parse_policy(
+        "queues: {night: {}, day: {}}\n"
+        "windows:\n"
+        "  - {name: nights, kind: cron, schedule: '0 22 * * *', duration: 8h, queues: [night]}\n"
+    )
+    clock = FakeClock(1_767_268_800.0)  # 2026-01-01 12:00 UTC: the night window is shut
+    store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}", clock=clock)
+    try:
+        devices = [{"index": 0, "memory_mib": 81920}]
+        store.heartbeat("n1", started_at=clock.time(), devices=devices, stopping=False)
+        scheduler = Scheduler(store, clock=clock, metrics=metrics, policy=policy, wakeups=False)
+        scheduler._lead_as(True)
+        assert get(metrics, "ebbtide_queue_window_open", queue="night") == 0
+        assert get(metrics, "ebbtide_queue_window_open", queue="default") == 0
+        clock.advance(11 * 3600)  # 23:00: the night window is open
+        store.heartbeat("n1", started_at=clock.time(), devices=devices, stopping=False)
+        assert get(metrics, "ebbtide_queue_window_open", queue="night") == 1
+    finally:
+        store.close()
+
+
 class _Broken:
     def __getattr__(self, name: str) -> Any:
         def fail(*_a: Any, **_k: Any) -> Any:
