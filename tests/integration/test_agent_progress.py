@@ -5,7 +5,6 @@ job neither floods the store nor delays the node's heartbeats behind its reports
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.attempt import PROGRESS_REPORT_PERIOD_S, LocalAttempt
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource
+from tests.integration.test_pause import wait_until
 
 # 2,000 progress lines in about 2 s, then the last one
 CHATTY = [
@@ -27,14 +27,6 @@ CHATTY = [
     "    time.sleep(0.001)\n"
     "job.progress(2000, 2000)\n",
 ]
-
-
-def wait_until(predicate, timeout=15.0):  # type: ignore[no-untyped-def]
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_a_chatty_job_reaches_the_store_once_a_period_and_its_last_progress_at_the_end(

@@ -17,6 +17,7 @@ from ebbtide.queue.store import Store
 from ebbtide.workers.agent import NodeAgent
 from ebbtide.workers.devices import parse_devices
 from ebbtide.workers.headroom.static import StaticSource
+from tests.integration.test_pause import wait_until
 
 # answers the warning as an ebbtide job does: checkpoint (here: a line), exit 99
 POLITE = [
@@ -31,14 +32,6 @@ STUBBORN = [
     "-c",
     "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(30)\n",
 ]
-
-
-def wait_until(predicate, timeout=15.0):  # type: ignore[no-untyped-def]
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ from click.testing import CliRunner
 from ebbtide.cli.main import cli
 from ebbtide.cli.policy_cmd import explain_data
 from ebbtide.config.policy import parse_policy
-from ebbtide.errors import ConfigError
-
-LINE = re.compile(r"^p\.yaml:(\d+):(\d+): (\S+): (.+)$")
+from tests.unit.test_policy_traps import _problems as every_problem
 
 #: Six problems of three kinds: values YAML cannot build, values validation refuses, and
 #: references across sections; each used to show only after the ones before were fixed.
@@ -38,14 +36,8 @@ windows:
 
 
 def _problems(text: str) -> list[tuple[int, str, str]]:
-    with pytest.raises(ConfigError) as info:
-        parse_policy(text, "p.yaml")
-    out = []
-    for line in str(info.value).splitlines():
-        m = LINE.match(line)
-        assert m, f"not file:line:col: path: message: {line!r}"
-        out.append((int(m.group(1)), m.group(3), m.group(4)))
-    return out
+    """Every problem of a policy text as (line, field path, message)."""
+    return [(line, path, message) for line, _, path, message in every_problem(text)]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

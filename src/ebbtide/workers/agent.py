@@ -1135,6 +1135,8 @@ class NodeAgent:
         self._report_progress(local)
 
     def _report_progress(self, local: LocalAttempt, *, final: bool = False) -> None:
+        if local.progress is None:  # most ticks: nothing new (no clock read per attempt)
+            return
         progress = local.progress_to_report(self.clock.time(), final=final)
         if progress is not None:
             done, total = progress
