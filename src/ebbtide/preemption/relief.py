@@ -197,8 +197,6 @@ def _relief(
     where = f"{device.node}/{device.index}"
     thawing: set[tuple[int, int]] | None = None
     for a in here:
-        if a.evicting:
-            continue
         if a.suspended_at is not None:
             since, limit, knob = a.suspended_at, rules.max_suspend_s, "max_suspend_s"
             reason, what = EvictReason.SUSPENDED_TOO_LONG, "suspended to host"
@@ -206,6 +204,8 @@ def _relief(
             since, limit, knob = a.paused_at, rules.max_pause_s, "max_pause_s"
             reason, what = EvictReason.PAUSED_TOO_LONG, "paused"
         else:
+            continue  # (most slices run: this test comes before the one of their state)
+        if a.evicting:
             continue
         if now - since >= limit:
             if a.suspended_at is None:
@@ -255,7 +255,7 @@ def _relief(
         return out
     if over_c <= 0:
         return out
-    for a in pause_victims([a for a in rest if not a.paused], over_c, now, is_protected):
+    for a in pause_victims([a for a in rest if a.paused_at is None], over_c, now, is_protected):
         kind = ActionKind.PAUSE if a.pausable else ActionKind.EVICT
         message = (
             f"online compute on {where} rose to {device.online_compute_pct:.0f}%; "
@@ -297,10 +297,14 @@ def _thaws(
     now: float,
     rules: PauseRules,
 ) -> list[ActiveAttempt]:
-    paused = [a for a in here if a.paused_at is not None and not a.suspended and not a.evicting]
+    paused = [
+        a
+        for a in here
+        if a.paused_at is not None and a.suspended_at is None and a.state != JobState.EVICTING
+    ]
     if not paused:
         return []
-    running = sum(a.compute_pct for a in here if a.gpus == 0 and not a.paused)
+    running = sum(a.compute_pct for a in here if a.gpus == 0 and a.paused_at is None)
     room = DEVICE_COMPUTE_PCT - margins.compute_pct - device.online_compute_pct - running
     out = []
     for a in sorted(paused, key=lambda a: (-a.priority, a.paused_at)):

@@ -189,14 +189,16 @@ def pause_victims(
     need = need_compute
     candidates = []
     for a in active:
+        used = compute_used(a)
         if a.evicting:
-            need -= compute_used(a)
-        elif compute_used(a) > 0 and (is_protected is None or not is_protected(a)):
+            need -= used
+        elif used > 0 and (is_protected is None or not is_protected(a)):
             candidates.append(a)
     if need <= 0 or not candidates:
         return []
     if len(candidates) == 1:
         return candidates
+    # every candidate uses compute, so what it gives is its compute_pct (compute_used)
     candidates.sort(key=lambda a: (a.priority, not a.pausable, *victim_order_key(a, now)))
     picked: list[ActiveAttempt] = []
     left = need
@@ -212,69 +214,74 @@ def pause_victims(
                 if got >= left:
                     break
                 chosen.append(a)
-                got += compute_used(a)
+                got += a.compute_pct
         picked += chosen
-        left -= sum(compute_used(a) for a in chosen)
+        left -= sum(a.compute_pct for a in chosen)
     # spare, latest pick first, any victim the others already cover (as select_victims)
     for a in list(reversed(picked)):
         rest = [p for p in picked if p is not a]
-        if sum(compute_used(p) for p in rest) >= need:
+        if sum(p.compute_pct for p in rest) >= need:
             picked = rest
     return picked
 
 
 def _smallest_cover(group: Sequence[ActiveAttempt], need: float) -> list[ActiveAttempt]:
-    """The members of ``group`` (in victim order) whose compute covers ``need`` with the
-    least to spare, then the fewest, then the earliest in order; all of them when together
-    they do not cover it.
+    """The members of ``group`` (in victim order, each using compute) whose compute covers
+    ``need`` with the least to spare, then the fewest, then the earliest in order; all of
+    them when together they do not cover it.
 
     Slices of one size are interchangeable but for their order, so the search is over how
     many of each size (the earliest ones of it), largest sizes first, with branch and
     bound; it starts from the victim order's own pick and gives up improving on it after
     ``PAUSE_SEARCH_STEPS`` steps (a device holds a handful of slices of a few sizes, so
-    the search is exact in practice)."""
-    sizes = [compute_used(a) for a in group]
+    the search is exact in practice).  The agent runs it at nearly every pause: the
+    search keeps its running count and compares the keys' parts one by one rather than
+    as tuples."""
+    sizes = [a.compute_pct for a in group]
     if len(group) == 1 or sum(sizes) <= need + _FIT_EPS:
         return list(group)
     by_size: dict[float, list[int]] = {}
     for i, size in enumerate(sizes):
         by_size.setdefault(size, []).append(i)
     kinds = sorted(by_size.items(), key=lambda kv: -kv[0])
-    left = [0.0] * (len(kinds) + 1)  # compute of the sizes from j on
-    for j in range(len(kinds) - 1, -1, -1):
+    n_kinds = len(kinds)
+    left = [0.0] * (n_kinds + 1)  # compute of the sizes from j on
+    for j in range(n_kinds - 1, -1, -1):
         left[j] = left[j + 1] + kinds[j][0] * len(kinds[j][1])
+    floor = need - _FIT_EPS
     # the victim order's pick: its first members until the need is covered
     total, first = 0.0, 0
-    while total < need - _FIT_EPS:
+    while total < floor:
         total += sizes[first]
         first += 1
     best = (round(total, 6), first, tuple(range(first)))
-    counts = [0] * len(kinds)
+    counts = [0] * n_kinds
     steps = 0
 
-    def visit(j: int, total: float) -> None:
+    def visit(j: int, total: float, how_many: int) -> None:
         nonlocal best, steps
         steps += 1
-        if total >= need - _FIT_EPS:
+        if total >= floor:
             # compared as (spare, how many, which): the members are listed only when the
             # first two do not settle it already
-            key = (round(total, 6), sum(counts))
-            if key > best[:2]:
+            spare = round(total, 6)
+            if spare > best[0] or (spare == best[0] and how_many > best[1]):
                 return
             members = tuple(
                 sorted(i for (_, at), k in zip(kinds, counts, strict=True) for i in at[:k])
             )
-            best = min(best, (*key, members))
+            best = min(best, (spare, how_many, members))
             return
-        if j == len(kinds) or total + left[j] < need - _FIT_EPS or steps > PAUSE_SEARCH_STEPS:
+        if j == n_kinds or total + left[j] < floor or steps > PAUSE_SEARCH_STEPS:
             return
         size, at = kinds[j]
         for k in range(len(at), -1, -1):
-            if round(total + k * size, 6) > best[0] and k:
+            more = total + k * size
+            if k and round(more, 6) > best[0]:
                 continue  # more of this size only spares more
             counts[j] = k
-            visit(j + 1, total + k * size)
+            visit(j + 1, more, how_many + k)
         counts[j] = 0
 
-    visit(0, 0.0)
+    visit(0, 0.0, 0)
     return [group[i] for i in best[2]]

@@ -74,12 +74,17 @@ def overflow(
     for nothing: their memory is on the host.
     """
     compute = memory = 0.0
-    for a in on_device(device, active):
-        if not a.suspended:
+    node, index = device.node, device.index
+    # on_device() and the slices' properties written out: this runs at every sample of
+    # every device (the node agent's and the simulator's), summing in the same order
+    for a in active:
+        if a.node != node or index not in a.devices:
+            continue
+        if a.suspended_at is None:
             memory += a.memory_mib
-            if a.gpus == 0 and not a.paused:  # a paused slice uses no compute
+            if a.gpus == 0 and a.paused_at is None:  # a paused slice uses no compute
                 compute += a.compute_pct
-    # as within() reckons it, written out: this runs at every sample of every device
+    # as within() reckons it, written out
     over_c = device.online_compute_pct + compute - (DEVICE_COMPUTE_PCT - margins.compute_pct)
     over_m = device.online_memory_mib + memory - (device.memory_mib - margins.memory_mib)
     # compute overflow only matters while some fractional slice can give it back

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ebbtide.scheduling.admission import ready_at
 from ebbtide.scheduling.planner import Dispatch
@@ -125,10 +125,14 @@ class Backlog:
             jobs[i] for g, ids in self._by_group.items() if g not in self._ready for i in ids[:n]
         ]
 
-    def heads(self, n: int) -> list[QueuedJob]:
-        """The first ``n`` queued jobs of every ready group."""
+    def heads(self, n: int, fits: Callable[[Shape], bool] | None = None) -> list[QueuedJob]:
+        """The first ``n`` queued jobs of every ready group (with ``fits``: of every ready
+        group whose shape it accepts, asked once a group, so that a pass lists only the
+        jobs it could place)."""
         jobs, by_group = self._jobs, self._by_group
-        return [jobs[i] for g in self._ready for i in by_group[g][:n]]
+        if fits is None:
+            return [jobs[i] for g in self._ready for i in by_group[g][:n]]
+        return [jobs[i] for g in self._ready if fits(g[:3]) for i in by_group[g][:n]]
 
     def saturated(self, dispatches: Iterable[Dispatch], n: int) -> bool:
         """Whether some group had all of its ``n`` heads placed while more wait behind them

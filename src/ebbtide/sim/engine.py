@@ -84,7 +84,6 @@ from ebbtide.scheduling.forecast import Forecaster
 from ebbtide.scheduling.planner import Dispatch, Plan, plan
 from ebbtide.scheduling.snapshot import (
     ActiveAttempt,
-    DeviceView,
     QueuedJob,
     Snapshot,
     protected,
@@ -289,9 +288,9 @@ class Simulation:
                         self._push(t, _ARRIVAL, spec)
         if self.recorder is not None:
             self._push(0.0, _RECORD)
-        heap, handlers = self._heap, self._handlers
+        heap, handlers, pop = self._heap, self._handlers, heapq.heappop
         while heap and heap[0][0] < span:
-            t, _, kind, obj, aux = heapq.heappop(heap)
+            t, _, kind, obj, aux = pop(heap)
             self.now = t
             handlers[kind](obj, aux)
         self.now = span
@@ -328,12 +327,16 @@ class Simulation:
     # -- accounting -------------------------------------------------------------------------
 
     def _account(self, dev: SimDevice) -> None:
-        """Integrate the device's metrics from where they stand up to now."""
-        dt = self.now - dev.accounted_to
+        """Integrate the device's metrics from where they stand up to now.
+
+        It runs at nearly every event, so ``min`` and ``max`` of two are written out as
+        conditionals that pick as they do (``min(a, b)``: ``b if b < a else a``)."""
+        now = self.now
+        dt = now - dev.accounted_to
         rec = self.recorder
         if rec is None:
             if dt <= 0:  # nothing to integrate since the last call
-                dev.accounted_to = self.now
+                dev.accounted_to = now
                 return
         elif dev.k == rec.device_k and dev.present:
             rec.device_point(dev.accounted_to, dev.online_c, dev.offline_in_use())
@@ -346,36 +349,53 @@ class Simulation:
             t.spare_cs += spare * dt
             over = dev.held_c - spare
             if over > 0:
-                t.interference_cs += min(over, c) * dt
+                t.interference_cs += (c if c < over else over) * dt  # min(over, c)
             unheld = spare
             if dev.attempts:
-                harvest = min(max(0.0, dev.offline_progress_c()), spare)
+                # harvest: min(max(0.0, offline progress), spare), the progress of the
+                # fractional slices running at their size and of the whole-GPU slices on
+                # what online work leaves, max(0.0, spare)
+                whole = dev.running_whole_c * (spare if spare > 0.0 else 0.0) / 100.0
+                progress = dev.running_c + whole
+                progress = progress if progress > 0.0 else 0.0
+                harvest = spare if spare < progress else progress
                 t.harvest_cs += harvest * dt
+                paused_c = dev.paused_c
                 t.slice_cs += dev.slice_c * dt
-                t.paused_cs += dev.paused_c * dt
+                t.paused_cs += paused_c * dt
                 t.restart_cs += dev.restoring_c * dt
                 # the spare not harvested: idle beside paused slices, then held by slices
                 # making no progress (see ebbtide.sim.metrics)
                 idle = spare - harvest
                 unheld = 0.0
                 if idle > 0:
-                    paused = min(idle, dev.paused_c)
-                    stalled = dev.slice_c - dev.paused_c - dev.running_c - dev.running_whole_c
-                    held = min(idle - paused, max(0.0, stalled))
+                    paused = paused_c if paused_c < idle else idle  # min(idle, paused_c)
+                    stalled = dev.slice_c - paused_c - dev.running_c - dev.running_whole_c
+                    stalled = stalled if stalled > 0.0 else 0.0
+                    rest = idle - paused
+                    held = stalled if stalled < rest else rest  # min(rest, stalled)
                     t.idle_paused_cs += paused * dt
                     t.idle_held_cs += held * dt
                     unheld = idle - paused - held
             # of what no slice held where work may run: the margin first, then the reserve
             if unheld > 0 and self.policy.colocate and self._window_open:
-                margin = min(unheld, self.policy.margins.compute_pct)
+                kept = self.policy.margins.compute_pct
+                margin = kept if kept < unheld else unheld  # min(unheld, kept)
+                rest = unheld - margin
+                reserve = dev.reserve[0]
                 t.idle_margin_cs += margin * dt
-                t.idle_reserve_cs += min(unheld - margin, dev.reserve[0]) * dt
-        dev.accounted_to = self.now
+                t.idle_reserve_cs += (reserve if reserve < rest else rest) * dt
+        dev.accounted_to = now
 
     def _check(self, dev: SimDevice) -> None:
         compute = sum(a.job.spec.compute_pct for a in dev.attempts.values())
         memory = sum(a.job.spec.memory_mib for a in dev.attempts.values())
         on_gpu = sum(a.job.spec.memory_mib for a in dev.attempts.values() if a.on_gpu)
+        whole = sum(
+            1
+            for a in dev.attempts.values()
+            if a.job.spec.gpus and a.phase == RUNNING and a.paused_at is None
+        )
         if compute > DEVICE_COMPUTE_PCT + _EPS or memory > dev.memory_mib + _EPS:
             raise ConservationError(
                 f"t={self.now:.3f} {dev.node}: slices hold {compute:g}% and {memory:g} MiB "
@@ -385,6 +405,7 @@ class Simulation:
             -_EPS <= dev.held_c <= compute + _EPS
             and abs(dev.held_m - memory) < _EPS
             and abs(dev.gpu_m - on_gpu) < _EPS
+            and dev.running_whole_n == whole
         ):
             raise ConservationError(f"t={self.now:.3f} {dev.node}: held figures drifted")
 
@@ -404,7 +425,7 @@ class Simulation:
             self._push(load.times_s[dev.next_step], _STEP, dev)
         if m > old_m and m <= dev.memory_mib < m + dev.gpu_m - _EPS:
             self.tally.oom_events += 1
-        if c != old_c:
+        if c != old_c and dev.running_whole_n:
             for att in dev.attempts.values():
                 if att.job.spec.gpus and att.phase == RUNNING and att.paused_at is None:
                     self.tally.progress_cs += att.advance(self.now)
@@ -433,17 +454,12 @@ class Simulation:
             return
         aware, rules, margins = self.policy.checkpoint_aware, self.policy.pause, self.policy.margins
         views = [a.view or a.active_view(aware) for a in dev.attempts.values()]
-        device = DeviceView(
-            node=dev.node,
-            index=0,
-            memory_mib=dev.memory_mib,
-            online_compute_pct=dev.online_c,
-            online_memory_mib=dev.online_m,
-            sampled_at=self.now,
+        device = dev.view_with(
+            online_compute_pct=dev.online_c, online_memory_mib=dev.online_m, sampled_at=self.now
         )
         if not dev.paused_n and overflow(device, views, margins) == (0.0, 0.0):
             return  # within capacity and nothing paused: the relief would do nothing
-        if any(a.toggle_until > self.now for a in dev.attempts.values()):
+        if rules.suspend and any(a.toggle_until > self.now for a in dev.attempts.values()):
             return  # the agent waits for a copy to or from host (sampled again after it)
         can_suspend = self._can_suspend if rules.enabled and rules.suspend else None
         response = respond(device, views, margins, self.now, rules, self._guard(), can_suspend)
@@ -596,8 +612,8 @@ class Simulation:
         while True:
             self._top_up(heads + 1)
             devs = self._planned_devices()
-            queued = self.backlog.heads(heads)
-            snapshot = self._snapshot(devs, placeable(queued, devs, self._headroom))
+            queued = self.backlog.heads(heads, placeable(devs, self._headroom))
+            snapshot = self._snapshot(devs, queued)
             # a pass sure to decide nothing is not made, only counted (debug makes it, and
             # checks that it decides nothing)
             idle = self._nothing_to_plan(snapshot, devs)
@@ -608,7 +624,7 @@ class Simulation:
                     raise ConservationError(
                         f"t={self.now:.3f}: a pass judged idle decided {decisions}"
                     )
-                self._check_plan(decisions, queued)
+                self._check_plan(decisions, self.backlog.heads(heads))
             if not self.backlog.saturated(decisions.dispatches, heads):
                 break
             heads *= 4
@@ -770,30 +786,31 @@ class Simulation:
     def _on_attempt(self, att: SimAttempt, version: int) -> None:
         if att.version != version:
             return
-        spec = att.job.spec
-        if att.phase == STARTING and att.run_from > self.now:
-            self._set_phase(att, RESTORING)
-            att.view = None
-            self._push(att.run_from, _ATTEMPT, att, att.version)
-        elif att.phase in (STARTING, RESTORING):
-            self._set_phase(att, RUNNING)
-            att.view = None
-            att.updated_at = self.now
-            self._run(att)
-        elif att.phase == RUNNING:
+        phase = att.phase
+        # (a checkpoint's start and end are most of these events: tested first)
+        if phase == RUNNING:
             self.tally.progress_cs += att.advance(self.now)
             if att.finished:
                 self._complete(att)
                 return
             self._set_phase(att, CHECKPOINTING)
             att.ckpt_progress_s = att.progress_s
-            att.ckpt_end = self.now + spec.ckpt_cost_s
+            att.ckpt_end = self.now + att.job.spec.ckpt_cost_s
             att.version += 1
             self._push(att.ckpt_end, _ATTEMPT, att, att.version)
-        elif att.phase == CHECKPOINTING:
+        elif phase == CHECKPOINTING:
             att.saved_s = att.ckpt_progress_s
             att.last_ckpt_at = self.now
             att.since_ckpt_s = 0.0
+            self._set_phase(att, RUNNING)
+            att.view = None
+            att.updated_at = self.now
+            self._run(att)
+        elif phase == STARTING and att.run_from > self.now:
+            self._set_phase(att, RESTORING)
+            att.view = None
+            self._push(att.run_from, _ATTEMPT, att, att.version)
+        elif phase in (STARTING, RESTORING):
             self._set_phase(att, RUNNING)
             att.view = None
             att.updated_at = self.now

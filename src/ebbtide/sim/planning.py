@@ -39,8 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ebbtide.scheduling.admission import device_share
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT, headroom, overflow, within
-from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT, SHAPE
-from ebbtide.scheduling.snapshot import DeviceGates, DeviceView, Margins, QueuedJob
+from ebbtide.scheduling.planner import MIN_WHOLE_GPU_HEADROOM_PCT
+from ebbtide.scheduling.snapshot import DeviceGates, DeviceView, Margins
+from ebbtide.sim.backlog import Shape
 from ebbtide.sim.state import SimDevice
 from ebbtide.sim.windows import drain_due
 
@@ -57,10 +58,7 @@ _DUE_SLACK_S = 1e-6
 def device_view(dev: SimDevice, *, watch_compute: bool, now: float) -> DeviceView:
     """The device as the scheduler last heard of it (cached until it changes)."""
     if dev.view is None:
-        dev.view = DeviceView(
-            node=dev.node,
-            index=0,
-            memory_mib=dev.memory_mib,
+        dev.view = dev.view_with(
             online_compute_pct=dev.seen_c if watch_compute else 0.0,
             online_memory_mib=dev.seen_m,
             reserve_compute_pct=dev.reserve[0],
@@ -147,50 +145,42 @@ def _paused_too_long_here(dev: SimDevice, now: float, max_pause_s: float) -> boo
 
 
 def placeable(
-    queued: list[QueuedJob],
     devs: Sequence[SimDevice],
     headroom_of: Callable[[SimDevice], tuple[float, float]],
-) -> list[QueuedJob]:
-    """The jobs of ``queued`` whose shape fits the headroom of some device of ``devs``
-    before the pass decides anything (``headroom_of``): a fractional job where compute and
-    memory cover it, a whole-GPU job where ``gpus`` devices of one node hold no slice and
-    have :data:`~ebbtide.scheduling.planner.MIN_WHOLE_GPU_HEADROOM_PCT` of compute and its
-    memory free.  A pass only ever shrinks headroom (a placement, an eviction decided, a
-    cooldown, a window's share), so the others fit nowhere all pass: the planner would
-    skip them, and leaving them out changes no decision (``KEEP_SLACK`` errs on keeping)."""
+) -> Callable[[Shape], bool]:
+    """Whether a queued job of a shape (compute, memory, gpus) fits the headroom of some
+    device of ``devs`` before the pass decides anything (``headroom_of``): a fractional job
+    where compute and memory cover it, a whole-GPU job where ``gpus`` devices of one node
+    hold no slice and have :data:`~ebbtide.scheduling.planner.MIN_WHOLE_GPU_HEADROOM_PCT`
+    of compute and its memory free.  A pass only ever shrinks headroom (a placement, an
+    eviction decided, a cooldown, a window's share), so the others fit nowhere all pass:
+    the planner would skip them, and leaving them out changes no decision (``KEEP_SLACK``
+    errs on keeping).  Asked once a group of the backlog (:meth:`Backlog.heads`), not
+    once a job; the headroom is read at once."""
     rooms = [(dev, *headroom_of(dev)) for dev in devs]
-    fits: dict[tuple[float, int, int], bool] = {}
-    out = []
-    last, ok = None, False
-    for job in queued:
-        shape = SHAPE(job)
-        if shape == last:  # the jobs of a group come together
-            if ok:
-                out.append(job)
-            continue
-        last = shape
-        known = fits.get(shape)
-        if known is not None:
-            ok = known
-        else:
-            if job.gpus:
+    known: dict[Shape, bool] = {}
+
+    def fits(shape: Shape) -> bool:
+        ok = known.get(shape)
+        if ok is None:
+            compute, memory, gpus = shape
+            if gpus:
                 empty = Counter(
                     dev.node
                     for dev, c, m in rooms
                     if not dev.attempts
                     and c + KEEP_SLACK >= MIN_WHOLE_GPU_HEADROOM_PCT
-                    and m + KEEP_SLACK >= job.memory_mib
+                    and m + KEEP_SLACK >= memory
                 )
-                ok = max(empty.values(), default=0) >= job.gpus
+                ok = max(empty.values(), default=0) >= gpus
             else:
                 ok = any(
-                    c + KEEP_SLACK >= job.compute_pct and m + KEEP_SLACK >= job.memory_mib
-                    for _, c, m in rooms
+                    c + KEEP_SLACK >= compute and m + KEEP_SLACK >= memory for _, c, m in rooms
                 )
-            fits[shape] = ok
-        if ok:
-            out.append(job)
-    return out
+            known[shape] = ok
+        return ok
+
+    return fits
 
 
 def surely_calm(view: DeviceView, dev: SimDevice, margins: Margins) -> bool:

@@ -25,6 +25,7 @@ progresses at ``(100 − online compute) / 100`` per second.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ebbtide.preemption.victims import EvictReason
 from ebbtide.queue.states import JobState
@@ -81,13 +82,25 @@ class SimDevice:
     restoring_c: float = 0.0
     running_c: float = 0.0
     running_whole_c: float = 0.0
-    #: paused slices here
+    #: paused slices here, and whole-GPU slices running (their progress follows online
+    #: compute)
     paused_n: int = 0
+    running_whole_n: int = 0
     #: compute of the fractional slices here that are not paused (any phase, evicting
     #: included): what :func:`~ebbtide.scheduling.capacity.overflow` adds up, in percent
     awake_c: float = 0.0
     #: :meth:`alloc_c` as last summed; None once ``attempts`` changed (see :meth:`changed`)
     alloc_sum: float | None = None
+    #: its first view: later views copy it with what changed (see :meth:`view_with`)
+    _view_base: DeviceView | None = field(default=None, repr=False)
+
+    def view_with(self, **changes: object) -> DeviceView:
+        """The device seen with ``changes`` (usage, reserve, cooldown, when sampled): a
+        view is made at every non-idle sample and every report, so it is copied from the
+        first one rather than made through the frozen dataclass's constructor."""
+        if self._view_base is None:
+            self._view_base = DeviceView(node=self.node, index=0, memory_mib=self.memory_mib)
+        return _with(self._view_base, changes)
 
     def alloc_c(self) -> float:
         """Compute its slices hold for admission (every slice, paused or evicting), in %.
@@ -128,6 +141,7 @@ class SimDevice:
             elif att.phase == RUNNING:
                 if att.job.spec.gpus:
                     self.running_whole_c += c
+                    self.running_whole_n += 1 if sign > 0 else -1
                 else:
                     self.running_c += c
         if not self.attempts and sign < 0:  # no float drift once the device is empty
@@ -142,12 +156,6 @@ class SimDevice:
         if online_m + self.gpu_m - (self.memory_mib - margins.memory_mib) > 0:
             return False
         return online_c + self.awake_c - (DEVICE_COMPUTE_PCT - margins.compute_pct) <= -SUM_SLACK
-
-    def offline_progress_c(self) -> float:
-        """Offline compute making progress now, in percent: fractional slices running at
-        their size, whole-GPU slices on what online work leaves."""
-        whole = self.running_whole_c * max(0.0, 100.0 - self.online_c) / 100.0
-        return self.running_c + whole
 
 
 @dataclass(eq=False)
@@ -331,11 +339,15 @@ class SimAttempt:
         return self.progress_s >= self.job.spec.work_s - DONE_EPS_S
 
 
-def _with(view: ActiveAttempt, changes: dict[str, object]) -> ActiveAttempt:
+#: an attempt's view or a device's (see :func:`_with`)
+_View = TypeVar("_View", ActiveAttempt, DeviceView)
+
+
+def _with(view: _View, changes: dict[str, object]) -> _View:
     """``dataclasses.replace(view, **changes)`` without validating the fields again (a
     view is made again at every phase change, pause and checkpoint): the same object
     ``replace`` would return, in a fraction of the time."""
-    copy = object.__new__(ActiveAttempt)
+    copy = object.__new__(type(view))
     copy.__dict__.update(view.__dict__)
     copy.__dict__.update(changes)
     return copy
