@@ -9,8 +9,7 @@ thread posts to its inbox.  This thread
    must act on at once, the rest once a write period (:mod:`ebbtide.workers.heartbeat`);
 2. prepares starts: reads a dispatched job from the store, checks the dispatch is still
    this node's and current, and posts it to the loop;
-3. reconciles every ``reconcile_period_s`` (``RECONCILE_PERIOD_S``, 2 s, or twice a
-   heartbeat write period when that is shorter): against a view of the loop's attempts and the
+3. reconciles every ``RECONCILE_PERIOD_S``: against a view of the loop's attempts and the
    journal position it was taken at (delivered first), it tells the loop to kill
    attempts the store no longer gives to this node, to evict what the store says is
    being evicted, to start what was dispatched here and never arrived, and requeues
@@ -47,13 +46,8 @@ from ebbtide.workers.undrains import UndrainWatch
 
 log = logging.getLogger("ebbtide.agent")
 
-#: How often the store thread reconciles with the store at most, in seconds (and at least
-#: twice a heartbeat write period: :attr:`StoreSync.reconcile_period_s`).  Reconciling
-#: makes good what a lost message left undone (a start, an eviction, a cancel): a message
-#: lost costs a job up to this long, an eviction's deadline (30 s by default) as much.
-#: Each is a read of the node's attempts: at 2 Hz it was a third of the agent's store
-#: work, and most of a 1,000-node fleet's SQL.
-RECONCILE_PERIOD_S = 2.0
+#: How often the store thread reconciles with the store, in seconds.
+RECONCILE_PERIOD_S = 0.5
 #: How long a graceful stop waits for the store to take the journal's reports, in seconds.
 DRAIN_TIMEOUT_S = 30.0
 #: How long the store thread waits before trying an undeliverable report again, in s.
@@ -125,10 +119,6 @@ class StoreSync:
         self._draining = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_reconcile = 0.0
-        #: seconds between reconciles: at least twice a write period, as a reconcile is
-        #: what keeps the node in touch (the store answers) where its heartbeats go to
-        #: Redis and are not written (see :meth:`_deliver`)
-        self.reconcile_period_s = min(RECONCILE_PERIOD_S, self.heartbeats.rules.period_s / 2)
         self._outage_logged = False
         self.started_at = clock.time()
         self.undrains = UndrainWatch(name, post)
@@ -314,11 +304,11 @@ class StoreSync:
     # -- reconciliation -----------------------------------------------------------------
 
     def _reconcile_if_due(self) -> None:
-        """Reconcile if ``reconcile_period_s`` has passed since the last time (on the
+        """Reconcile if ``RECONCILE_PERIOD_S`` has passed since the last time (on the
         clock's monotonic seconds)."""
         now = self._monotonic()
         if now >= self._next_reconcile:
-            self._next_reconcile = now + self.reconcile_period_s
+            self._next_reconcile = now + RECONCILE_PERIOD_S
             self._reconcile()
 
     def _reconcile(self) -> None:
