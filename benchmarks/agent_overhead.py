@@ -27,10 +27,13 @@ assumption, not a measurement: NVIDIA's NVML reference gives no latency for its 
 (``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetUtilizationRates``,
 ``nvmlDeviceGetComputeRunningProcesses``, ``nvmlDeviceGetProcessUtilization``, ...), and
 no published measurement of them was found (NVML's and DCGM's documentation, nvidia-ml-py,
-the issue trackers of GPU monitoring tools; searched 2026-12).  Each is an ioctl into the
+the issue trackers of GPU monitoring tools; searched 2026-12); nearby figures are (see
+benchmarks/README.md): RPCs to the GPU's system processor of 93–138 µs in a driver's
+dump, ``cudaMemGetInfo`` at 7–12 µs on recent GPUs.  Each is an ioctl into the
 driver, which passes it on to the GPU's system processor as an RPC where the driver runs
 there (GSP: Hopper's default), and a process list grows with the processes;
-``benchmarks/gpu_check.py`` measures two of them on a real GPU (not run yet).  A call is
+``benchmarks/gpu_check.py`` measures each of them on a real GPU, wall and CPU time a
+call (``queries`` in its phase 1; not run yet).  A call is
 padded to at least that long, its own Python work included.  The time is spent **busy**
 by default (``--nvml-wait busy``): a real call is mostly an ioctl, kernel time that counts
 as the caller's CPU, and GSP RPCs are polled; busy overcounts what part of a call a

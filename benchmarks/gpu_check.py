@@ -8,7 +8,8 @@ machine).  It measures GPU 0:
 1. ``nvml_samples_per_s``: NVML's per-process utilisation (the source of ebbtide's
    per-process compute) called at 20 Hz for 5 s, with the timestamp last seen, while an
    online process runs kernels: calls per second, how many brought new samples, the
-   driver's sample period, and the latency of the calls the agent makes every tick;
+   driver's sample period, and what each NVML query the agent makes costs (wall time
+   and CPU time per call, ``queries``: what ``agent_overhead.py --nvml-call-us`` assumes);
 2. ``attribution_correct``: ``ebb up --headroom nvml`` in a temporary ``EBBTIDE_HOME``;
    an online process holds 8 GiB and runs kernels; an offline job (a bash wrapper whose
    python child holds 12 GiB, runs kernels and checkpoints with ``ebbtide.job``) is
@@ -127,6 +128,17 @@ JOB_START_TIMEOUT_S = 90.0
 EVICT_GRACE_S = 15.0
 #: A round of the eviction phase needs about this long (deadline, restart), in seconds.
 EVICT_ROUND_NEED_S = 35.0
+#: The NVML queries the node agent makes (``NvmlSource``), each timed in phase 1: wall
+#: time and the calling thread's CPU time, which ``agent_overhead.py --nvml-call-us``
+#: stands for (the first is called with a timestamp, the others with the handle alone).
+PROCESS_UTILIZATION = "nvmlDeviceGetProcessUtilization"
+TICK_QUERIES = (
+    PROCESS_UTILIZATION,
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+)
 #: Beside its two request loops, the latency phase needs about this long (harvest start), in s.
 LATENCY_PHASE_EXTRA_S = HARVEST_ALONE_S + 40.0
 
@@ -310,6 +322,8 @@ class Check:
                 default=0,
             )
         calls = calls_with_new = new_samples = 0
+        # what each query the agent makes costs: (wall, this thread's CPU) per call, s
+        queries: dict[str, tuple[list[float], list[float]]] = {q: ([], []) for q in TICK_QUERIES}
         stamps: list[int] = []
         sm_util: list[float] = []
         util_lat: list[float] = []
@@ -320,13 +334,23 @@ class Check:
         started = time.monotonic()
         tick = started
         while time.monotonic() - started < NVML_SECONDS:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 samples = nvml.nvmlDeviceGetProcessUtilization(handle, last_us)
             except nvml.NVMLError as exc:
                 errors[f"{type(exc).__name__}: {exc}"] += 1
                 samples = []
             util_lat.append(time.perf_counter() - t0)
+            queries[PROCESS_UTILIZATION][1].append(time.thread_time() - c0)
+            queries[PROCESS_UTILIZATION][0].append(util_lat[-1])
+            for query in TICK_QUERIES[1:]:
+                t0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    getattr(nvml, query)(handle)
+                except nvml.NVMLError as exc:
+                    errors[f"{query}: {type(exc).__name__}: {exc}"] += 1
+                queries[query][0].append(time.perf_counter() - t0)
+                queries[query][1].append(time.thread_time() - c0)
             calls += 1
             fresh = [s for s in samples if int(s.timeStamp) > last_us and s.pid != 0]
             if fresh:
@@ -355,6 +379,7 @@ class Check:
             procs_latency_s=procs_lat,
             errors=errors,
             pid_visible=visible,
+            queries=queries,
         )
 
     # -- phase 2: attribution -------------------------------------------------------------

@@ -86,9 +86,11 @@ def nvml_sampling_figures(
     procs_latency_s: Sequence[float],
     errors: Mapping[str, int],
     pid_visible: bool,
+    queries: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
 ) -> dict[str, Any]:
     """Figures of the NVML sampling phase.  ``stamps_us``: the distinct timestamps of the
-    watched process's samples, in NVML microseconds, in the order seen."""
+    watched process's samples, in NVML microseconds, in the order seen; ``queries``: per
+    NVML query, the wall and CPU seconds of each call."""
     periods_ms = [(b - a) / 1000.0 for a, b in itertools.pairwise(stamps_us)]
     periods_ms = [p for p in periods_ms if p > 0]
 
@@ -111,6 +113,24 @@ def nvml_sampling_figures(
         "compute_processes_latency_ms_max": ms(procs_latency_s, 100),
         "errors": dict(errors),
         "online_pid_visible": pid_visible,
+        "queries": {name: query_cost(*times) for name, times in (queries or {}).items()},
+    }
+
+
+def query_cost(wall_s: Sequence[float], cpu_s: Sequence[float]) -> dict[str, Any]:
+    """What one NVML query cost per call, in µs: wall time p50 / p99, and the calling
+    thread's CPU time p50 / mean (the figure ``agent_overhead.py --nvml-call-us`` takes;
+    where it is well under the wall time, the driver waits asleep)."""
+
+    def us(values: Sequence[float], p: float) -> float | None:
+        return _r(percentile(values, p) * 1e6, 1) if values else None
+
+    return {
+        "calls": len(wall_s),
+        "wall_us_p50": us(wall_s, 50),
+        "wall_us_p99": us(wall_s, 99),
+        "cpu_us_p50": us(cpu_s, 50),
+        "cpu_us_mean": _r(sum(cpu_s) / len(cpu_s) * 1e6, 1) if cpu_s else None,
     }
 
 
@@ -198,6 +218,12 @@ def render(r: Mapping[str, Any]) -> list[str]:
             f"{_f(n.get('compute_processes_latency_ms_p99'), ' ms')}; online pid visible: "
             f"{n.get('online_pid_visible')}; errors {n.get('errors') or 'none'}"
         )
+        for name, q in (n.get("queries") or {}).items():
+            lines.append(
+                f"    {name}: wall p50 {_f(q.get('wall_us_p50'), ' µs', 1)}, p99 "
+                f"{_f(q.get('wall_us_p99'), ' µs', 1)}; CPU p50 "
+                f"{_f(q.get('cpu_us_p50'), ' µs', 1)}, mean {_f(q.get('cpu_us_mean'), ' µs', 1)}"
+            )
 
     a = r.get("attribution") or {}
     if _failed(a):

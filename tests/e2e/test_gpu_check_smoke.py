@@ -329,6 +329,17 @@ def test_every_phase_runs_on_a_simulated_gpu(tmp_path: Path) -> None:
     assert result["framework"]["framework"] == "torch"
     assert result["nvml_samples_per_s"]["calls_per_s"] > 10
     assert result["nvml_samples_per_s"]["online_pid_visible"] is True
+    # what each query the agent makes costs, wall and CPU (agent_overhead's figure)
+    queries = result["nvml_samples_per_s"]["queries"]
+    assert set(queries) == {
+        "nvmlDeviceGetProcessUtilization",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    }
+    for q in queries.values():
+        assert q["calls"] > 10 and q["wall_us_p50"] > 0 and q["cpu_us_mean"] is not None
 
     # the bash wrapper's python child holds the offline memory; ebbtide must not count it
     assert result["attribution_correct"] is True, result["attribution"]
@@ -471,7 +482,17 @@ def test_nvml_sampling_figures() -> None:
         procs_latency_s=[0.0005] * 99 + [0.01],
         errors={"NVMLError_NotFound: Not Found": 70},
         pid_visible=True,
+        queries={"nvmlDeviceGetMemoryInfo": ([20e-6] * 99 + [300e-6], [15e-6] * 50 + [5e-6] * 50)},
     )
+    assert f["queries"] == {
+        "nvmlDeviceGetMemoryInfo": {
+            "calls": 100,
+            "wall_us_p50": 20.0,
+            "wall_us_p99": 20.0,
+            "cpu_us_p50": 5.0,
+            "cpu_us_mean": 10.0,
+        }
+    }
     assert (f["calls_per_s"], f["calls_with_new_samples_per_s"]) == (20.0, 6.0)
     assert f["sample_period_ms_p50"] == 167.0 and f["sample_period_ms_min"] == 166.0
     assert f["compute_processes_latency_ms_p50"] == 0.5
