@@ -3,6 +3,8 @@ again by the next agent when one crashed first."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,21 @@ def test_the_file_is_compacted(tmp_path: Path) -> None:
 def test_only_reports_are_journaled(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a report"):
         Journal(None).append("drop_table")
+
+
+def test_a_wake_ends_a_wait_for_a_report_even_one_not_begun_yet() -> None:
+    j = Journal(None)
+    j.wake()  # before the wait: remembered, not lost
+    started = time.monotonic()
+    assert j.peek(10.0) is None
+    assert time.monotonic() - started < 1.0
+    timer = threading.Timer(0.1, j.wake)  # during the wait
+    timer.start()
+    started = time.monotonic()
+    assert j.peek(10.0) is None
+    assert time.monotonic() - started < 5.0
+    timer.join()
+    # once taken, a wake is gone: the next wait runs its course
+    started = time.monotonic()
+    assert j.peek(0.05) is None
+    assert time.monotonic() - started >= 0.04

@@ -62,6 +62,8 @@ class Journal:
         self._queue: deque[Report] = deque()
         self._seq = 0
         self._done_in_file = 0
+        #: a waiter of :meth:`peek` is to return (:meth:`wake`), report or not
+        self._woken = False
         self._file: Any = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -117,11 +119,20 @@ class Journal:
             return report.seq
 
     def peek(self, timeout_s: float) -> Report | None:
-        """The oldest undelivered report, waiting up to ``timeout_s`` for one."""
+        """The oldest undelivered report, waiting up to ``timeout_s`` for one (or until
+        :meth:`wake`, also when it came before the wait)."""
         with self._lock:
-            if not self._queue:
+            if not self._queue and not self._woken:
                 self._lock.wait(timeout_s)
+            self._woken = False
             return self._queue[0] if self._queue else None
+
+    def wake(self) -> None:
+        """Have :meth:`peek` return now, or at once next time: its reader has other work
+        than reports (the store thread: a start to prepare, a stop)."""
+        with self._lock:
+            self._woken = True
+            self._lock.notify_all()
 
     def done(self, report: Report) -> None:
         """``report`` was delivered (or can never be): drop it."""

@@ -48,6 +48,8 @@ log = logging.getLogger("ebbtide.agent")
 
 #: How often the store thread reconciles with the store, in seconds.
 RECONCILE_PERIOD_S = 0.5
+#: The shortest the store thread waits for a report when nothing is due, in seconds.
+MIN_WAIT_S = 0.005
 #: How long a graceful stop waits for the store to take the journal's reports, in seconds.
 DRAIN_TIMEOUT_S = 30.0
 #: How long the store thread waits before trying an undeliverable report again, in s.
@@ -131,12 +133,14 @@ class StoreSync:
 
     def request_start(self, cmd: StartAttempt) -> None:
         self._starts.put(cmd)
+        self.journal.wake()
 
     def finish(self, timeout_s: float | None = None) -> None:
         """Deliver what is journaled, requeue attempts dispatched here that never started,
         and stop (a graceful shutdown).  A store that does not answer within ``timeout_s``
         (default ``DRAIN_TIMEOUT_S``) leaves the rest in the journal for the next start."""
         self._draining.set()
+        self.journal.wake()
         if self._thread is None:
             return
         self._thread.join(DRAIN_TIMEOUT_S if timeout_s is None else timeout_s)
@@ -146,6 +150,7 @@ class StoreSync:
                 self.journal.pending(),
             )
             self._stop.set()
+            self.journal.wake()
             self._thread.join(5.0)
 
     def silence_s(self) -> float:
@@ -171,6 +176,7 @@ class StoreSync:
     def kill(self) -> None:
         """Stop at once, delivering nothing more (tests simulate a crash)."""
         self._stop.set()
+        self.journal.wake()
         if self._thread is not None:
             self._thread.join()
 
@@ -188,8 +194,11 @@ class StoreSync:
                 return
 
     def _step(self) -> None:
-        # waits for the loop's next report (another thread's doing, not a period)
-        report = self.journal.peek(timeout_s=0.05)
+        # waits for the loop's next report, a start or a stop (other threads' doing: they
+        # wake it), or until a reconcile is due, not polling: each wake-up of this thread
+        # costs the node CPU, and the loop's reports come 2 to 10 times a second
+        due_s = self._next_reconcile - self._monotonic()
+        report = self.journal.peek(timeout_s=min(max(due_s, MIN_WAIT_S), RECONCILE_PERIOD_S))
         if report is not None and not self._deliver(report):
             self.clock.wait(self._stop, RETRY_S)
             return

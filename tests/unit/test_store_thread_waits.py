@@ -1,0 +1,110 @@
+"""The node agent's store thread waits for work, not polling: it wakes for a report, a
+start or a stop (other threads wake it), and when a reconcile is due; each wake-up costs
+the node CPU beside its online service."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ebbtide.messaging.messages import StartAttempt
+from ebbtide.queue.spec import JobSpec
+from ebbtide.queue.store import Store
+from ebbtide.workers.heartbeat import HeartbeatRules
+from ebbtide.workers.journal import Journal
+from ebbtide.workers.sync import RECONCILE_PERIOD_S, Prepared, StoreSync
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
+    yield s
+    s.close()
+
+
+class Thread:
+    """A running store thread for node n1, counting its steps and what it posted."""
+
+    def quiet(self) -> None:
+        """No reconcile for an hour, and the thread just begun a wait (after a report)."""
+        self.sync._next_reconcile = time.monotonic() + 3600
+        self.journal.append("heartbeat")
+        assert self.journal.wait_empty(5.0)
+        time.sleep(0.05)
+
+    def __init__(self, store: Store) -> None:
+        self.journal = Journal(None)
+        self.posted: list[tuple[float, Any]] = []
+        self.steps = 0
+        self.sync = StoreSync(
+            "n1",
+            store,
+            self.journal,
+            post=lambda item: self.posted.append((time.monotonic(), item)),
+            view=lambda: (self.journal.seq, {}),
+            heartbeat=lambda: {"started_at": 0.0, "devices": [], "stopping": False},
+            heartbeat_rules=HeartbeatRules.for_timeout(10.0),
+        )
+        step = self.sync._step
+
+        def counted() -> None:
+            self.steps += 1
+            step()
+
+        self.sync._step = counted  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def thread(store: Store) -> Iterator[Thread]:
+    t = Thread(store)
+    t.sync.start()
+    yield t
+    t.sync.kill()
+
+
+def test_an_idle_store_thread_wakes_for_its_reconciles_only(thread: Thread) -> None:
+    time.sleep(0.3)
+    steps = thread.steps
+    time.sleep(2.0)
+    # 2 s: about four reconciles (at most one step each, and one for a timer's early
+    # return); a 50 ms poll made forty
+    assert RECONCILE_PERIOD_S == 0.5
+    assert thread.steps - steps <= 8
+
+
+def test_a_start_is_prepared_at_once_between_reconciles(store: Store, thread: Thread) -> None:
+    [job_id] = store.submit(
+        JobSpec(command=["train"], gpu="20%", gpumem="4GiB"), "alice", defaults_deadline_s=30
+    )
+    time.sleep(0.3)  # the first reconcile is past (nothing was dispatched then)
+    thread.quiet()  # no reconcile finds it for us
+    attempt = store.dispatch(
+        job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=4096
+    )
+    asked = time.monotonic()
+    thread.sync.request_start(StartAttempt(job_id=job_id, attempt=attempt))
+    give_up = asked + 5.0
+    while not thread.posted and time.monotonic() < give_up:
+        time.sleep(0.005)
+    [(at, item)] = thread.posted[:1]
+    assert isinstance(item, Prepared) and item.job.id == job_id
+    assert at - asked < 0.3  # not at the end of the wait (0.5 s)
+
+
+def test_a_report_is_delivered_at_once(thread: Thread) -> None:
+    thread.quiet()
+    asked = time.monotonic()
+    thread.journal.append("heartbeat")
+    assert thread.journal.wait_empty(5.0)
+    assert time.monotonic() - asked < 0.3
+
+
+def test_a_stop_ends_the_wait(thread: Thread) -> None:
+    thread.quiet()
+    asked = time.monotonic()
+    thread.sync.finish(timeout_s=5.0)  # nothing journaled: it leaves at once
+    assert time.monotonic() - asked < 0.3
