@@ -250,6 +250,34 @@ def test_a_slice_being_taken_back_is_looked_at_every_evicting_period(
     assert node.agent.attempts == {}
 
 
+@pytest.mark.usefixtures("exact_periods")
+def test_a_running_attempt_is_looked_at_one_tick_in_five_and_its_end_noticed_there(
+    node: Node, store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = dispatch(store)
+    looks: list[float] = []
+    poll = node.executor.poll
+
+    def looked(handle: Handle) -> Exit | None:
+        looks.append(node.since_t0())
+        return poll(handle)
+
+    monkeypatch.setattr(node.executor, "poll", looked)
+    ended_at = 2 + 1 / 32  # between two ticks
+    at(clock, ended_at, lambda: node.executor._ended.setdefault(1000, Exit(0, cause="job")))
+    node.run_until(4.0)
+    assert agent_module.WATCH_EVERY_TICKS == 5
+    running = [t for t in looks if t < ended_at]
+    gaps = {round(b - a, 9) for a, b in itertools.pairwise(running)}
+    assert gaps == {5 * SAMPLE_S}  # not at every tick
+    # its end is noticed at the next look, at most five ticks on
+    [finished_at] = node.journaled("finish_attempt")
+    assert finished_at == running[-1] + 5 * SAMPLE_S
+    assert ended_at < finished_at <= ended_at + 5 * SAMPLE_S
+    assert node.executor.of("sweep") == [(finished_at, job_id)]
+    assert node.agent.attempts == {}
+
+
 # -- heartbeats and the store thread ----------------------------------------------------
 
 
