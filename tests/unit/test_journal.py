@@ -90,3 +90,56 @@ def test_a_wake_ends_a_wait_for_a_report_even_one_not_begun_yet() -> None:
     started = time.monotonic()
     assert j.peek(0.05) is None
     assert time.monotonic() - started >= 0.04
+
+
+def _peek_in_thread(j: Journal, timeout_s: float) -> tuple[threading.Thread, list[object]]:
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(j.peek(timeout_s, linger=True)))
+    t.start()
+    return t, got
+
+
+def test_lingering_reports_wait_for_a_pressing_one_and_go_first() -> None:
+    j = Journal(None)
+    waiter, got = _peek_in_thread(j, 30.0)
+    j.append("record_progress", job_id=1, attempt=1, done=3.0, total=None)
+    j.append("record_checkpoint", job_id=1, attempt=1, path="/ck", at=1.0)
+    waiter.join(0.3)
+    assert waiter.is_alive()  # progress and checkpoints wait
+    j.append("finish_attempt", job_id=1, attempt=1, exit_code=0)
+    waiter.join(5.0)
+    assert not waiter.is_alive()
+    [oldest] = got
+    assert oldest is not None and oldest.op == "record_progress"  # type: ignore[attr-defined]
+
+
+def test_lingering_reports_come_out_when_the_wait_ends() -> None:
+    j = Journal(None)
+    j.append("record_checkpoint", job_id=1, attempt=1, path="/ck", at=1.0)
+    started = time.monotonic()
+    report = j.peek(0.05, linger=True)
+    assert time.monotonic() - started >= 0.04
+    assert report is not None and report.op == "record_checkpoint"
+    # and a wake ends the wait at once, as without lingering
+    waiter, got = _peek_in_thread(j, 30.0)
+    j.wake()
+    waiter.join(5.0)
+    assert not waiter.is_alive() and got == [report]
+
+
+def test_a_delivered_pressing_report_no_longer_ends_a_lingering_wait(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    j.append("mark_started", job_id=1, attempt=1, pid=7, stdout_path="o", stderr_path="e")
+    j.append("record_progress", job_id=1, attempt=1, done=1.0, total=None)
+    j.close()
+    j = Journal(path)  # a crashed agent's reports, counted again
+    first = j.peek(0.0, linger=True)
+    assert first is not None and first.op == "mark_started"
+    j.done(first)
+    waiter, _ = _peek_in_thread(j, 30.0)
+    waiter.join(0.3)
+    assert waiter.is_alive()  # only the progress is left: it waits
+    j.wake()
+    waiter.join(5.0)
+    j.close()

@@ -108,3 +108,37 @@ def test_a_stop_ends_the_wait(thread: Thread) -> None:
     asked = time.monotonic()
     thread.sync.finish(timeout_s=5.0)  # nothing journaled: it leaves at once
     assert time.monotonic() - asked < 0.3
+
+
+def test_progress_waits_for_the_next_pressing_report(store: Store, thread: Thread) -> None:
+    # a checkpoint or a progress line need not reach the store at once: the thread does
+    # not wake for one, and delivers it, in order, with the next report that must go
+    # now (or at the next reconcile)
+    [job_id] = store.submit(
+        JobSpec(command=["train"], gpu="20%", gpumem="4GiB"), "alice", defaults_deadline_s=30
+    )
+    attempt = store.dispatch(
+        job_id, expected_attempts=0, node="n1", devices=(0,), compute_pct=20, memory_mib=4096
+    )
+    thread.quiet()
+    steps = thread.steps
+    thread.journal.append("record_progress", job_id=job_id, attempt=attempt, done=5.0, total=10.0)
+    thread.journal.append(
+        "record_checkpoint", job_id=job_id, attempt=attempt, path="/ck/5", at=time.time()
+    )
+    time.sleep(0.3)
+    assert thread.journal.pending() == 2 and thread.steps == steps
+    assert store.get(job_id).checkpoint_path is None
+    thread.journal.append("heartbeat")
+    assert thread.journal.wait_empty(5.0)
+    job = store.get(job_id)
+    assert job.checkpoint_path == "/ck/5" and job.progress_done == 5.0
+
+
+def test_lingering_reports_go_at_the_next_reconcile(store: Store, thread: Thread) -> None:
+    thread.quiet()
+    thread.sync._next_reconcile = time.monotonic() + 0.2
+    asked = time.monotonic()
+    thread.journal.append("record_progress", job_id=999, attempt=1, done=1.0, total=None)
+    assert thread.journal.wait_empty(5.0)  # (no such job: dropped, as a stale report is)
+    assert time.monotonic() - asked >= 0.15

@@ -42,6 +42,10 @@ REPORTS = frozenset(
         "heartbeat",
     }
 )
+#: Reports nobody waits for: what an attempt has saved or done so far.  They may wait in
+#: the journal for the next report that matters sooner, or for the reader's next round
+#: (:meth:`Journal.peek`'s ``linger``), and go to the store together with it.
+LINGERING = frozenset({"record_checkpoint", "record_progress"})
 #: Rewrite the file once this many delivered entries have piled up in it.
 COMPACT_AFTER = 1000
 
@@ -64,6 +68,8 @@ class Journal:
         self._done_in_file = 0
         #: a waiter of :meth:`peek` is to return (:meth:`wake`), report or not
         self._woken = False
+        #: how many queued reports are not :data:`LINGERING`
+        self._pressing = 0
         self._file: Any = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -92,6 +98,7 @@ class Journal:
         if pending:
             log.warning("journal: %d report(s) of a previous run to deliver", len(pending))
         self._queue.extend(pending)
+        self._pressing = sum(r.op not in LINGERING for r in pending)
         # start the file afresh with what is still owed
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(_line(r) for r in pending))
@@ -115,14 +122,18 @@ class Journal:
             if self._file is not None and op != "heartbeat":
                 self._file.write(_line(report))
             self._queue.append(report)
+            self._pressing += op not in LINGERING
             self._lock.notify_all()
             return report.seq
 
-    def peek(self, timeout_s: float) -> Report | None:
+    def peek(self, timeout_s: float, *, linger: bool = False) -> Report | None:
         """The oldest undelivered report, waiting up to ``timeout_s`` for one (or until
-        :meth:`wake`, also when it came before the wait)."""
+        :meth:`wake`, also when it came before the wait).  With ``linger``, waits as long
+        while every report queued is :data:`LINGERING`, and then returns the oldest."""
         with self._lock:
-            if not self._queue and not self._woken:
+            if linger:
+                self._lock.wait_for(lambda: self._pressing or self._woken, timeout_s)
+            elif not self._queue and not self._woken:
                 self._lock.wait(timeout_s)
             self._woken = False
             return self._queue[0] if self._queue else None
@@ -139,6 +150,7 @@ class Journal:
         with self._lock:
             if self._queue and self._queue[0] is report:
                 self._queue.popleft()
+                self._pressing -= report.op not in LINGERING
             if self._file is not None and report.op != "heartbeat":
                 self._file.write(json.dumps({"done": report.seq}) + "\n")
                 self._done_in_file += 1

@@ -198,8 +198,10 @@ class StoreSync:
         # wake it), or until a reconcile is due, not polling: each wake-up of this thread
         # costs the node CPU, and the loop's reports come 2 to 10 times a second
         due_s = self._next_reconcile - self._monotonic()
-        report = self.journal.peek(timeout_s=min(max(due_s, MIN_WAIT_S), RECONCILE_PERIOD_S))
-        if report is not None and not self._deliver(report):
+        report = self.journal.peek(
+            timeout_s=min(max(due_s, MIN_WAIT_S), RECONCILE_PERIOD_S), linger=True
+        )
+        if report is not None and not self._deliver_up_to(self.journal.seq):
             self.clock.wait(self._stop, RETRY_S)
             return
         while not self._starts.empty():

@@ -135,13 +135,14 @@ class StoreBase:
         now: float | None = None,
     ) -> None:
         conn.execute(
-            EVENTS.insert().values(
-                job_id=job_id,
-                attempt=attempt,
-                type=event.value,
-                time=self.clock.time() if now is None else now,
-                data_json=json.dumps(data or {}),
-            )
+            EVENTS.insert(),
+            {
+                "job_id": job_id,
+                "attempt": attempt,
+                "type": event.value,
+                "time": self.clock.time() if now is None else now,
+                "data_json": json.dumps(data or {}),
+            },
         )
 
     @staticmethod

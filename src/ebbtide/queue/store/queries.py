@@ -15,7 +15,8 @@ from ebbtide.errors import JobNotFound
 from ebbtide.queue.lifecycle.jobs import JobLogic
 from ebbtide.queue.models import Attempt, Job
 from ebbtide.queue.rightsizing import RECENT_JOBS, MeasuredAttempt
-from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, JobState
+from ebbtide.queue.states import FINAL_STATES, JobState
+from ebbtide.queue.store import statements
 from ebbtide.queue.store.base import ATTEMPTS, EVENTS, JOBS
 from ebbtide.queue.store.transitions import TransitionMixin
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
@@ -200,7 +201,10 @@ class QueryMixin(TransitionMixin, JobLogic):
 
     def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
         with self._read() as conn:
-            return self._active_rows(conn, None if node is None else JOBS.c.node == node)
+            if node is None:
+                return self._active_rows(conn)
+            # a node's agent asks twice a second: a statement built once
+            return self._active_rows(conn, params={"node": node})
 
     @staticmethod
     def _queued_rows(
@@ -247,42 +251,20 @@ class QueryMixin(TransitionMixin, JobLogic):
 
     @staticmethod
     def _active_rows(
-        conn: Connection, where: ColumnElement[bool] | None = None
+        conn: Connection,
+        where: ColumnElement[bool] | None = None,
+        *,
+        params: dict[str, str] | None = None,
     ) -> list[ActiveAttempt]:
-        """The attempts that hold a slice (of the jobs ``where`` says), by job id."""
-        c = JOBS.c
-        stmt = (
-            sa.select(
-                c.id,
-                c.attempts,
-                c.state,
-                c.priority,
-                c.queue,
-                c.node,
-                c.devices,
-                c.compute_pct,
-                c.memory_mib,
-                c.deadline_s,
-                c.signal,
-                ATTEMPTS.c.dispatched_at,
-                ATTEMPTS.c.started_at,
-                ATTEMPTS.c.last_checkpoint_at,
-                c.cancel_requested,
-                c.array_id,
-                c.gpus,
-                c.owner,
-                c.paused_at,
-                c.pausable,
-                c.suspended_at,
-            )
-            .join(ATTEMPTS, sa.and_(ATTEMPTS.c.job_id == c.id, ATTEMPTS.c.number == c.attempts))
-            .where(c.state.in_([s.value for s in ACTIVE_STATES]))
-            .order_by(c.id)
-        )
+        """The attempts that hold a slice (of the jobs ``where`` says; with ``params``,
+        the node's they name), by job id."""
+        stmt = statements.active_attempts()
+        if params is not None:
+            stmt = statements.node_attempts()
         if where is not None:
             stmt = stmt.where(where)
         out = []
-        for r in conn.execute(stmt):
+        for r in conn.execute(stmt, params):
             devices = tuple(int(d) for d in r[6].split(",")) if r[6] else ()
             out.append(
                 ActiveAttempt(

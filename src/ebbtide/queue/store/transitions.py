@@ -22,6 +22,7 @@ from ebbtide.queue.states import (
     JobState,
     check_transition,
 )
+from ebbtide.queue.store import statements
 from ebbtide.queue.store.base import ATTEMPTS, EVENTS, JOBS, StoreBase
 
 
@@ -80,15 +81,20 @@ class TransitionMixin(StoreBase):
     def _fenced_update(
         self, conn: Connection, job_id: int, attempt: int, values: dict[str, Any]
     ) -> None:
-        result = conn.execute(
-            JOBS.update()
-            .where(
-                JOBS.c.id == job_id,
-                JOBS.c.attempts == attempt,
-                JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
+        if statements.bindable(values):
+            result = conn.execute(
+                statements.fenced_update(tuple(values)), statements.params(values, job_id, attempt)
             )
-            .values(**values)
-        )
+        else:
+            result = conn.execute(
+                JOBS.update()
+                .where(
+                    JOBS.c.id == job_id,
+                    JOBS.c.attempts == attempt,
+                    JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
+                )
+                .values(**values)
+            )
         if result.rowcount != 1:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
 
@@ -109,6 +115,11 @@ class TransitionMixin(StoreBase):
     def _write_attempt(
         self, conn: Connection, job_id: int, number: int, values: dict[str, Any]
     ) -> None:
+        if statements.bindable(values):
+            conn.execute(
+                statements.attempt_update(tuple(values)), statements.params(values, job_id, number)
+            )
+            return
         conn.execute(
             ATTEMPTS.update()
             .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
