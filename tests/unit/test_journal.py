@@ -143,3 +143,16 @@ def test_a_delivered_pressing_report_no_longer_ends_a_lingering_wait(tmp_path: P
     j.wake()
     waiter.join(5.0)
     j.close()
+
+
+def test_a_reader_that_does_not_linger_gets_a_lingering_report_at_once() -> None:
+    j = Journal(None)
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(j.peek(30.0)))
+    waiter.start()
+    time.sleep(0.1)  # (most likely) waiting by now; either way it must get the report
+    j.append("record_progress", job_id=1, attempt=1, done=3.0, total=None)
+    waiter.join(5.0)
+    assert not waiter.is_alive()
+    [report] = got
+    assert report is not None and report.op == "record_progress"  # type: ignore[attr-defined]

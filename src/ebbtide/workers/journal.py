@@ -70,6 +70,9 @@ class Journal:
         self._woken = False
         #: how many queued reports are not :data:`LINGERING`
         self._pressing = 0
+        #: how many readers wait for any report (not lingering): a lingering report
+        #: wakes only these (each wake-up of a thread costs the node CPU)
+        self._eager = 0
         self._file: Any = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -122,8 +125,12 @@ class Journal:
             if self._file is not None and op != "heartbeat":
                 self._file.write(_line(report))
             self._queue.append(report)
-            self._pressing += op not in LINGERING
-            self._lock.notify_all()
+            if op in LINGERING:
+                if self._eager:  # a reader waits for any report
+                    self._lock.notify_all()
+            else:
+                self._pressing += 1
+                self._lock.notify_all()
             return report.seq
 
     def peek(self, timeout_s: float, *, linger: bool = False) -> Report | None:
@@ -134,7 +141,11 @@ class Journal:
             if linger:
                 self._lock.wait_for(lambda: self._pressing or self._woken, timeout_s)
             elif not self._queue and not self._woken:
-                self._lock.wait(timeout_s)
+                self._eager += 1
+                try:
+                    self._lock.wait(timeout_s)
+                finally:
+                    self._eager -= 1
             self._woken = False
             return self._queue[0] if self._queue else None
 
