@@ -10,12 +10,13 @@ to restore when resumed), and hears of a fall in online usage a heartbeat (0.5 s
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
 
 from ebbtide.scheduling.snapshot import Margins
-from ebbtide.sim.engine import Simulation
+from ebbtide.sim.engine import _STEP, RUN_GC_THRESHOLDS, Simulation
 from ebbtide.sim.jobs import SimJob
 from ebbtide.sim.metrics import Tally
 from ebbtide.sim.online import DeviceLoad, OnlineLoad
@@ -210,6 +211,17 @@ def test_device_leaving_the_trace_evicts_its_slices() -> None:
     assert (whole.evictions, cut.evictions) == (0, 1)
     assert cut.spare_cs == pytest.approx(300.0 * 100.0)
     assert cut.progress_cs == pytest.approx((300.0 - 0.7) * 50.0)
+
+
+def test_a_run_collects_garbage_less_often_and_restores_the_thresholds() -> None:
+    """The run changes the collector's thresholds for its own length only."""
+    seen: list[tuple[int, int, int]] = []
+    before = gc.get_threshold()
+    sim = Simulation(online([(0.0, 0.0, 0.0)], span=50.0), [job()], PLAIN, latencies=Fixed())
+    sim._handlers[_STEP] = lambda *_: seen.append(gc.get_threshold())
+    sim.run()
+    assert seen == [RUN_GC_THRESHOLDS]
+    assert gc.get_threshold() == before
 
 
 def test_nothing_is_done_after_the_span() -> None:
