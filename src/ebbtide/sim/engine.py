@@ -941,7 +941,7 @@ class Simulation:
         dev.count(att, 1)
         att.version += 1  # its phase makes no headway until thawed
         att.view = None
-        self._touch(dev)
+        self._pause_changed(dev)
         if rules.drain_s > 0:
             self._push(now + rules.drain_s, _DRAIN, att, now)
         else:
@@ -971,9 +971,21 @@ class Simulation:
         if not att.holds_compute and not att.job.spec.gpus:
             dev.held_c += att.job.spec.compute_pct
             att.holds_compute = True
-        self._touch(dev)
+        self._pause_changed(dev)
         if self.debug:
             self._check(dev)
+
+    def _pause_changed(self, dev: SimDevice) -> None:
+        """Which slices on ``dev`` are paused changed, and nothing else the scheduler
+        sees of it.  Where every slice may pause (the policy pauses), that moves neither
+        its headroom nor its memory shortfall, so not whether a pass could act there
+        (see :mod:`ebbtide.sim.planning`): only when a slice there may be paused too long
+        is judged again.  (Nearly every pause and thaw: judging the device again each
+        time was most of what keeping the candidates cost.)"""
+        if self.policy.pause.enabled:
+            self._candidates.pause_changed(dev)
+        else:
+            self._touch(dev)
 
     def _thaw(self, att: SimAttempt) -> None:
         """The agent thaws ``att``: its phase goes on from where it was paused."""

@@ -25,9 +25,11 @@ slice's window is closed, due for a drain, or over the open windows' share
 The candidates are kept incrementally, so that a pass costs in proportion to the devices
 that changed since the last one, not to the fleet (``--tile``): the engine calls
 :meth:`Candidates.touch` whenever what the scheduler sees of a device changes, and only
-the devices touched are judged again; a device with paused slices waits in a heap until
-the first of them may have been paused too long.  ``Simulation(debug=True)`` checks all
-this on every pass by planning the full snapshot as well and comparing.
+the devices touched are judged again (where every slice may pause, a pause or a thaw
+alone changes no candidacy: :meth:`Candidates.pause_changed`); a device with paused
+slices waits in a heap until the first of them may have been paused too long.
+``Simulation(debug=True)`` checks all this on every pass by planning the full snapshot as
+well and comparing.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class Candidates:
         self._devices = devices
         #: devices touched since the last pass (their candidacy is judged again)
         self._touched: set[int] = set(range(len(devices)))
+        #: devices where only which slices are paused changed since the last pass
+        self._pause_changed: set[int] = set()
         #: devices that could act, by index, as of the last pass
         self._could: set[int] = set()
         #: (when a slice there may first have been paused too long, device index)
@@ -88,6 +92,13 @@ class Candidates:
     def touch(self, dev: SimDevice) -> None:
         """What the scheduler sees of ``dev`` changed: its usage, its slices, its presence."""
         self._touched.add(dev.k)
+
+    def pause_changed(self, dev: SimDevice) -> None:
+        """Only which of ``dev``'s slices are paused changed, under a policy where every
+        slice may pause (``pick(pausing=True)``): neither its headroom nor its memory
+        shortfall moved, so whether it could act stands (a compute shortfall alone is not
+        a reason to act there); only when its first pause may run too long is read again."""
+        self._pause_changed.add(dev.k)
 
     def pick(
         self,
@@ -122,9 +133,15 @@ class Candidates:
                 self._could.add(k)
             else:
                 self._could.discard(k)
-            if dev.paused_n and max_pause_s < math.inf:
-                first = min(a.paused_at for a in dev.attempts.values() if a.paused_at is not None)
-                heapq.heappush(self._due, (first + max_pause_s, k))
+        if max_pause_s < math.inf:
+            for k in touched | self._pause_changed:
+                dev = devices[k]
+                if dev.paused_n:
+                    first = min(
+                        a.paused_at for a in dev.attempts.values() if a.paused_at is not None
+                    )
+                    heapq.heappush(self._due, (first + max_pause_s, k))
+        self._pause_changed = set()
         self._overdue = {
             k for k in self._overdue if _paused_too_long_here(devices[k], now, max_pause_s)
         }
