@@ -27,15 +27,15 @@ def test_checkpoints_and_progress_are_written_with_statements_built_once(store: 
     store.record_checkpoint(job_id, attempt, path="/ck/1", at=100.0)
     store.record_progress(job_id, attempt, done=1.0, total=4.0)
     built = (
-        statements.fenced_update.cache_info().misses,
-        statements.attempt_update.cache_info().misses,
+        statements._fenced_update.cache_info().misses,
+        statements._attempt_update.cache_info().misses,
     )
     for k in range(2, 5):
         store.record_checkpoint(job_id, attempt, path=f"/ck/{k}", at=100.0 + k)
         store.record_progress(job_id, attempt, done=float(k), total=4.0)
     assert (
-        statements.fenced_update.cache_info().misses,
-        statements.attempt_update.cache_info().misses,
+        statements._fenced_update.cache_info().misses,
+        statements._attempt_update.cache_info().misses,
     ) == built
     job = store.get(job_id)
     assert (job.checkpoint_path, job.last_checkpoint_at) == ("/ck/4", 104.0)

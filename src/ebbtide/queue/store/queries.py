@@ -201,10 +201,7 @@ class QueryMixin(TransitionMixin, JobLogic):
 
     def active_attempts(self, node: str | None = None) -> list[ActiveAttempt]:
         with self._read() as conn:
-            if node is None:
-                return self._active_rows(conn)
-            # a node's agent asks twice a second: a statement built once
-            return self._active_rows(conn, params={"node": node})
+            return self._active_rows(conn, node=node)
 
     @staticmethod
     def _queued_rows(
@@ -254,17 +251,16 @@ class QueryMixin(TransitionMixin, JobLogic):
         conn: Connection,
         where: ColumnElement[bool] | None = None,
         *,
-        params: dict[str, str] | None = None,
+        node: str | None = None,
     ) -> list[ActiveAttempt]:
-        """The attempts that hold a slice (of the jobs ``where`` says; with ``params``,
-        the node's they name), by job id."""
-        stmt = statements.active_attempts()
-        if params is not None:
-            stmt = statements.node_attempts()
+        """The attempts that hold a slice (of the jobs ``where`` says, on ``node``), by
+        job id.  A node's agent asks for its own twice a second: that statement is built
+        once, the node bound."""
+        stmt = statements.active_attempts() if node is None else statements.node_attempts()
         if where is not None:
             stmt = stmt.where(where)
         out = []
-        for r in conn.execute(stmt, params):
+        for r in conn.execute(stmt, None if node is None else {"node": node}):
             devices = tuple(int(d) for d in r[6].split(",")) if r[6] else ()
             out.append(
                 ActiveAttempt(

@@ -7,13 +7,13 @@ statements here take their values as bound parameters, so that each is built onc
 shape (the columns it sets) and the node agent's store thread, which records a
 checkpoint, a progress line or a heartbeat several times a second, does not rebuild them.
 A value that is itself an SQL expression (``coalesce(paused_at, :at)``) cannot be bound:
-its statement is built as before (:func:`bindable`).
+its statement is built at the call, on the same fenced ``WHERE``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,43 +26,48 @@ from ebbtide.queue.store.base import ATTEMPTS, JOBS
 JOB_ID, ATTEMPT = "key_job_id", "key_attempt"
 
 
-def bindable(values: Mapping[str, Any]) -> bool:
-    """Whether every value is plain data (no SQL expression), so it can be bound."""
-    return not any(isinstance(v, sa.ClauseElement) for v in values.values())
+Statement = tuple[sa.Update, dict[str, Any]]
 
 
-def params(values: Mapping[str, Any], job_id: int, attempt: int) -> dict[str, Any]:
-    """The parameters of :func:`fenced_update` and :func:`attempt_update`."""
-    out = {f"set_{k}": v for k, v in values.items()}
-    out[JOB_ID] = job_id
-    out[ATTEMPT] = attempt
-    return out
+def fenced_update(values: Mapping[str, Any], job_id: int, attempt: int) -> Statement:
+    """Set ``values`` on a job's row while ``attempt`` is its current, active one: the
+    statement and its parameters."""
+    return _update(_fenced_update, values, job_id, attempt)
+
+
+def attempt_update(values: Mapping[str, Any], job_id: int, number: int) -> Statement:
+    """Set ``values`` on attempt ``number``'s row: the statement and its parameters."""
+    return _update(_attempt_update, values, job_id, number)
+
+
+def _update(
+    shape: Callable[[tuple[str, ...]], sa.Update],
+    values: Mapping[str, Any],
+    job_id: int,
+    number: int,
+) -> Statement:
+    keys = {JOB_ID: job_id, ATTEMPT: number}
+    if any(isinstance(v, sa.ClauseElement) for v in values.values()):
+        return shape(()).values(**values), keys  # an expression is not bound: built now
+    return shape(tuple(values)), {**{f"set_{k}": v for k, v in values.items()}, **keys}
 
 
 @functools.cache
-def fenced_update(columns: tuple[str, ...]) -> sa.Update:
-    """Set ``columns`` of a job's row while the attempt is its current, active one."""
-    return (
-        JOBS.update()
-        .where(
-            JOBS.c.id == sa.bindparam(JOB_ID),
-            JOBS.c.attempts == sa.bindparam(ATTEMPT),
-            JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
-        )
-        .values({c: sa.bindparam(f"set_{c}") for c in columns})
+def _fenced_update(columns: tuple[str, ...]) -> sa.Update:
+    stmt = JOBS.update().where(
+        JOBS.c.id == sa.bindparam(JOB_ID),
+        JOBS.c.attempts == sa.bindparam(ATTEMPT),
+        JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
     )
+    return stmt.values({c: sa.bindparam(f"set_{c}") for c in columns}) if columns else stmt
 
 
 @functools.cache
-def attempt_update(columns: tuple[str, ...]) -> sa.Update:
-    """Set ``columns`` of an attempt's row."""
-    return (
-        ATTEMPTS.update()
-        .where(
-            ATTEMPTS.c.job_id == sa.bindparam(JOB_ID), ATTEMPTS.c.number == sa.bindparam(ATTEMPT)
-        )
-        .values({c: sa.bindparam(f"set_{c}") for c in columns})
+def _attempt_update(columns: tuple[str, ...]) -> sa.Update:
+    stmt = ATTEMPTS.update().where(
+        ATTEMPTS.c.job_id == sa.bindparam(JOB_ID), ATTEMPTS.c.number == sa.bindparam(ATTEMPT)
     )
+    return stmt.values({c: sa.bindparam(f"set_{c}") for c in columns}) if columns else stmt
 
 
 @functools.cache

@@ -16,7 +16,6 @@ from ebbtide.errors import StaleState
 from ebbtide.queue import outcomes
 from ebbtide.queue.lifecycle.jobs import ended_attempt_values, lost_race, transition_values
 from ebbtide.queue.states import (
-    ACTIVE_STATES,
     AttemptOutcome,
     EventType,
     JobState,
@@ -81,20 +80,7 @@ class TransitionMixin(StoreBase):
     def _fenced_update(
         self, conn: Connection, job_id: int, attempt: int, values: dict[str, Any]
     ) -> None:
-        if statements.bindable(values):
-            result = conn.execute(
-                statements.fenced_update(tuple(values)), statements.params(values, job_id, attempt)
-            )
-        else:
-            result = conn.execute(
-                JOBS.update()
-                .where(
-                    JOBS.c.id == job_id,
-                    JOBS.c.attempts == attempt,
-                    JOBS.c.state.in_([s.value for s in ACTIVE_STATES]),
-                )
-                .values(**values)
-            )
+        result = conn.execute(*statements.fenced_update(values, job_id, attempt))
         if result.rowcount != 1:
             raise StaleState(f"job {job_id} attempt {attempt} is no longer current")
 
@@ -115,16 +101,7 @@ class TransitionMixin(StoreBase):
     def _write_attempt(
         self, conn: Connection, job_id: int, number: int, values: dict[str, Any]
     ) -> None:
-        if statements.bindable(values):
-            conn.execute(
-                statements.attempt_update(tuple(values)), statements.params(values, job_id, number)
-            )
-            return
-        conn.execute(
-            ATTEMPTS.update()
-            .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
-            .values(**values)
-        )
+        conn.execute(*statements.attempt_update(values, job_id, number))
 
     def _losses_since_release(self, conn: Connection, job_id: int) -> list[outcomes.Loss]:
         e = EVENTS.c
