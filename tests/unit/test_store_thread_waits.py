@@ -4,6 +4,7 @@ the node CPU beside its online service."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,13 @@ from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.workers.heartbeat import HeartbeatRules
 from ebbtide.workers.journal import Journal
-from ebbtide.workers.sync import RECONCILE_PERIOD_S, Prepared, StoreSync
+from ebbtide.workers.sync import (
+    RECONCILE_EARLY_S,
+    RECONCILE_LATE_S,
+    RECONCILE_PERIOD_S,
+    Prepared,
+    StoreSync,
+)
 
 
 @pytest.fixture
@@ -56,6 +63,18 @@ class Thread:
             step()
 
         self.sync._step = counted  # type: ignore[method-assign]
+
+    def reconciles(self) -> list[float]:
+        """When each reconcile from now on begins (a list filled as they come)."""
+        times: list[float] = []
+        reconcile = self.sync._reconcile
+
+        def timed() -> None:
+            times.append(time.monotonic())
+            reconcile()
+
+        self.sync._reconcile = timed  # type: ignore[method-assign]
+        return times
 
 
 @pytest.fixture
@@ -142,3 +161,38 @@ def test_lingering_reports_go_at_the_next_reconcile(store: Store, thread: Thread
     thread.journal.append("record_progress", job_id=999, attempt=1, done=1.0, total=None)
     assert thread.journal.wait_empty(5.0)  # (no such job: dropped, as a stale report is)
     assert time.monotonic() - asked >= 0.15
+
+
+def test_reconciles_fall_in_with_the_heartbeats(thread: Thread) -> None:
+    # the agent posts a heartbeat every 0.5 s and the thread reconciles every 0.5 s: a
+    # reconcile due within RECONCILE_EARLY_S is done when a heartbeat wakes the thread,
+    # so that it wakes once for both, not twice (a wake-up costs more than the work)
+    reconciles = thread.reconciles()
+    assert RECONCILE_EARLY_S == RECONCILE_PERIOD_S / 2
+    thread.quiet()
+    thread.sync._next_reconcile = time.monotonic() + 0.2  # out of step with the heartbeats
+    steps, began = thread.steps, time.monotonic()
+    heartbeats = 6
+    for n in range(heartbeats):
+        # every other one a little after the reconcile is due (a loop's tick runs late)
+        late_s = 0.03 if n % 2 else 0.0
+        time.sleep(max(0.0, began + n * RECONCILE_PERIOD_S + late_s - time.monotonic()))
+        thread.journal.append("heartbeat")
+    time.sleep(0.1)
+    # one wake-up a heartbeat (and a timer racing one now and then), each with its
+    # reconcile: none skipped, none on a wake-up of its own (waking for a reconcile due
+    # just before a heartbeat came made nine or more)
+    assert thread.steps - steps <= heartbeats + 1
+    assert heartbeats - 1 <= len(reconciles) <= heartbeats + 1
+
+
+def test_without_reports_the_reconciles_still_come(thread: Thread) -> None:
+    reconciles = thread.reconciles()
+    time.sleep(2.0)
+    # one every RECONCILE_PERIOD_S, RECONCILE_LATE_S late: 0.6 s apart (a busy machine
+    # may wake the thread later still)
+    gaps = [b - a for a, b in itertools.pairwise(reconciles)]
+    assert len(reconciles) >= 3
+    assert all(
+        RECONCILE_PERIOD_S <= g <= RECONCILE_PERIOD_S + RECONCILE_LATE_S + 0.25 for g in gaps
+    )

@@ -9,11 +9,13 @@ thread posts to its inbox.  This thread
    must act on at once, the rest once a write period (:mod:`ebbtide.workers.heartbeat`);
 2. prepares starts: reads a dispatched job from the store, checks the dispatch is still
    this node's and current, and posts it to the loop;
-3. reconciles every ``RECONCILE_PERIOD_S``: against a view of the loop's attempts and the
-   journal position it was taken at (delivered first), it tells the loop to kill
-   attempts the store no longer gives to this node, to evict what the store says is
-   being evicted, to start what was dispatched here and never arrived, and requeues
-   attempts the store thinks run here but do not;
+3. reconciles every ``RECONCILE_PERIOD_S``, with the report that wakes it up to
+   ``RECONCILE_EARLY_S`` before it is due, or by itself ``RECONCILE_LATE_S`` after (so
+   that it wakes once for a heartbeat and a reconcile): against a view of the loop's
+   attempts and the journal position it was taken at (delivered first), it tells the
+   loop to kill attempts the store no longer gives to this node, to evict what the store
+   says is being evicted, to start what was dispatched here and never arrived, and
+   requeues attempts the store thinks run here but do not;
 4. takes in admins' undrains (:mod:`ebbtide.workers.undrains`).
 
 Any call the store answers is contact: the agent fences its attempts by
@@ -48,6 +50,13 @@ log = logging.getLogger("ebbtide.agent")
 
 #: How often the store thread reconciles with the store, in seconds.
 RECONCILE_PERIOD_S = 0.5
+#: How much earlier than due a reconcile may run when the thread is awake for a report
+#: anyway, and how long past due the thread waits for one before it wakes for the
+#: reconcile alone, in seconds: the reconciles fall in with the agent's heartbeats (also
+#: every 0.5 s, posted at a tick of its loop) and the thread wakes half as often, each
+#: wake-up costing the node more than the work done in it
+RECONCILE_EARLY_S = RECONCILE_PERIOD_S / 2
+RECONCILE_LATE_S = 0.1
 #: The shortest the store thread waits for a report when nothing is due, in seconds.
 MIN_WAIT_S = 0.005
 #: How long a graceful stop waits for the store to take the journal's reports, in seconds.
@@ -197,9 +206,10 @@ class StoreSync:
         # waits for the loop's next report, a start or a stop (other threads' doing: they
         # wake it), or until a reconcile is due, not polling: each wake-up of this thread
         # costs the node CPU, and the loop's reports come 2 to 10 times a second
-        due_s = self._next_reconcile - self._monotonic()
+        due_s = self._next_reconcile - self._monotonic() + RECONCILE_LATE_S
         report = self.journal.peek(
-            timeout_s=min(max(due_s, MIN_WAIT_S), RECONCILE_PERIOD_S), linger=True
+            timeout_s=min(max(due_s, MIN_WAIT_S), RECONCILE_PERIOD_S + RECONCILE_LATE_S),
+            linger=True,
         )
         if report is not None and not self._deliver_up_to(self.journal.seq):
             self.clock.wait(self._stop, RETRY_S)
@@ -207,7 +217,7 @@ class StoreSync:
         while not self._starts.empty():
             self._prepare(self._starts.get_nowait())
         if not self._draining.is_set():
-            self._reconcile_if_due()
+            self._reconcile_if_due(early_s=RECONCILE_EARLY_S if report is not None else 0.0)
 
     def pump(self) -> bool:
         """One round of this thread's work, waiting for nothing: deliver what is
@@ -314,11 +324,11 @@ class StoreSync:
 
     # -- reconciliation -----------------------------------------------------------------
 
-    def _reconcile_if_due(self) -> None:
-        """Reconcile if ``RECONCILE_PERIOD_S`` has passed since the last time (on the
-        clock's monotonic seconds)."""
+    def _reconcile_if_due(self, early_s: float = 0.0) -> None:
+        """Reconcile if ``RECONCILE_PERIOD_S`` has passed since the last time, or will
+        within ``early_s`` (on the clock's monotonic seconds)."""
         now = self._monotonic()
-        if now >= self._next_reconcile:
+        if now >= self._next_reconcile - early_s:
             self._next_reconcile = now + RECONCILE_PERIOD_S
             self._reconcile()
 
