@@ -172,7 +172,8 @@ def test_agent_overhead_json() -> None:
         [
             sys.executable,
             str(REPO / "benchmarks" / "agent_overhead.py"),
-            *("--gpus", "2", "--attempts", "2", "--seconds", "2", "--warmup-s", "1", "--json"),
+            *("--gpus", "2", "--attempts", "2", "--seconds", "1", "--windows", "3"),
+            *("--warmup-s", "1", "--json"),
         ],
         capture_output=True,
         text=True,
@@ -191,6 +192,13 @@ def test_agent_overhead_json() -> None:
     assert r["nvml_calls_per_tick"] > 0 and r["nvml_by_call_per_tick"]
     assert r["nvml_call_us"] == 100 and r["nvml_floor_core_frac"] > 0
     assert set(r["targets"]) == {"cpu_core_frac", "rss_mib", "cpu_met", "rss_met"}
+    # three windows, the median one's figures; what is left of 2 % for the NVML calls
+    assert r["windows"] == 3 and len(r["cpu_core_frac_windows"]) == 3
+    assert r["cpu_core_frac"] == sorted(r["cpu_core_frac_windows"])[1]
+    assert 0 <= r["own_core_frac"] <= r["cpu_core_frac"]
+    spare = max(0.0, r["targets"]["cpu_core_frac"] - r["own_core_frac"])
+    calls_per_s = r["nvml_calls_per_tick"] * r["sample_hz"]
+    assert r["nvml_break_even_us"] == pytest.approx(spare / calls_per_s * 1e6, rel=0.1, abs=1)
 
 
 def test_qstat_scale_json(postgres_admin_url: str) -> None:
