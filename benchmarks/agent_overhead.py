@@ -495,15 +495,14 @@ def print_summary(r: dict[str, Any]) -> None:
         f"({', '.join(f'{_short(k)} {v:g}' for k, v in r['nvml_by_call_per_tick'].items())}); "
         f"their padded time {100 * r['nvml_floor_core_frac']:.2f} % of a core"
     )
-    own, even = 100 * r["own_core_frac"], r["nvml_break_even_us"]
-    print(
-        f"  without NVML's time: {own:.2f} % of a core; "
-        + (
-            f"{100 * TARGET_CPU_CORE_FRAC:g} % holds while a call costs ≤ {even:g} µs"
-            if even
-            else f"over {100 * TARGET_CPU_CORE_FRAC:g} % even with free calls"
-        )
-    )
+    own, even, target = 100 * r["own_core_frac"], r["nvml_break_even_us"], TARGET_CPU_CORE_FRAC
+    if even is None:
+        verdict = "no NVML calls were made"
+    elif even > 0:
+        verdict = f"{100 * target:g} % holds while a call costs ≤ {even:g} µs"
+    else:
+        verdict = f"over {100 * target:g} % even with free calls"
+    print(f"  without NVML's time: {own:.2f} % of a core; {verdict}")
     shims = 100 * r["shims_cpu_core_frac"]
     print(f"  the attempts' shims (not in the agent's figures): {shims:.2f} % of a core")
     cpu = "met" if t["cpu_met"] else "NOT met"
