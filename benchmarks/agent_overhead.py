@@ -52,7 +52,7 @@ made (0 when it is over even with free calls): set it beside ``gpu_check.py``'s 
 
 ``--profile``: a separate run with cProfile (CPU time of each thread,
 ``time.thread_time``) around every tick of the agent's loop and every step of its store
-thread during the window; prints the top 15 functions by cumulative and by own time.
+thread during the windows; prints the top 15 functions by cumulative and by own time.
 Profiling slows everything down: its CPU figures are not the agent's.
 
 Usage (from the repository root)::
@@ -543,7 +543,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="spend a call's cost busy (CPU, as an ioctl) or asleep (busy)",
     )
     p.add_argument("--db-url", help="store URL (default: SQLite in a temporary directory)")
-    p.add_argument("--profile", action="store_true", help="cProfile the window (separate run)")
+    p.add_argument("--profile", action="store_true", help="cProfile the windows (separate run)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--check", action="store_true", help="exit 1 unless the targets hold")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
