@@ -186,3 +186,27 @@ def test_the_search_gives_up_where_it_did(seed: int) -> None:
         ]
         need = rng.uniform(10, 0.6 * sum(a.compute_pct for a in active))
         assert pause_victims(active, need, NOW) == _pause_victims_as_before(active, need, NOW)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_listed_choices_pick_as_the_search(seed: int) -> None:
+    """Slices of a few round sizes, as a device holds them, and needs on the sums of some
+    of them (where choices tie on what they spare, and the float edge of covering): the
+    listed choices pick what the search picked, for the same set of sizes in any order,
+    asked again and again (the list is made once)."""
+    rng = random.Random(seed)
+    for _ in range(300):
+        sizes = rng.sample([5, 10, 12.5, 20, 25, 30, 33.3, 50], rng.randint(1, 4))
+        active = [
+            dataclasses.replace(
+                att(i, c=rng.choice(sizes), ckpt=NOW - rng.randint(0, 900)), pausable=True
+            )
+            for i in range(rng.randint(2, 12))
+        ]
+        for _ in range(5):
+            rng.shuffle(active)
+            some = rng.sample(active, rng.randint(1, len(active)))
+            exact = sum(a.compute_pct for a in some)
+            need = rng.choice([exact, exact - 1e-9, exact + 1e-9, exact - 0.4, rng.uniform(0, 60)])
+            got = pause_victims(active, need, NOW)
+            assert got == _pause_victims_as_before(active, need, NOW)

@@ -46,7 +46,7 @@ HISTORY_BUCKETS = 12
 _NOISE_S = 1e-9
 
 
-@dataclass
+@dataclass(slots=True)
 class _Held:
     """One sample in a monotonic deque: ``value`` holds from ``t`` until ``end``."""
 
@@ -70,48 +70,49 @@ class _Histogram:
         self.version = 0
 
     def add(self, t: float, duration: float, b: int) -> None:
-        """Add ``duration`` seconds of rise bin ``b`` starting at time ``t``."""
+        """Add ``duration`` seconds of rise bin ``b`` starting at time ``t``.  (It runs at
+        every sample of every device: the bucket's update is written out here.)"""
         history = self.history_s
         if duration > history:  # only the last ``history_s`` seconds can still count
             t, duration = t + duration - history, history
         bucket_s = self.bucket_s
+        ring, total, bins = self.ring, self.total, self.bins
         while duration > 0:
             k = math.floor(t / bucket_s)
-            piece = min(duration, (k + 1) * bucket_s - t)
+            edge = (k + 1) * bucket_s - t
+            piece = duration if duration <= edge else edge  # min(duration, edge)
             if piece <= 0:  # float edge: t sits on a bucket boundary
-                piece = min(duration, bucket_s)
-            self._add_one(k, b, piece)
+                piece = duration if duration <= bucket_s else bucket_s
+            if not ring or ring[-1][0] < k:
+                ring.append((k, {}))
+                while ring[0][0] <= k - self.buckets:
+                    self._expire(ring.popleft()[1])
+            bucket = ring[-1][1]
+            bucket[b] = bucket.get(b, 0.0) + piece
+            was = total.get(b)
+            if was is None:
+                insort(bins, b)
+                total[b] = 0.0 + piece
+            else:
+                total[b] = was + piece
+            self.weight += piece
+            self.version += 1
             t += piece
             duration -= piece
 
-    def _add_one(self, k: int, b: int, w: float) -> None:
-        ring = self.ring
-        if not ring or ring[-1][0] < k:
-            ring.append((k, {}))
-            while ring[0][0] <= k - self.buckets:
-                _, old = ring.popleft()
-                total = self.total
-                for ob, ow in old.items():
-                    held = total.pop(ob, None)
-                    left = (0.0 if held is None else held) - ow
-                    if left > _NOISE_S:
-                        total[ob] = left
-                        if held is None:
-                            insort(self.bins, ob)
-                    elif held is not None:
-                        del self.bins[bisect_left(self.bins, ob)]
-                    self.weight -= ow
-        bucket = ring[-1][1]
-        bucket[b] = bucket.get(b, 0.0) + w
+    def _expire(self, old: dict[int, float]) -> None:
+        """Take a bucket that fell out of the history off the totals."""
         total = self.total
-        was = total.get(b)
-        if was is None:
-            insort(self.bins, b)
-            total[b] = 0.0 + w
-        else:
-            total[b] = was + w
-        self.weight += w
-        self.version += 1
+        for ob, ow in old.items():
+            held = total.pop(ob, None)
+            left = (0.0 if held is None else held) - ow
+            if left > _NOISE_S:
+                total[ob] = left
+                if held is None:
+                    insort(self.bins, ob)
+            elif held is not None:
+                del self.bins[bisect_left(self.bins, ob)]
+            self.weight -= ow
 
     def quantile_bin(self, q: float) -> int:
         """The smallest bin with at least ``q`` of the weight at or below it."""
@@ -145,30 +146,37 @@ class _RiseTracker:
         self.last_t: float | None = None
 
     def observe(self, t: float, value: float) -> None:
-        if self.last_t is not None:
-            if t < self.last_t:
-                raise ValueError(f"samples must come in time order: {t} after {self.last_t}")
-            self._integrate(self.last_t, t)
-            self.minima[-1].end = t
-        while self.minima and self.minima[-1].value >= value:
-            self.minima.pop()
-        self.minima.append(_Held(t, value))
+        minima = self.minima
+        last_t = self.last_t
+        if last_t is not None:
+            if t < last_t:
+                raise ValueError(f"samples must come in time order: {t} after {last_t}")
+            self._integrate(last_t, t)
+            minima[-1].end = t
+        while minima and minima[-1].value >= value:
+            minima.pop()
+        minima.append(_Held(t, value))
         self.last_t = t
 
     def _integrate(self, start: float, stop: float) -> None:
         """Account the rises of ``[start, stop)``, during which the last value held."""
-        current = self.minima[-1].value
-        d = self.window_s
+        minima = self.minima
+        current = minima[-1].value
+        d, width, add = self.window_s, self.bin_width, self.hist.add
         tau = start
         while tau < stop:
-            front = self.minima[0]
-            if front.end is not None and front.end + d <= tau:
-                self.minima.popleft()
+            front = minima[0]
+            end = front.end
+            if end is not None and end + d <= tau:
+                minima.popleft()
                 continue
-            seg_end = stop if front.end is None else min(stop, front.end + d)
+            if end is None:
+                seg_end = stop
+            else:
+                reach = end + d
+                seg_end = stop if stop <= reach else reach  # min(stop, end + d)
             rise = current - front.value
-            b = math.ceil(rise / self.bin_width - 1e-9) if rise > 0 else 0
-            self.hist.add(tau, seg_end - tau, b)
+            add(tau, seg_end - tau, math.ceil(rise / width - 1e-9) if rise > 0 else 0)
             tau = seg_end
 
     def reserve(self, quantile: float) -> float:
@@ -187,14 +195,15 @@ class _Peak:
         self.maxima: deque[_Held] = deque()
 
     def observe(self, t: float, value: float) -> None:
-        if self.maxima:
-            self.maxima[-1].end = t
-        while self.maxima and self.maxima[-1].value <= value:
-            self.maxima.pop()
-        self.maxima.append(_Held(t, value))
+        maxima = self.maxima
+        if maxima:
+            maxima[-1].end = t
+        while maxima and maxima[-1].value <= value:
+            maxima.pop()
+        maxima.append(_Held(t, value))
         horizon = t - self.span_s
-        while (end := self.maxima[0].end) is not None and end <= horizon:
-            self.maxima.popleft()
+        while (end := maxima[0].end) is not None and end <= horizon:
+            maxima.popleft()
 
     @property
     def value(self) -> float:
@@ -254,16 +263,20 @@ class Forecaster:
         self._memory = {
             w: _RiseTracker(w, memory_bin_mib, history_s, buckets) for w in self.windows_s
         }
+        self._compute_trackers = tuple(self._compute.values())
+        self._memory_trackers = tuple(self._memory.values())
         self._peak = _Peak(history_s) if memory_to_peak else None
+        #: the window each deadline asked for uses (see :meth:`reserve`)
+        self._window_for: dict[float, float] = {}
         self._memory_now = 0.0
         self._cache: dict[float, tuple[int, tuple[float, float]]] = {}
         self._observed = 0
 
     def observe(self, t: float, compute_pct: float, memory_mib: float) -> None:
         """Online usage ``compute_pct`` % and ``memory_mib`` MiB from time ``t`` (seconds) on."""
-        for tracker in self._compute.values():
+        for tracker in self._compute_trackers:
             tracker.observe(t, compute_pct)
-        for tracker in self._memory.values():
+        for tracker in self._memory_trackers:
             tracker.observe(t, memory_mib)
         if self._peak is not None:
             self._peak.observe(t, memory_mib)
@@ -272,7 +285,9 @@ class Forecaster:
 
     def reserve(self, deadline_s: float = DEFAULT_WINDOW_S) -> tuple[float, float]:
         """Compute (percent) and memory (MiB) the online side may grow by within ``deadline_s``."""
-        window = next((w for w in self.windows_s if w >= deadline_s), self.windows_s[-1])
+        window = self._window_for.get(deadline_s)
+        if window is None:
+            window = self._window_for[deadline_s] = self._window(deadline_s)
         scale = max(1.0, deadline_s / window)
         cached = self._cache.get(window)
         if cached is not None and cached[0] == self._observed:
@@ -292,8 +307,12 @@ class Forecaster:
     def warmup_left_s(self, deadline_s: float = DEFAULT_WINDOW_S) -> float:
         """Seconds of history still to be seen before :meth:`reserve` is the forecast
         rather than the cold reserve (0 once warm)."""
-        window = next((w for w in self.windows_s if w >= deadline_s), self.windows_s[-1])
+        window = self._window(deadline_s)
         return max(0.0, self.warmup_s - self._compute[window].covered_s)
+
+    def _window(self, deadline_s: float) -> float:
+        """The shortest window at least ``deadline_s`` long, else the longest."""
+        return next((w for w in self.windows_s if w >= deadline_s), self.windows_s[-1])
 
     def covered_s(self) -> float:
         """Seconds of history the forecast currently rests on."""

@@ -68,7 +68,6 @@ Between events nothing changes, so the metrics are exact integrals of step funct
 from __future__ import annotations
 
 import gc
-import heapq
 import math
 import signal
 from collections.abc import Callable
@@ -89,6 +88,7 @@ from ebbtide.scheduling.snapshot import (
     Snapshot,
     protected,
 )
+from ebbtide.sim.agenda import Agenda
 from ebbtide.sim.backlog import Backlog, EndlessStream
 from ebbtide.sim.eviction import outcome
 from ebbtide.sim.jobs import SimJob
@@ -228,8 +228,9 @@ class Simulation:
         )
         self.backlog = Backlog(self.rules)
         self._endless = EndlessStream(stream) if backlogged and policy.colocate else None
-        self._heap: list[tuple[float, int, int, Any, Any]] = []
-        self._seq = 0
+        self._agenda = Agenda()
+        #: ``_push(t, kind, obj=None, aux=None)``: event ``kind`` at time ``t``
+        self._push = self._agenda.push
         self._dirty = False
         self._plan_at: float | None = None
         self._window_open = policy.window is None
@@ -268,10 +269,6 @@ class Simulation:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _push(self, t: float, kind: int, obj: Any = None, aux: Any = None) -> None:
-        heapq.heappush(self._heap, (t, self._seq, kind, obj, aux))
-        self._seq += 1
-
     def run(self) -> Tally:
         span = self.load.span_s
         for dev in self.devices:
@@ -291,7 +288,7 @@ class Simulation:
                         self._push(t, _ARRIVAL, spec)
         if self.recorder is not None:
             self._push(0.0, _RECORD)
-        heap, handlers, pop = self._heap, self._handlers, heapq.heappop
+        handlers, pop = self._handlers, self._agenda.pop_before
         # Python's default thresholds (700, 10, 10) collect every 700 net allocations, and
         # most of a run's objects (views, heap entries) outlive a few hundred allocations,
         # so they reach the older generations and make full collections frequent; each
@@ -301,8 +298,8 @@ class Simulation:
         thresholds = gc.get_threshold()
         gc.set_threshold(*RUN_GC_THRESHOLDS)
         try:
-            while heap and heap[0][0] < span:
-                t, _, kind, obj, aux = pop(heap)
+            while (event := pop(span)) is not None:
+                t, _, kind, obj, aux = event
                 self.now = t
                 handlers[kind](obj, aux)
         finally:
