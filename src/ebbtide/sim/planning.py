@@ -83,8 +83,12 @@ class Candidates:
         self._pause_changed: set[int] = set()
         #: devices that could act, by index, as of the last pass
         self._could: set[int] = set()
-        #: (when a slice there may first have been paused too long, device index)
+        #: (when a slice there may first have been paused too long, device index): at
+        #: most one entry a device, never later than its first pause's due time (see
+        #: :meth:`pick`)
         self._due: list[tuple[float, int]] = []
+        #: devices with an entry in ``_due``
+        self._due_held: set[int] = set()
         #: devices with a slice paused too long, as of the last pass
         self._overdue: set[int] = set()
         self._smallest: tuple[float, float] | None = None
@@ -133,28 +137,40 @@ class Candidates:
                 self._could.add(k)
             else:
                 self._could.discard(k)
+        due_list, held = self._due, self._due_held
         if max_pause_s < math.inf:
+            # A device's first pause only ever moves later (a new pause is now; a thaw, an
+            # eviction or an end takes one away), so an entry held for it is never later
+            # than its due time: none is added then, and the entry, once it falls due,
+            # is replaced by one for the first pause there as it is by then.
             for k in touched | self._pause_changed:
-                dev = devices[k]
-                if dev.paused_n:
-                    first = min(
-                        a.paused_at for a in dev.attempts.values() if a.paused_at is not None
-                    )
-                    heapq.heappush(self._due, (first + max_pause_s, k))
+                if k not in held and devices[k].paused_n:
+                    heapq.heappush(due_list, (_first_due(devices[k], max_pause_s), k))
+                    held.add(k)
         self._pause_changed = set()
         self._overdue = {
             k for k in self._overdue if _paused_too_long_here(devices[k], now, max_pause_s)
         }
         later = []
-        while self._due and self._due[0][0] <= now + _DUE_SLACK_S:
-            due, k = heapq.heappop(self._due)
-            if _paused_too_long_here(devices[k], now, max_pause_s):
+        while due_list and due_list[0][0] <= now + _DUE_SLACK_S:
+            _, k = heapq.heappop(due_list)
+            held.discard(k)
+            dev = devices[k]
+            if _paused_too_long_here(dev, now, max_pause_s):
                 self._overdue.add(k)
-            elif due > now - _DUE_SLACK_S and devices[k].paused_n:
-                later.append((due, k))  # due now but for rounding: look again next pass
+            elif dev.paused_n and (first := _first_due(dev, max_pause_s)) > now - _DUE_SLACK_S:
+                # due now but for rounding, or a later pause's turn: look again then
+                later.append((first, k))
         for entry in later:
-            heapq.heappush(self._due, entry)
+            heapq.heappush(due_list, entry)
+            held.add(entry[1])
         return [devices[k] for k in sorted(self._could | self._overdue)]
+
+
+def _first_due(dev: SimDevice, max_pause_s: float) -> float:
+    """When ``dev``'s first paused slice will have been paused ``max_pause_s``."""
+    first = min(a.paused_at for a in dev.attempts.values() if a.paused_at is not None)
+    return first + max_pause_s
 
 
 def _paused_too_long_here(dev: SimDevice, now: float, max_pause_s: float) -> bool:
