@@ -14,9 +14,8 @@ from itertools import groupby
 
 import pytest
 
+from ebbtide.preemption.cover import _FIT_EPS, PAUSE_SEARCH_STEPS
 from ebbtide.preemption.victims import (
-    _FIT_EPS,
-    PAUSE_SEARCH_STEPS,
     compute_used,
     pause_victims,
     victim_order_key,
