@@ -106,7 +106,9 @@ def test_submitting_bytes_that_are_not_json(http: Any, body: bytes, user: str) -
 
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e999"])
-@pytest.mark.parametrize("field", ["account", "walltime_s", "priority", "memory_mib", "compute_pct"])
+@pytest.mark.parametrize(
+    "field", ["account", "walltime_s", "priority", "memory_mib", "compute_pct"]
+)
 def test_non_json_numbers_as_text(http: Any, number: str, field: str) -> None:
     """Python's json module reads these, though JSON has no such numbers: a body holding
     one is answered, never a server error."""
