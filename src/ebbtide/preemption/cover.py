@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from operator import itemgetter
 
 from ebbtide.scheduling.snapshot import ActiveAttempt
 
@@ -54,11 +54,11 @@ def smallest_cover(group: Sequence[ActiveAttempt], need: float) -> list[ActiveAt
         total += sizes[first]
         first += 1
     best = (round(total, 6), first, tuple(range(first)))
-    covers = _covers(tuple((size, len(at)) for size, at in kinds))
-    if covers is None:
+    choices = _covers(tuple((size, len(at)) for size, at in kinds))
+    if choices is None:
         best = _search_cover(kinds, floor, best)
     else:
-        best = _best_listed(covers, kinds, floor, best)
+        best = _best_listed(choices, kinds, floor, best)
     return [group[i] for i in best[2]]
 
 
@@ -70,20 +70,17 @@ COVER_TABLE_MAX = PAUSE_SEARCH_STEPS // 2 - 1
 COVER_TABLES_KEPT = 4096
 
 
-@dataclass(frozen=True)
-class _Covers:
-    """Every choice of how many slices of each size: ``rounded`` (its compute rounded to
-    six places, ascending), with the choice in the same position of ``choices`` as
-    (rounded compute, how many, compute, counts by size) sorted by the first two."""
-
-    rounded: list[float]
-    choices: list[tuple[float, int, float, tuple[int, ...]]]
-
-
-_cover_tables: dict[tuple[tuple[float, int], ...], _Covers | None] = {}
+#: one choice of how many slices of each size: (its compute rounded to six places, how
+#: many slices, its compute, the counts by size)
+_Choice = tuple[float, int, float, tuple[int, ...]]
+#: a choice's compute rounded (what the lists are bisected on)
+_ROUNDED = itemgetter(0)
+#: per set of sizes, every choice sorted by what it spares and how many it takes (None:
+#: too many choices to list)
+_cover_tables: dict[tuple[tuple[float, int], ...], list[_Choice] | None] = {}
 
 
-def _covers(shape: tuple[tuple[float, int], ...]) -> _Covers | None:
+def _covers(shape: tuple[tuple[float, int], ...]) -> list[_Choice] | None:
     """The choices for ``shape`` ((size, how many of it), largest size first), each one's
     compute summed in that order as the search sums it; None when there are more than
     ``COVER_TABLE_MAX``."""
@@ -103,11 +100,10 @@ def _covers(shape: tuple[tuple[float, int], ...]) -> _Covers | None:
                 for total, n, counts in choices
                 for k in range(count + 1)
             ]
-        listed = sorted(
+        table = sorted(
             ((round(total, 6), n, total, counts) for total, n, counts in choices),
             key=lambda c: (c[0], c[1]),
         )
-        table = _Covers([c[0] for c in listed], listed)
     if len(_cover_tables) >= COVER_TABLES_KEPT:
         del _cover_tables[next(iter(_cover_tables))]
     _cover_tables[shape] = table
@@ -115,37 +111,28 @@ def _covers(shape: tuple[tuple[float, int], ...]) -> _Covers | None:
 
 
 def _best_listed(
-    covers: _Covers,
+    choices: list[_Choice],
     kinds: list[tuple[float, list[int]]],
     floor: float,
     best: tuple[float, int, tuple[int, ...]],
 ) -> tuple[float, int, tuple[int, ...]]:
     """The least (spare, how many, which members) of the listed choices whose compute
-    reaches ``floor``, or ``best`` if it is less.  (Rounding is monotonic, so no choice
-    that reaches ``floor`` lies before the first whose rounded compute reaches its
-    rounding.)"""
-    choices = covers.choices
-    i = bisect_left(covers.rounded, round(floor, 6))
-    end = len(choices)
-    while i < end:
+    reaches ``floor``, or ``best`` if it is less: the first such choice and those that tie
+    with it on the first two.  (Rounding is monotonic, so no choice that reaches ``floor``
+    lies before the first whose rounded compute reaches its rounding.)"""
+    first: tuple[float, int] | None = None
+    for i in range(bisect_left(choices, round(floor, 6), key=_ROUNDED), len(choices)):
         spare, n, total, counts = choices[i]
-        i += 1
+        if first is not None and (spare, n) != first:
+            break
         if total < floor:
             continue
-        if (spare, n) > best[:2]:
-            return best
-        # the first choice that covers, and those that tie with it: the earliest members
-        while True:
-            members = tuple(
-                sorted(j for (_, at), k in zip(kinds, counts, strict=True) for j in at[:k])
-            )
-            best = min(best, (spare, n, members))
-            while i < end and choices[i][2] < floor and choices[i][:2] == (spare, n):
-                i += 1
-            if i == end or choices[i][:2] != (spare, n):
-                return best
-            counts = choices[i][3]
-            i += 1
+        if first is None:
+            first = (spare, n)
+            if first > best[:2]:
+                break
+        members = tuple(sorted(j for (_, at), k in zip(kinds, counts, strict=True) for j in at[:k]))
+        best = min(best, (spare, n, members))
     return best
 
 

@@ -20,7 +20,6 @@ from enum import StrEnum
 from itertools import groupby
 
 from ebbtide.preemption.cover import smallest_cover
-from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import on_device, overflow
 from ebbtide.scheduling.snapshot import ActiveAttempt, DeviceView, Margins
 from ebbtide.units import format_mib
@@ -184,12 +183,9 @@ def pause_victims(
     """
     need = need_compute
     candidates = []
-    evicting = JobState.EVICTING
-    for a in active:  # (compute_used() and the state's properties, written out)
-        used = (
-            a.compute_pct if a.gpus == 0 and a.paused_at is None and a.suspended_at is None else 0.0
-        )
-        if a.state == evicting:
+    for a in active:
+        used = compute_used(a)
+        if a.evicting:
             need -= used
         elif used > 0 and (is_protected is None or not is_protected(a)):
             candidates.append(a)
@@ -197,15 +193,8 @@ def pause_victims(
         return []
     if len(candidates) == 1:
         return candidates
-
-    def order(a: ActiveAttempt) -> tuple[int, bool, float, float]:
-        """(priority, not pausable, then the victim order), victim_order_key written out."""
-        started = a.started_at or a.dispatched_at
-        lost = now - (a.last_checkpoint_at or started)
-        return (a.priority, not a.pausable, lost if lost > 0.0 else 0.0, -started)
-
     # every candidate uses compute, so what it gives is its compute_pct (compute_used)
-    candidates.sort(key=order)
+    candidates.sort(key=lambda a: (a.priority, not a.pausable, *victim_order_key(a, now)))
     picked: list[ActiveAttempt] = []
     left = need
     for (_, pausable), group in groupby(candidates, key=lambda a: (a.priority, a.pausable)):

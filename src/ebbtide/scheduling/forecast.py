@@ -263,8 +263,6 @@ class Forecaster:
         self._memory = {
             w: _RiseTracker(w, memory_bin_mib, history_s, buckets) for w in self.windows_s
         }
-        self._compute_trackers = tuple(self._compute.values())
-        self._memory_trackers = tuple(self._memory.values())
         self._peak = _Peak(history_s) if memory_to_peak else None
         #: the window each deadline asked for uses (see :meth:`reserve`)
         self._window_for: dict[float, float] = {}
@@ -274,9 +272,9 @@ class Forecaster:
 
     def observe(self, t: float, compute_pct: float, memory_mib: float) -> None:
         """Online usage ``compute_pct`` % and ``memory_mib`` MiB from time ``t`` (seconds) on."""
-        for tracker in self._compute_trackers:
+        for tracker in self._compute.values():
             tracker.observe(t, compute_pct)
-        for tracker in self._memory_trackers:
+        for tracker in self._memory.values():
             tracker.observe(t, memory_mib)
         if self._peak is not None:
             self._peak.observe(t, memory_mib)
