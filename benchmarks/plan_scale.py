@@ -29,9 +29,10 @@ Usage (from the repository root)::
 
 Prints median / p99 / max pass time (and the median CPU time of the pass, with the load
 average: the machine may be shared), the dispatches and evictions one pass decides, and the
-process's peak RSS (snapshot included); with ``--json`` exactly one JSON object,
-``{"jobs", "devices", "median_s", "p99_s"}``.  ``--check`` exits 1 unless the targets
-hold: median ≤ 100 ms, peak RSS ≤ 4 GiB.
+process's peak RSS (snapshot included); with ``--json`` exactly one JSON object of the
+same figures, ``{"jobs", "devices", "active", "passes", "median_s", "p99_s", "max_s",
+"cpu_median_s", "dispatches", "evictions", "peak_rss_mib", "target", "met"}``.
+``--check`` exits 1 unless the targets hold: median ≤ 100 ms, peak RSS ≤ 4 GiB.
 """
 
 from __future__ import annotations
@@ -301,8 +302,20 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "jobs": len(snapshot.queued),
                     "devices": len(snapshot.devices),
+                    "active": len(snapshot.active),
+                    "passes": args.repeat,
                     "median_s": round(median, 6),
                     "p99_s": round(p99, 6),
+                    "max_s": round(max(times), 6),
+                    "cpu_median_s": round(statistics.median(cpu_times), 6),
+                    "dispatches": len(result.dispatches),
+                    "evictions": len(result.evictions),
+                    "peak_rss_mib": round(peak_rss_mib, 1),
+                    "target": {
+                        "median_s": TARGET_MEDIAN_S,
+                        "peak_rss_mib": TARGET_PEAK_RSS_MIB,
+                    },
+                    "met": met,
                 }
             )
         )

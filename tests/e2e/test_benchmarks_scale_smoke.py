@@ -62,9 +62,27 @@ def test_plan_scale_json() -> None:
     result = run_json(
         str(PLAN_SCALE), "--jobs", "2000", "--devices", "50", "--repeat", "2", "--json"
     )
-    assert set(result) == {"jobs", "devices", "median_s", "p99_s"}
-    assert (result["jobs"], result["devices"]) == (2000, 50)
-    assert 0 < result["median_s"] <= result["p99_s"]
+    assert set(result) == {
+        "jobs",
+        "devices",
+        "active",
+        "passes",
+        "median_s",
+        "p99_s",
+        "max_s",
+        "cpu_median_s",
+        "dispatches",
+        "evictions",
+        "peak_rss_mib",
+        "target",
+        "met",
+    }
+    assert (result["jobs"], result["devices"], result["passes"]) == (2000, 50, 2)
+    assert 0 < result["median_s"] <= result["p99_s"] <= result["max_s"]
+    assert result["dispatches"] > 0  # 50 lightly loaded devices take some of 2000 jobs
+    assert 0 < result["peak_rss_mib"] < result["target"]["peak_rss_mib"]
+    met = result["median_s"] <= result["target"]["median_s"]
+    assert result["met"] is met  # the RSS target holds (above): the median decides
 
 
 def test_plan_scale_text_reports_decisions() -> None:
