@@ -64,7 +64,8 @@ Usage (from the repository root)::
 Prints the figures and whether the targets hold (the issue's: ≤ 2 % of one core and ≤ 100
 MiB RSS, for 8 GPUs, 20 Hz, 16 attempts); with ``--json`` one JSON object with ``gpus``,
 ``attempts``, ``sample_hz``, ``cpu_core_frac``, ``cpu_per_tick_ms``, ``rss_mib``,
-``threads``, ``own_core_frac``, ``nvml_break_even_us`` and more.  ``--check`` exits 1
+``threads``, ``own_core_frac``, ``nvml_break_even_us``, ``machine`` (where it ran, see
+``bench_machine.py``) and more.  ``--check`` exits 1
 unless the targets hold.  Measure on an idle machine: a busy one stretches ticks and
 inflates every figure.
 """
@@ -92,6 +93,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
+from bench_machine import cpu_model, machine
 
 #: Targets (issue 15): the agent's CPU as a fraction of one core, and its resident memory.
 TARGET_CPU_CORE_FRAC = 0.02
@@ -480,7 +482,7 @@ def print_summary(r: dict[str, Any]) -> None:
     print(
         f"agent_overhead: {r['gpus']} GPUs, {r['attempts']} attempts ({r['running']} running), "
         f"{_windows_text(r)}, {r['store']}, NVML call {r['nvml_call_us']:g} µs "
-        f"({r['nvml_wait']}), {r['cpus']} CPUs, load {r['load_avg_1m']:g}"
+        f"({r['nvml_wait']}), {r['cpus']} CPUs ({cpu_model()}), load {r['load_avg_1m']:g}"
         + (" — PROFILED: CPU figures inflated" if r["profiled"] else "")
     )
     print(
@@ -573,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**result, "machine": machine()}))
     else:
         print_summary(result)
     met = result["targets"]["cpu_met"] and result["targets"]["rss_met"]

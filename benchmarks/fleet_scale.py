@@ -48,8 +48,9 @@ Usage (from the repository root; PostgreSQL and Redis as the tests use them)::
 
 ``--every-heartbeat`` writes every heartbeat as before (for a before/after).  Prints a
 table; with ``--json`` exactly one JSON object (keys include ``agents``, ``pass_p50_s``,
-``pass_p99_s``, ``dispatch_p99_s``, ``sql_writes_per_s``, ``redis_ops_per_s``).  Targets
-(issue: fleet scale): pass p99 ≤ 1 s, dispatch p99 ≤ 2 s, SQL writes ≤ 500/s.
+``pass_p99_s``, ``dispatch_p99_s``, ``sql_writes_per_s``, ``redis_ops_per_s``, and
+``machine``: where it ran, see ``bench_machine.py``).  Targets (issue: fleet scale): pass
+p99 ≤ 1 s, dispatch p99 ≤ 2 s, SQL writes ≤ 500/s.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ import bench_stores
 import redis
 import sqlalchemy as sa
 from bench_cli import stats
+from bench_machine import machine
 from dramatiq.common import compute_backoff, dq_name
 from dramatiq.message import Message
 
@@ -789,7 +791,7 @@ def main() -> int:
             file=sys.stderr,
         )
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**result, "machine": machine()}))
         return 0
     print(
         f"{result['agents']} agents ({result['gpus']} GPUs), {result['seconds']}s measured, "

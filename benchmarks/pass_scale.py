@@ -29,9 +29,10 @@ Usage (from the repository root; PostgreSQL as the tests use it)::
 
 Prints, per size, p50 / p99 pass time with and without the copy; with ``--json`` exactly
 one JSON object: ``{"devices", "trickle", "blocked", "runs": [{"jobs", "load_s",
-"full_p50_s", "full_p99_s", "mirror_p50_s", "mirror_p99_s", "rebuild_s"}, ...]}`` (the
-``full_`` figures null with ``--copy-only``).  Target (issue:
-fleet scale): with the copy, the pass time is flat in the size of the queue.
+"full_p50_s", "full_p99_s", "mirror_p50_s", "mirror_p99_s", "rebuild_s"}, ...],
+"machine"}`` (the ``full_`` figures null with ``--copy-only``; ``machine``: where it ran,
+see ``bench_machine.py``).  Target (issue: fleet scale): with the copy, the pass time is
+flat in the size of the queue.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 
 import bench_stores
 from bench_cli import stats
+from bench_machine import machine
 
 from ebbtide.config.policy import Policy, parse_policy
 from ebbtide.queue.spec import JobSpec
@@ -210,7 +212,13 @@ def main() -> int:
         devices = args.nodes * GPUS_PER_NODE
         print(
             json.dumps(
-                {"devices": devices, "trickle": args.trickle, "blocked": args.blocked, "runs": runs}
+                {
+                    "devices": devices,
+                    "trickle": args.trickle,
+                    "blocked": args.blocked,
+                    "runs": runs,
+                    "machine": machine(),
+                }
             )
         )
     return 0

@@ -31,7 +31,8 @@ Prints median / p99 / max pass time (and the median CPU time of the pass, with t
 average: the machine may be shared), the dispatches and evictions one pass decides, and the
 process's peak RSS (snapshot included); with ``--json`` exactly one JSON object of the
 same figures, ``{"jobs", "devices", "active", "passes", "median_s", "p99_s", "max_s",
-"cpu_median_s", "dispatches", "evictions", "peak_rss_mib", "target", "met"}``.
+"cpu_median_s", "dispatches", "evictions", "peak_rss_mib", "target", "met", "machine"}``
+(``machine``: where it ran, see ``bench_machine.py``).
 ``--check`` exits 1 unless the targets hold: median ≤ 100 ms, peak RSS ≤ 4 GiB.
 """
 
@@ -47,6 +48,8 @@ import resource
 import statistics
 import sys
 import time
+
+from bench_machine import machine
 
 from ebbtide.queue.states import JobState
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
@@ -316,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                         "peak_rss_mib": TARGET_PEAK_RSS_MIB,
                     },
                     "met": met,
+                    "machine": machine(),
                 }
             )
         )

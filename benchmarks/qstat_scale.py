@@ -21,7 +21,8 @@ Usage (from the repository root)::
 
 ``--json`` keys: ``jobs``, ``active``, ``events``, ``load_s``, ``table_p50_s``,
 ``table_p99_s``, ``describe_p50_s``, ``describe_p99_s``, ``thin_p50_s``, ``thin_p99_s``,
-``thin_mine_p50_s``, ``thin_mine_p99_s`` (and a ``_max_s`` beside each p99).
+``thin_mine_p50_s``, ``thin_mine_p99_s`` (and a ``_max_s`` beside each p99), ``machine``
+(where it ran, see ``bench_machine.py``).
 Targets (issue: fleet scale): ``qstat`` ≤ 0.200 s, ``qstat -f`` ≤ 0.050 s.
 """
 
@@ -40,6 +41,7 @@ from typing import Any
 
 import bench_stores
 from bench_cli import ebb_argv, serve_socket, stats
+from bench_machine import machine
 
 from ebbtide.client import TABLE_COLUMNS, Client
 from ebbtide.identity import Caller
@@ -140,7 +142,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="ebbtide-qstat-scale-") as tmp:
             result.update(measure(url, args, Path(tmp)))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({**result, "machine": machine()}, indent=2))
     else:
         for key, value in result.items():
             print(f"{key:>16}: {value}")

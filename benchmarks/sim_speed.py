@@ -17,9 +17,10 @@ Usage (from the repository root)::
 
 ``--traces`` defaults to ``shared/traces`` beside the repository (``$EBBTIDE_TRACES``
 overrides it).  With ``--json`` exactly one JSON object: ``{"wall_s", "target_s",
-"read_s", "sim_wall_s", "tile", "gpus", "peak_rss_mib", "workload", "policies"}``
-(``sim_wall_s``: the policies' runs, without reading the traces; ``peak_rss_mib``: the
-process's peak resident memory).  ``--check`` exits 1 unless the whole run took less than
+"read_s", "sim_wall_s", "tile", "gpus", "peak_rss_mib", "workload", "policies",
+"machine"}`` (``sim_wall_s``: the policies' runs, without reading the traces;
+``peak_rss_mib``: the process's peak resident memory; ``machine``: where it ran, see
+``bench_machine.py``).  ``--check`` exits 1 unless the whole run took less than
 the target: 60 s at ``--tile 1``, 600 s (the ten minutes of issue 15 for a
 10,000-GPU day) for a larger fleet.
 """
@@ -34,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_machine import machine
 
 from ebbtide.sim.jobs import load_openb
 from ebbtide.sim.online import load_genai
@@ -123,6 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "workload": workload,
         "policies": figures,
+        "machine": machine(),
     }
 
 
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\n{out['gpus']:,} GPUs: wall {out['wall_s']:.1f} s (target < {out['target_s']:g} s): "
             f"reading the traces {out['read_s']:.1f} s, {per_policy}; "
-            f"peak RSS {out['peak_rss_mib']:,.0f} MiB"
+            f"peak RSS {out['peak_rss_mib']:,.0f} MiB; {out['machine']['cpus']} CPUs "
+            f"({out['machine']['cpu_model']})"
         )
     if args.check and out["wall_s"] >= out["target_s"]:
         return 1

@@ -43,6 +43,13 @@ def run_json(*args: str) -> Any:
     return json.loads(lines[0])
 
 
+def assert_machine(machine: dict[str, Any]) -> None:
+    """The ``machine`` a benchmark says it ran on (``benchmarks/bench_machine.py``)."""
+    assert set(machine) == {"cpu_model", "cpus", "memory_gib", "system", "python"}
+    assert machine["cpu_model"] and machine["cpus"] >= 1 and machine["memory_gib"] > 0
+    assert machine["python"].split()[-1].startswith(f"{sys.version_info[0]}.{sys.version_info[1]}.")
+
+
 def postgres_reachable() -> bool:
     import sqlalchemy as sa
 
@@ -76,6 +83,7 @@ def test_plan_scale_json() -> None:
         "peak_rss_mib",
         "target",
         "met",
+        "machine",
     }
     assert (result["jobs"], result["devices"], result["passes"]) == (2000, 50, 2)
     assert 0 < result["median_s"] <= result["p99_s"] <= result["max_s"]
@@ -83,6 +91,7 @@ def test_plan_scale_json() -> None:
     assert 0 < result["peak_rss_mib"] < result["target"]["peak_rss_mib"]
     met = result["median_s"] <= result["target"]["median_s"]
     assert result["met"] is met  # the RSS target holds (above): the median decides
+    assert_machine(result["machine"])
 
 
 def test_plan_scale_text_reports_decisions() -> None:
@@ -118,7 +127,8 @@ def test_pass_scale_json() -> None:
     result = run_json(
         str(PASS_SCALE), "--jobs", "300", "600", "--repeat", "3", "--nodes", "1", "--json"
     )
-    assert set(result) == {"devices", "trickle", "blocked", "runs"}
+    assert set(result) == {"devices", "trickle", "blocked", "runs", "machine"}
+    assert_machine(result["machine"])
     assert result["devices"] == 8 and result["blocked"] == "room"
     assert [run["jobs"] for run in result["runs"]] == [300, 600]
     for run in result["runs"]:
@@ -168,6 +178,7 @@ def test_fleet_scale_json() -> None:
     )
     wanted = {"agents", "pass_p50_s", "pass_p99_s", "dispatch_p99_s", "sql_writes_per_s"}
     assert wanted | {"redis_ops_per_s"} <= set(result)
+    assert_machine(result["machine"])
     assert result["agents"] == 20 and result["liveness_in_redis"] is True
     assert result["passes"] > 0 and 0 < result["pass_p50_s"] <= result["pass_p99_s"]
     assert result["dispatches"] > 0 and result["dispatch_p99_s"] > 0

@@ -192,6 +192,7 @@ def test_agent_overhead_json() -> None:
     assert r["nvml_calls_per_tick"] > 0 and r["nvml_by_call_per_tick"]
     assert r["nvml_call_us"] == 100 and r["nvml_floor_core_frac"] > 0
     assert set(r["targets"]) == {"cpu_core_frac", "rss_mib", "cpu_met", "rss_met"}
+    assert r["machine"]["cpus"] >= 1 and r["machine"]["cpu_model"]
     # three windows, the median one's figures; what is left of 2 % for the NVML calls
     assert r["windows"] == 3 and len(r["cpu_core_frac_windows"]) == 3
     assert r["cpu_core_frac"] == sorted(r["cpu_core_frac_windows"])[1]
@@ -217,5 +218,6 @@ def test_qstat_scale_json(postgres_admin_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert (result["jobs"], result["events"], result["listed"]) == (2000, 8000, 50)
+    assert result["machine"]["cpus"] >= 1 and result["machine"]["cpu_model"]
     for key in ("table_p50_s", "describe_p50_s", "thin_p50_s", "load_s"):
         assert result[key] > 0, key

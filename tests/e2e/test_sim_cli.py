@@ -205,5 +205,6 @@ def test_sim_speed_benchmark_smoke() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert {"wall_s", "target_s", "policies", "sim_wall_s", "peak_rss_mib"} <= set(out)
+    assert out["machine"]["cpus"] >= 1 and out["machine"]["cpu_model"]
     assert (out["tile"], out["gpus"]) == (2, 20)
     assert list(out["policies"]) == POLICIES
