@@ -168,17 +168,24 @@ def cbreak(fd: int) -> Iterator[None]:
 
 
 @contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """SIGTERM as ``SystemExit(143)``, so the terminal is restored before the end."""
+def signals_leave() -> Iterator[None]:
+    """SIGTERM as ``SystemExit(143)`` and SIGINT (Ctrl-C) as ``KeyboardInterrupt``, so
+    the terminal is restored before the end.  SIGINT's handler is set even where the
+    process started with it ignored: a shell without job control (a script's) ignores it
+    for the commands it starts with ``&``, the processes below them inherit that, and
+    Python then leaves it ignored; but ``ebb top`` holds the terminal and says Ctrl-C
+    quits."""
 
     def leave(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, leave)
+    previous_term = signal.signal(signal.SIGTERM, leave)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def run(
@@ -198,7 +205,7 @@ def run(
     fetcher = Fetcher(fetch)
     try:
         with (
-            sigterm_exits(),
+            signals_leave(),
             cbreak(fd),
             Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live,
         ):
