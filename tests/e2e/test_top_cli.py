@@ -17,6 +17,7 @@ import termios
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -89,19 +90,13 @@ class Screen:
         return self.proc.wait(1)
 
 
-def _take_terminal() -> None:
+def _take_terminal(sigint: signal.Handlers = signal.SIG_DFL) -> None:
     """In the child: the pseudo-terminal becomes its controlling terminal, so Ctrl-C
-    there is a SIGINT to it, as in a person's shell (and SIGINT does what it does by
-    default, however the tests were started)."""
+    there is a SIGINT to it, as in a person's shell; SIGINT is set to ``sigint``, however
+    the tests were started (``SIG_IGN``: what every process below a command a script's
+    shell starts with ``&`` inherits; a test run so started: Ctrl-C did nothing)."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _take_terminal_sigint_ignored() -> None:
-    """As :func:`_take_terminal`, SIGINT ignored: what every process below a command a
-    script's shell starts with ``&`` inherits (a test run so started: Ctrl-C did nothing)."""
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, sigint)
 
 
 @contextmanager
@@ -119,7 +114,7 @@ def top(home: Path, *args: str, sigint_ignored: bool = False) -> Iterator[Screen
         env=env,
         start_new_session=True,
         # (the test runs no threads)
-        preexec_fn=_take_terminal_sigint_ignored if sigint_ignored else _take_terminal,
+        preexec_fn=partial(_take_terminal, signal.SIG_IGN if sigint_ignored else signal.SIG_DFL),
     )
     screen = Screen(proc, master, slave)
     try:

@@ -131,9 +131,14 @@ def _best_listed(
             first = (spare, n)
             if first > best[:2]:
                 break
-        members = tuple(sorted(j for (_, at), k in zip(kinds, counts, strict=True) for j in at[:k]))
-        best = min(best, (spare, n, members))
+        best = min(best, (spare, n, _members(kinds, counts)))
     return best
+
+
+def _members(kinds: list[tuple[float, list[int]]], counts: Sequence[int]) -> tuple[int, ...]:
+    """The group's members a choice takes: the first ``counts[j]`` of each size ``j``, in
+    the group's order."""
+    return tuple(sorted(i for (_, at), k in zip(kinds, counts, strict=True) for i in at[:k]))
 
 
 def _search_cover(
@@ -161,10 +166,7 @@ def _search_cover(
             spare = round(total, 6)
             if spare > best[0] or (spare == best[0] and how_many > best[1]):
                 return
-            members = tuple(
-                sorted(i for (_, at), k in zip(kinds, counts, strict=True) for i in at[:k])
-            )
-            best = min(best, (spare, how_many, members))
+            best = min(best, (spare, how_many, _members(kinds, counts)))
             return
         if j == n_kinds or total + left[j] < floor or steps > PAUSE_SEARCH_STEPS:
             return
