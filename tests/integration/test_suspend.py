@@ -102,7 +102,10 @@ def test_a_memory_spike_suspends_room_returning_restores_and_the_count_is_exact(
     try:
         out = tmp_path / "result.json"
         spec = JobSpec(
-            command=[sys.executable, str(COUNT), "40", "--step-s", "0.05", "--every", "5",
+            # 6 s of counting: the spike must find it still running on a busy machine,
+            # where each run of the fake utility (a Python process) takes a few tenths of
+            # a second and the suspend runs it about six times (at 2 s it had ended once)
+            command=[sys.executable, str(COUNT), "120", "--step-s", "0.05", "--every", "5",
                      "--out", str(out)],
             deadline_s=5,
         )  # fmt: skip
@@ -132,7 +135,7 @@ def test_a_memory_spike_suspends_room_returning_restores_and_the_count_is_exact(
         assert thawed["kind"] == "restore"
         wait_until(lambda: store.get(job_id).state == "succeeded", timeout=30)
         result = json.loads(out.read_text())
-        assert result["count"] == 40 and result["attempts_seen"] == [1]
+        assert result["count"] == 120 and result["attempts_seen"] == [1]
         types = [e["type"] for e in store.events(job_id)]
         assert "evict_requested" not in types and "evicted" not in types
     finally:
