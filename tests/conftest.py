@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,12 @@ def any_store(request: pytest.FixtureRequest, tmp_path):  # type: ignore[no-unty
     s = Store(url, clock=FakeClock())
     yield s
     s.close()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``EBBTIDE_HOME`` in a fresh directory (not made yet: the first command makes it),
+    the current directory its parent: what a user's first ``ebb`` commands meet."""
+    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"

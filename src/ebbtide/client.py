@@ -54,7 +54,7 @@ from ebbtide.client_fields import (
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
 from ebbtide.client_logs import ClientLogs
-from ebbtide.client_paths import missing_cwd_note
+from ebbtide.client_paths import missing_cwd_note, missing_output_dir_notes
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.client_reports import ClientReports
 from ebbtide.config.policy import Policy
@@ -201,6 +201,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             self.last_notes.append(NO_AGENT_NOTE)
         if self._reads_for_itself:  # on the submitting host (a server's is another's)
             self.last_notes += missing_cwd_note(spec, self.policy)
+            self.last_notes += missing_output_dir_notes(spec, self.policy)
         return ids
 
     def scheduler_running(self) -> bool | None:
@@ -349,12 +350,13 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             job_id, user=self.user, admin=self.is_admin, attribution=self.caller.attribution()
         )
 
-    def alter(self, job_id: int, **changes: Any) -> Job:
+    def alter(self, job_id: int, *, allow_future: bool = False, **changes: Any) -> Job:
         """Change a job that has not started (``qalter``): ``name``, ``priority``,
         ``kind`` and its resources (``gpu``, ``gpumem``, ``walltime``, ``deadline``,
         ``checkpoint_interval``), in the forms :class:`JobSpec` takes.  Its owner or
         admins; checked as at submission (the queue's deadline limit, the fleet's
-        resource profile)."""
+        resource profile; ``allow_future``: a slice no node could hold today is taken,
+        as :meth:`submit` takes it)."""
         job_id = whole(job_id, "job_id")
         unknown = sorted(set(changes) - set(ALTERABLE_FIELDS))
         if unknown:
@@ -368,7 +370,9 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         # a trial's trap: qalter -l gpu=2,gpumem=100GiB was taken where qsub refused it;
         # checked on the owner's nodes, and only a new slice (-p on a job submitted with
         # allow_future, or in a fleet that shrank since, is still taken)
-        owner, check = self.store.get(job_id).owner, bool({"gpu", "gpumem"} & set(changes))
+        owner = self.store.get(job_id).owner
+        future = flag(allow_future, "allow_future")
+        check = bool({"gpu", "gpumem"} & set(changes)) and not future
         spec, note = fit_to_fleet(spec, owner, self.store.nodes(), self.policy.defaults, check)
         self.last_notes = [note] if note else []
         check_deadline(spec, self.policy)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ebbtide.client_paths import shared_checkpoint_note
+from ebbtide.client_paths import shared_checkpoint_note, shared_output_notes
 from ebbtide.config.policy import Policy, load_policy, parse_published
 from ebbtide.errors import ConfigError, SpecError
 from ebbtide.kube.profiles import Grant, grant_for
@@ -77,8 +77,14 @@ def say_new_store(path: Path) -> None:
 def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
     by an alias (:func:`queue_notes`), what attempts running as pods do not do
-    (:func:`pod_notes`)."""
-    return [*queue_notes(spec, policy), *pod_notes(spec, policy), *shared_checkpoint_note(spec)]
+    (:func:`pod_notes`), a checkpoint directory or an output file an array's tasks would
+    share."""
+    return [
+        *queue_notes(spec, policy),
+        *pod_notes(spec, policy),
+        *shared_checkpoint_note(spec),
+        *shared_output_notes(spec),
+    ]
 
 
 def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:

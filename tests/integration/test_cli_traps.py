@@ -19,13 +19,6 @@ from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store, job_to_dict
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
 def ebb(*args: str) -> str:
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == 0, result.output
@@ -685,7 +678,7 @@ def test_commands_on_an_array_leave_its_finished_tasks_alone_and_say_what_they_d
     ebb("qdel", "1")
     result = CliRunner().invoke(cli, ["qrls", "1[]"])
     assert result.exit_code == 0, result.output
-    assert result.stderr == "ebb: note: array 1: 1 finished task left alone\n"
+    assert result.stderr == "ebb: note: array 1: 1 finished or not held task left alone\n"
     states = {j["id"]: j["state"] for j in json.loads(ebb("qstat", "-x", "--json"))}
     assert states == {1: "cancelled", 2: "queued", 3: "queued"}
     result = CliRunner().invoke(cli, ["qalter", "1[]", "-N", "renamed"])

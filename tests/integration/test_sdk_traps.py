@@ -21,13 +21,6 @@ from ebbtide.queue.store import Store
 GIB = 1024
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
 def ebb(*args: str, code: int = 0) -> str:
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == code, result.output

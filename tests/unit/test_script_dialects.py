@@ -338,13 +338,6 @@ def test_output_paths_expand_and_resolve_against_the_jobs_directory() -> None:
 # -- the commands -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("EBBTIDE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
 def test_sbatch_prints_what_slurm_prints(home: Path) -> None:
     result = CliRunner().invoke(cli, ["sbatch", "-H", "-t", "10", "--wrap", "echo hi"])
     assert result.exit_code == 0, result.output

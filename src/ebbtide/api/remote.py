@@ -275,9 +275,10 @@ class RemoteClient(ClientBase):
     def cancel(self, job_id: int) -> Job:
         return self._act(job_id, "cancel")
 
-    def alter(self, job_id: int, **changes: Any) -> Job:
+    def alter(self, job_id: int, *, allow_future: bool = False, **changes: Any) -> Job:
         path = f"/jobs/{whole(job_id, 'job_id')}/alter"
-        return self._job(self._call("POST", path, json=changes))
+        params = {"allow_future": "true"} if allow_future else {}
+        return self._job(self._call("POST", path, json=changes, params=params))
 
     def hold(self, job_id: int) -> Job:
         return self._act(job_id, "hold")

@@ -230,9 +230,13 @@ def alter(
             examples=[{"gpu": "50%", "walltime": "02:00:00"}],
         ),
     ],
+    allow_future: Annotated[
+        bool,
+        Query(description="Accept a slice no node that has reported could hold (one will join)."),
+    ] = False,
 ) -> JobObject:
     """Its owner or admins; checked as at submission."""
-    return _job(client, client.alter(job_id, **changes))
+    return _job(client, client.alter(job_id, allow_future=allow_future, **changes))
 
 
 @router.post("/jobs/{job_id}/hold", summary="Hold a queued or waiting job (qhold)", tags=["jobs"])

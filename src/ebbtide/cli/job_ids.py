@@ -73,20 +73,25 @@ def _expand_ids(
     *,
     skip_finished: bool = False,
     skip_started: bool = False,
+    only_held: bool = False,
     refused: list[tuple[int, str]] | None = None,
 ) -> list[int]:
     """The jobs :func:`_parse_ids` named, an array as each of its tasks; with
     ``skip_finished`` (commands that change jobs) a whole array as its tasks that have not
     finished, with a note on stderr of those left alone, and an array with none left
     added to ``refused`` (its id, why) for the caller to report beside the others;
-    ``skip_started`` (``qalter``) leaves the tasks that hold a slice alone too, as PBS's
-    qalter of an array alters what has not run yet."""
-    from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES
+    ``skip_started`` (``qalter``, ``qhold``) leaves the tasks that hold a slice alone too,
+    as PBS's qalter of an array alters what has not run yet; ``only_held`` (``qrls``)
+    takes a whole array's held tasks alone."""
+    from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, JobState
 
     left_alone = {s.value for s in FINAL_STATES}
     if skip_started:
         left_alone |= {s.value for s in ACTIVE_STATES}
     left = "running or finished" if skip_started else "finished"
+    if only_held:
+        left_alone = {s.value for s in JobState if s != JobState.HELD}
+        left = "finished or not held"
     out: list[int] = []
     for ref in ids:
         if not ref.whole_array and ref.index is None:
@@ -99,7 +104,10 @@ def _expand_ids(
             skipping = skip_finished or skip_started
             live = [t.id for t in tasks if not (skipping and t.state in left_alone)]
             if not live:
-                why = f"every task of array {ref.id} has {'started or ' * skip_started}finished"
+                ended = all(t.state in {s.value for s in FINAL_STATES} for t in tasks)
+                why = f"every task of array {ref.id} has {'started or ' * (not ended)}finished"
+                if only_held and not ended:
+                    why = f"no task of array {ref.id} is held"
                 if refused is None:
                     raise UserError(why)
                 refused.append((ref.id, why))

@@ -44,7 +44,13 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     help="New resources: gpu=, gpumem=, walltime=, deadline=, checkpoint_interval= (as qsub).",
 )
 @click.option("--deadline", help="New eviction deadline, 1s..1h.")
-@click.option("--kind", type=click.Choice(["training", "inference", "batch"]))
+@click.option("--kind", type=click.Choice(["training", "inference", "batch"], case_sensitive=False))
+@click.option(
+    "--allow-future",
+    is_flag=True,
+    help="Accept a slice no node could hold today (as qsub --allow-future): one that can "
+    "will join.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the altered jobs as qstat --json.")
 def qalter(
     ids: Sequence[str],
@@ -53,26 +59,32 @@ def qalter(
     resources: Sequence[str],
     deadline: str | None,
     kind: str | None,
+    allow_future: bool,
     as_json: bool,
 ) -> None:
     """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
     gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array that has not
     started (those running or finished are left alone, with a note). A running job keeps
     the slice it was given; qdel and qsub again to change it. A new slice is checked as
-    qsub checks it (one no node could ever hold is refused); a fraction made whole GPUs
-    (-l gpu=N) with no gpumem is given a card's memory, with a note, as qsub does, and
-    whole GPUs made a fraction need gpumem= too."""
+    qsub checks it (one no node could ever hold is refused, unless --allow-future); a
+    fraction made whole GPUs (-l gpu=N) with no gpumem is given a card's memory, with a
+    note, as qsub does, and whole GPUs made a fraction need gpumem= too."""
     from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.queue.qsub import parse_resources
     from ebbtide.units import parse_int
 
     changes: dict[str, Any] = {}
     for text in resources:
-        for key, value in parse_resources(text).items():
-            if key not in ALTERABLE_FIELDS:
-                raise UserError(f"-l: {key} cannot be altered; give gpu, gpumem, walltime, "
+        changes.update(parse_resources(text))  # checked whole: a bad value, a key twice
+        # a trial's trap: `-l foo=bar` (a site resource: qsub's note) was dropped with no
+        # word, and `-l ncpus=4` named the field it is stored as; each as it was typed
+        for item in filter(str.strip, text.split(",")):
+            site: list[str] = []
+            fields = set(parse_resources(item, notes=site))
+            if site or fields - set(ALTERABLE_FIELDS):
+                typed = item.partition("=")[0].strip().lower()
+                raise UserError(f"-l {typed}: cannot be altered; give gpu, gpumem, walltime, "
                                 "deadline or checkpoint_interval")  # fmt: skip
-            changes[key] = value
     if deadline is not None:
         from ebbtide.queue.qsub.resources import check_resource
 
@@ -97,7 +109,7 @@ def qalter(
     jobs = _expand_ids(client, parsed, skip_finished=True, skip_started=True, refused=refused)
     for job_id in jobs:
         try:  # each job on its own, as PBS's qalter: one refusal does not stop the others
-            job = client.alter(job_id, **changes)
+            job = client.alter(job_id, allow_future=allow_future, **changes)
         except UserError as exc:
             failed = True
             click.echo(f"ebb: error: {exc}", err=True)
@@ -127,7 +139,17 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
     refused: list[tuple[int, str]] = []
     results = []
     failed = False
-    for job_id in _expand_ids(client, parsed, skip_finished=True, refused=refused):
+    # a trial's trap: `qhold 12[]` held the tasks it could, yet failed (exit 1) on the
+    # running one; each command takes the tasks it applies to, the rest left alone with
+    # a note, as qalter and qdel do
+    for job_id in _expand_ids(
+        client,
+        parsed,
+        skip_finished=True,
+        skip_started=action == "hold",
+        only_held=action == "release",
+        refused=refused,
+    ):
         try:
             job = getattr(client, action)(job_id)
             results.append({"id": job_id, "ok": True, "state": job.state, "reason": job.reason})

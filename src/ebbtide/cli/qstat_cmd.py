@@ -109,7 +109,8 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
     multiple=True,
     help=f"Only these states: {JOB_STATES_HELP}; paused or suspended (running jobs "
     "frozen by a compute spike, or moved to host memory; running has them too); or PBS's "
-    "letters: Q queued, R running, H held, W waiting, E evicting, F finished (-s QR: both).",
+    "letters: Q queued, R running, H held, W waiting, E evicting, F finished (-s QR: both). "
+    "Repeat -s or give a comma list (-s failed,cancelled).",
 )
 @click.option(
     "-t", "tasks", is_flag=True, help="Show every task of an array (default: one line each)."
@@ -153,7 +154,7 @@ def qstat(
         answered = fast.qstat_rows([s.value for s in wanted or ()], user)
         if answered is not None:  # a server on this host answered: its table
             rows = [j for j in answered[0] if chosen_states.keeps(j)]
-            _echo_table(rows, expand=tasks, unfinished_only=unfinished_only)
+            _echo_table(rows, expand=tasks, unfinished_only=unfinished_only, user=user)
             _note_no_scheduler(lambda: answered[1], rows)
             return
     if ids:  # jobs named: no store is an error
@@ -205,7 +206,7 @@ def qstat(
     if as_json:
         _echo_json([client.as_dict(j) for j in jobs])
         return
-    _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only)
+    _echo_table(jobs, expand=tasks, unfinished_only=unfinished_only, user=user)
     _note_no_scheduler(client.scheduler_running, jobs)
 
 
@@ -229,11 +230,18 @@ def _note_no_scheduler(running: Callable[[], bool | None], jobs: Sequence[Any]) 
         click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}", err=True)
 
 
-def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = False) -> None:
+def _echo_table(
+    jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = False, user: str | None = None
+) -> None:
     """``qstat``'s table: a line per job, or per array unless ``expand``; when it lists
-    only unfinished jobs and there are none, a note says where the finished ones are."""
+    only unfinished jobs (of ``user``, with ``-u``) and there are none, a note says where
+    the finished ones are."""
     if not jobs and unfinished_only:
-        click.echo("ebb: note: no job is waiting or running; -x lists finished jobs", err=True)
+        # a trial's trap: `qstat -u nobody` said "no job is waiting or running" beside others'
+        whose = f"of {user} " if user else ""
+        click.echo(
+            f"ebb: note: no job {whose}is waiting or running; -x lists finished jobs", err=True
+        )
     rows = [
         _row(group[0]) if len(group) == 1 else _array_row(group)
         for group in _grouped(jobs, expand=expand)
@@ -241,7 +249,7 @@ def _echo_table(jobs: Sequence[Any], *, expand: bool, unfinished_only: bool = Fa
     # the ID column is as wide as its longest id (an array's 12345[1-1000] too)
     width = max([6, *(len(ident) for ident, _ in rows)])
     lines = [
-        f"{'ID':>{width}} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>4} {'STATE':<10} "
+        f"{'ID':>{width}} {'NAME':<20} {'USER':<10} {'QUEUE':<10} {'PRI':>5} {'STATE':<10} "
         f"{'ATT':>3} {'NODE/DEV':<14} {'SLICE':<12} {'START':>8}  REASON"
     ]
     lines.extend(f"{ident:>{width}} {rest}" for ident, rest in rows)
@@ -269,7 +277,7 @@ def _row(j: Any) -> tuple[str, str]:
     """A job's line of the table: its id, and the rest."""
     where = f"{j.node}/{j.devices}" if j.node else "-"
     return str(j.id), (
-        f"{j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>4} "
+        f"{j.name[:20]:<20} {j.owner[:10]:<10} {j.queue[:10]:<10} {j.priority:>5} "
         f"{_state_text(j):<10} {j.attempts:>3} {where[:14]:<14} {_slice_text(j):<12} "
         f"{_fmt_time(j.started_at):>8}  {j.reason}"
     )
@@ -288,7 +296,7 @@ def _array_row(tasks: Sequence[Any]) -> tuple[str, str]:
     spread = ", ".join(f"{n} {s}" for s, n in counts.most_common())
     return ident, (
         f"{name[:20]:<20} {first.owner[:10]:<10} {first.queue[:10]:<10} "
-        f"{first.priority:>4} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
+        f"{first.priority:>5} {state:<10} {'-':>3} {'-':<14} {_slice_text(first):<12} "
         f"{_fmt_time(started):>8}  {len(tasks)} tasks: {spread} (-t for each)"
     )
 
@@ -322,12 +330,14 @@ class StateFilter:
 
 
 def _states(states: Sequence[str]) -> StateFilter:
-    """``-s`` values (names, or PBS letters like ``QR``) as a :class:`StateFilter`."""
+    """``-s`` values (names, or PBS letters like ``QR``; each may be a comma list, as
+    Slurm's ``squeue -t PD,R``) as a :class:`StateFilter`."""
     from ebbtide.queue.states import JobState
 
     wanted: list[JobState] = []
     shown_asked: set[str] = set()
-    for text in states:
+    # a trial's trap: `-s succeeded,failed` was refused, while `ebb events -t` takes commas
+    for text in (part.strip() for given in states for part in given.split(",")):
         if text and all(ch in PBS_STATE_LETTERS for ch in text):
             wanted.extend(JobState(s) for ch in text for s in PBS_STATE_LETTERS[ch])
         elif text.lower() in RUNNING_SUBSTATES:

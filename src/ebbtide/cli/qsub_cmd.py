@@ -16,9 +16,28 @@ from ebbtide.units import shown
 
 
 class _QsubCommand(click.Command):
+    """``ebb qsub``: a ``--`` where the options are read ends them and makes the rest a
+    command (``ebb_dashdash``); one after SCRIPT is the script's own argument, and one
+    given as an option's value (``-N --``) is refused."""
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["ebb_dashdash"] = "--" in args
-        return super().parse_args(ctx, args)
+        words = list(args)
+        rest = super().parse_args(ctx, args)
+        # a trial's trap: any "--" at all (``SCRIPT -- ARGS``) made a command of the
+        # script, its directives dropped.  The positional words are the last ones (no
+        # option after the first of them), and click drops the "--" that ends the options
+        given = ctx.params.get("args") or ()
+        options = words[: len(words) - len(given)]
+        for param in self.params:
+            value = ctx.params.get(param.name or "")
+            values = value if isinstance(value, tuple) else (value,)
+            if isinstance(param, click.Option) and "--" in values:
+                raise UserError(
+                    f"{param.opts[0]} was given '--' as its value: give it one before the "
+                    f"--, e.g. `ebb qsub {param.opts[0]} VALUE -- CMD`"
+                )
+        ctx.meta["ebb_dashdash"] = "--" in options
+        return rest
 
 
 @click.command(
@@ -52,7 +71,7 @@ class _QsubCommand(click.Command):
 @click.option("-v", "env", multiple=True, help="Environment: VAR=val,VAR2 (bare: copied).")
 @click.option(
     "--kind",
-    type=click.Choice(["training", "inference", "batch"]),
+    type=click.Choice(["training", "inference", "batch"], case_sensitive=False),
     help="What the job is (default: batch).",
 )
 @click.option("--deadline", help="Eviction deadline, 1s..1h, e.g. 30s (decision to free slice).")

@@ -308,10 +308,10 @@ def _time(option: str, value: str, where: str, notes: list[str]) -> str | None:
         seconds = slurm_time_s(value)
     except ValueError as exc:
         raise _error(where, f"{option}: {exc}") from None
-    if seconds is None:
+    if seconds is None or seconds == 0:  # Slurm: "a time limit of zero" is no limit
         notes.append(f"{where}: {option}={value}: no walltime; the job runs until it ends")
         return None
-    if seconds <= 0:
+    if seconds < 0:
         raise _error(where, f"{option}: must be more than zero, got {value!r}")
     if seconds > units.MAX_DURATION_S:
         raise _error(where, f"{option}: must be at most 366 days, got {value!r}")
