@@ -286,8 +286,11 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         return events
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue and state (``ebb qstat -Q``)."""
-        return self.store.queue_stats()
+        """Jobs per queue and state (``ebb qstat -Q``): every queue the policy in effect
+        defines, those with no job too (a trial's trap: a queue just added to the policy
+        was not listed), and any other that holds jobs (one since removed from it)."""
+        stats = self.store.queue_stats()
+        return {**{queue: {} for queue in sorted(self.policy.queues)}, **stats}
 
     def recent_evictions(self, limit: int = 20) -> builtins.list[dict[str, Any]]:
         """The fleet's last ``limit`` evictions (at most 1,000), newest first: the job, its

@@ -14,12 +14,13 @@ from typing import Any
 from ebbtide.args import flag, text, whole
 from ebbtide.client_base import ClientBase
 from ebbtide.config.policy import Policy
-from ebbtide.errors import PermissionDenied, UserError
+from ebbtide.errors import PermissionDenied, SpecError, UserError
 from ebbtide.messaging.liveness import heartbeat_lag, lag_in_words
 from ebbtide.queue.drains import WHOLE_NODE
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, MAX_BATCH_JOBS, check_age
 from ebbtide.queue.store import Store
 from ebbtide.queue.tokens import TokenInfo
+from ebbtide.units import shown
 
 log = logging.getLogger("ebbtide.client")
 
@@ -109,6 +110,10 @@ class ClientAdmin(ClientBase):
         Admins only."""
         self._device_admin("drain", node, device)
         reason = text(reason, "reason", max_chars=MAX_REASON_CHARS, empty=True)
+        if not reason.isprintable():  # a trial's trap: a newline made a row of `ebb nodes`
+            raise SpecError(
+                "reason", f"must be one line of printable text, got {shown(reason, 60)}"
+            )
         target = WHOLE_NODE if device is None else device
         if not reason:  # drained again with no reason: the reason given before stands
             before = (

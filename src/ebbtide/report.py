@@ -172,6 +172,8 @@ def parse_when(text: str, now: float) -> float:
         stamp = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"expected {WHEN_FORMS}, got {shown(text)}") from None
+    if not 1970 <= stamp.year <= 9000:  # a trial's trap: year 1 said "year 0 is out of range"
+        raise ValueError(f"expected a time from 1970 to 9000, got {shown(text)}")
     if stamp.tzinfo is None:
         stamp = stamp.astimezone()  # a person's timestamps are in their local time
     return stamp.timestamp()
@@ -196,7 +198,8 @@ def stamp(t: float) -> str:
     try:
         return dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
     except (ValueError, OverflowError, OSError):  # before year 1 or after 9999
-        return f"{t:.0f} (Unix seconds)"
+        # exact while it is a number one could mean; 1e300 is not 301 digits' worth
+        return f"{t:.0f} (Unix seconds)" if abs(t) < 1e18 else f"{t:.6g} (Unix seconds)"
 
 
 def timeline_bin_s(span_s: float) -> float:

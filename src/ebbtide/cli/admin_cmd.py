@@ -29,7 +29,9 @@ def _age(text: str) -> float:
     forms = "an age like 30d, 12h or 90d (1h to 366d)"
     try:
         seconds = parse_duration_s(text)
-    except ValueError:
+    except ValueError as exc:
+        if "at most" in str(exc):  # a trial's trap: 400d was "expected an age like ..."
+            raise UserError(f"--older-than: must be from 1h to 366d, got {text}") from None
         raise UserError(f"--older-than: expected {forms}, got {text!r}") from None
     if not MIN_PURGE_AGE_S <= seconds <= MAX_DURATION_S:
         # a trial's trap: a bare 90 was 90 seconds, refused without saying so

@@ -77,6 +77,11 @@ def _iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat()
 
 
+#: The latest year ``--at`` takes: windows look ahead up to a year past it, inside the
+#: calendar Python knows (to 9999).
+MAX_AT_YEAR = 9000
+
+
 def _parse_at(text: str | None) -> float:
     if text is None:
         return dt.datetime.now(dt.UTC).timestamp()
@@ -86,6 +91,10 @@ def _parse_at(text: str | None) -> float:
         raise UserError(
             f"--at: expected an ISO time like 2026-12-01T22:30+01:00, got {text!r}"
         ) from None
+    # a trial's trap: 9999-12-31 (the windows' next start past the calendar) and year 1
+    # (no local time that early) ended in a traceback, or an error naming no flag
+    if not 1970 <= when.year <= MAX_AT_YEAR:
+        raise UserError(f"--at: expected a time from 1970 to {MAX_AT_YEAR}, got {text!r}")
     if when.tzinfo is None:
         when = when.astimezone()  # this machine's local time
         click.echo(

@@ -218,7 +218,9 @@ def _run_node(
     ):
         log.info(
             "root's jobs are refused here (they would run as root): submit as another "
-            "user, or set allow_root_jobs: true in the policy, or --run-as agent"
+            "user, or give this agent a policy file of its own (--policy) with "
+            "allow_root_jobs: true (the scheduler's published one cannot open it), or "
+            "--run-as agent"
         )
     rt.run_until_signalled()
 

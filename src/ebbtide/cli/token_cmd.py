@@ -8,7 +8,7 @@ set they make no store: one that is not there is an error saying where tokens li
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,44 +20,66 @@ if TYPE_CHECKING:
 
 
 def _admin_client() -> Client:
-    """A client on the store itself, for an admin (anyone else is refused before the
-    store is opened)."""
+    """A client on the store itself, for an admin: one of the admins of the policy the
+    scheduler published to the store, as every other command reads them (else, while
+    none is published, of ``EBBTIDE_POLICY`` or the built-in policy).  Anyone else is
+    refused, before a store is made where there is none."""
     from ebbtide.client import Client
+    from ebbtide.client_checks import new_store_file
     from ebbtide.config.policy import load_policy
-    from ebbtide.config.settings import Settings
+    from ebbtide.config.settings import Settings, redacted
+    from ebbtide.errors import NoStore
     from ebbtide.identity import local_caller
 
     from_env = Settings.from_env()
     settings = from_env.model_copy(update={"url": None})
-    policy = load_policy(settings.policy_path)
-    caller = local_caller(policy.admins, settings.act_as)
-    if not caller.admin:
-        raise PermissionDenied(
-            f"only admins may manage tokens, with the store's own access "
-            f"(EBBTIDE_DB_URL, or the SQLite file) and the policy the services use "
-            f"(EBBTIDE_POLICY); {caller.user} is not an admin under "
-            f"{settings.policy_path or 'the built-in policy'}"
-        )
-    if not from_env.url:
-        return Client(settings, policy=policy, caller=caller, create=True)
     # a trial's trap: with EBBTIDE_URL set, the token went into another store than the
     # server's, made empty for it, and the command said only a note
-    from ebbtide.config.settings import redacted
-    from ebbtide.errors import NoStore
-
     where = (
         f"tokens live in the store itself, {redacted(settings.db_url)} (EBBTIDE_DB_URL, else "
         f"EBBTIDE_HOME), not behind EBBTIDE_URL={from_env.url}"
     )
+    missing = new_store_file(settings)
+    if missing is not None:
+        # no store yet, so no policy published to it: the file's admins, before one is made
+        policy = load_policy(settings.policy_path)
+        caller = local_caller(policy.admins, settings.act_as)
+        _refuse_unless_admin(caller, settings.policy_path or "the built-in policy")
+        if from_env.url:
+            raise UserError(
+                f"there is no ebbtide store at {missing}: {where}; run this where the "
+                "server's store is"
+            )
+        return Client(settings, policy=policy, caller=caller, create=True)
     try:
-        client = Client(settings, policy=policy, caller=caller, create=False)
-    except NoStore:
-        raise UserError(
-            f"there is no ebbtide store at {settings.db_url.removeprefix('sqlite:///')}: "
-            f"{where}; run this where the server's store is"
-        ) from None
-    click.echo(f"ebb token: note: {where}; run this where the server's store is", err=True)
+        client = Client(settings, create=not from_env.url)
+    except NoStore:  # (a store that went between the look and the opening)
+        raise UserError(f"there is no ebbtide store: {where}") from None
+    # a trial's trap: admins were read from EBBTIDE_POLICY alone, so the scheduler's
+    # published policy's admin got a token with no word that it is an admin's
+    published = client.store.published_policy()
+    try:
+        _refuse_unless_admin(
+            client.caller,
+            f"the policy the scheduler published ({published[1] or 'built-in defaults'})"
+            if published
+            else settings.policy_path or "the built-in policy",
+        )
+    except PermissionDenied:
+        client.close()
+        raise
+    if from_env.url:
+        click.echo(f"ebb token: note: {where}; run this where the server's store is", err=True)
     return client
+
+
+def _refuse_unless_admin(caller: Any, policy: object) -> None:
+    if not caller.admin:
+        raise PermissionDenied(
+            f"only admins may manage tokens, with the store's own access "
+            f"(EBBTIDE_DB_URL, or the SQLite file); {caller.user} is not an admin under "
+            f"{policy}"
+        )
 
 
 def _when(t: float | None) -> str:

@@ -92,13 +92,14 @@ class Retention:
         if total.jobs or total.kept:
             log.info(
                 "retention: purged %s finished jobs (%s attempts, %s events) that finished "
-                "over %gs ago, in %s batches; kept %s that a job not yet finished depends "
+                "over %gs ago, in %s %s; kept %s that a job not yet finished depends "
                 "on or whose array has not all finished",
                 total.jobs,
                 total.attempts,
                 total.events,
                 rules.finished_jobs,
                 total.batches,
+                "batch" if total.batches == 1 else "batches",
                 total.kept,
             )
         return total
