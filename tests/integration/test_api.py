@@ -666,3 +666,19 @@ def test_qsub_from_a_command_line_uses_the_callers_environment_and_directory(api
         response = api.call("POST", "/qsub", json=bad)
         assert response.status_code == 422, (bad, response.text)
     assert len(api.store.list_jobs()) == 1  # nothing else was submitted
+
+
+def test_the_frameworks_own_answers_are_shaped_as_every_error(api: Api) -> None:
+    """A trial's trap: a route that does not exist answered ``{"detail": "Not Found"}``
+    with no ``error``, as the README says every error carries."""
+    missing = api.call("GET", "/no-such-thing")
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "detail": "no such route: GET /v1/no-such-thing (the API: /openapi.json)",
+        "error": "UserError",
+    }
+    wrong = api.call("DELETE", "/queues")
+    assert wrong.status_code == 405 and wrong.json()["error"] == "UserError"
+    assert "does not take DELETE" in wrong.json()["detail"]
+    # an unknown job is still the store's answer
+    assert api.call("GET", "/jobs/999").json()["error"] == "JobNotFound"

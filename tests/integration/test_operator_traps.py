@@ -104,3 +104,13 @@ def test_qstat_q_lists_every_queue_the_policy_defines(home: Path) -> None:
     assert counts["default"]["held"] == 1 and sum(counts["extra"].values()) == 0
     table = run("qstat", "-Q").stdout.splitlines()
     assert [line.split()[0] for line in table[1:]] == ["default", "extra", "research"]
+
+
+def test_a_policy_lists_only_user_names_a_token_can_be_made_for(home: Path, tmp_path: Path) -> None:
+    policy = tmp_path / "ebbtide.yaml"
+    policy.write_text('admins: ["bad user", ""]\nqueues:\n  q: {users: ["a\\tb"]}\n')
+    result = run("policy", "check", str(policy))
+    assert result.exit_code == 1, result.output
+    for where in ("1:10: admins.0: 'bad user'", "1:22: admins.1: ''", "3:15: queues.q.users.0"):
+        assert f"{policy}:{where}" in result.output, result.output
+    assert "is not a user name" in result.output

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from ebbtide import __version__
@@ -69,6 +70,7 @@ def create_app(
     app.add_exception_handler(EbbtideError, _ebbtide_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(sqlalchemy.exc.OperationalError, _store_unavailable)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.openapi = _openapi_with_jobspec(app)  # type: ignore[method-assign]
     app.middleware("http")(_counter(metrics if metrics is not None else Metrics()))
     return app
@@ -142,7 +144,25 @@ def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
 
 def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     log.error("the store failed: %s", str(exc).splitlines()[0])
-    return JSONResponse({"detail": "the job store is unavailable; try again"}, status_code=503)
+    body = {"detail": "the job store is unavailable; try again", "error": "EbbtideError"}
+    return JSONResponse(body, status_code=503)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """The framework's own answers (no such route, a method a route does not take) in
+    the shape of every other error, ``{"detail", "error"}`` (a trial's trap: a route
+    that does not exist answered ``{"detail": "Not Found"}`` alone)."""
+    assert isinstance(exc, StarletteHTTPException)
+    detail = str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"no such route: {request.method} {request.url.path} (the API: /openapi.json)"
+    elif exc.status_code == 405:
+        detail = f"{request.url.path} does not take {request.method} (the API: /openapi.json)"
+    return JSONResponse(
+        {"detail": detail, "error": "UserError"},
+        status_code=exc.status_code,
+        headers=getattr(exc, "headers", None),
+    )
 
 
 # -- the schema -------------------------------------------------------------------------

@@ -342,9 +342,21 @@ class Defaults(Strict):
         return backoff_s(evictions, self.backoff_base_s, self.backoff_max_s)
 
 
+def _user_name(name: str) -> str:
+    if not name or len(name) > 256 or not name.isprintable() or " " in name:
+        raise ValueError(f"{name!r} is not a user name (1-256 printable characters, no spaces)")
+    return name
+
+
+#: A user's name as a policy lists it: what ``ebb token create`` and the API take (a
+#: trial's trap: ``admins: ["bad user"]`` passed ``ebb policy check``, and no token could
+#: be made for that name)
+UserName = Annotated[str, AfterValidator(_user_name)]
+
+
 class QueueConfig(Strict):
     #: who may submit to the queue (admins always may); unset: everyone
-    users: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = None
+    users: list[UserName] | None = None
     #: default priority of the queue's jobs (``-p`` overrides it)
     priority: Annotated[int, Field(ge=-1024, le=1023), NOT_BOOL] = 0
     #: False: evicted for online pressure only when memory is short (never for compute)
@@ -490,7 +502,7 @@ class Policy(Strict):
     )
     windows: list[Window] = Field(default_factory=list)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
-    admins: list[str] = Field(default_factory=list)
+    admins: list[UserName] = Field(default_factory=list)
     allow_root_jobs: bool = False
     #: present: offline attempts run as Kubernetes pods (see :class:`KubernetesSettings`)
     kubernetes: KubernetesSettings | None = None
