@@ -1,12 +1,18 @@
 """What the node agent costs its node: CPU and memory of one ``NodeAgent`` on 8 GPUs with
-16 attempts running, sampling at 20 Hz through NVML (a fake NVML whose calls cost what
+16 attempts running, sampling at 20 Hz through NVML (a stand-in NVML whose calls cost what
 real ones do).
 
 The agent runs in a child process of this script, so that its CPU and memory are its own:
 
-1. the child makes a :class:`~ebbtide.workers.headroom.fake_nvml.FakeNvml` with ``--gpus``
-   80 GiB GPUs, each with an online tenant (a ``sleep`` process listed on the GPU with
-   20 GiB and 30 % of the SMs), an :class:`~ebbtide.workers.headroom.nvml.NvmlSource` over
+1. the child declares ``--gpus`` 80 GiB GPUs, each with an online tenant (a ``sleep``
+   process listed on the GPU with 20 GiB and 30 % of the SMs), in a stand-in NVML
+   (``--nvml``): by default ``stub``, the real nvidia-ml-py bindings over
+   ``nvml_stub.c``, a stand-in ``libnvidia-ml.so.1`` this script compiles (``cc``; see
+   ``nvml_stub.py``), so that pynvml's own Python (its ctypes structures, its two calls
+   for each process list and per-process sample, its friendly objects) is the agent's, as
+   on a GPU host; or ``fake``, the
+   :class:`~ebbtide.workers.headroom.fake_nvml.FakeNvml` the tests use, whose own Python
+   stands for pynvml's.  Then an :class:`~ebbtide.workers.headroom.nvml.NvmlSource` over
    it, a store (SQLite in a temporary directory; ``--db-url`` for another, e.g.
    PostgreSQL) and a :class:`~ebbtide.workers.agent.NodeAgent`, as the tests do;
 2. it submits ``--attempts`` jobs and dispatches them round-robin over the GPUs through
@@ -20,7 +26,8 @@ The agent runs in a child process of this script, so that its CPU and memory are
    other and reports the figures of the median window (by ``cpu_core_frac``), every
    window's ``cpu_core_frac`` in ``cpu_core_frac_windows``.  ``rss_mib`` and ``threads``
    are read at the end of the window; ticks come from the agent's
-   ``ebbtide_agent_samples`` counter, NVML calls from the fake's count, and the CPU of
+   ``ebbtide_agent_samples`` counter, NVML calls from the stand-in's count (the stub
+   counts the library's entry points, the fake pynvml's functions), and the CPU of
    each of the child's threads (the agent's loop, its store thread, the XID watcher, the
    idle main thread) from ``/proc``.  The attempts' shims are separate processes: their
    CPU is reported beside the agent's, not in it.
@@ -36,14 +43,14 @@ dump, ``cudaMemGetInfo`` at 7–12 µs on recent GPUs.  Each is an ioctl into th
 driver, which passes it on to the GPU's system processor as an RPC where the driver runs
 there (GSP: Hopper's default), and a process list grows with the processes;
 ``benchmarks/gpu_check.py`` measures each of them on a real GPU, wall and CPU time a
-call (``queries`` in its phase 1; not run yet).  A call is
-padded to at least that long, its own Python work included.  The time is spent **busy**
-by default (``--nvml-wait busy``): a real call is mostly an ioctl, kernel time that counts
-as the caller's CPU, and GSP RPCs are polled; busy overcounts what part of a call a
-driver spends asleep.  ``--nvml-wait sleep`` undercounts instead (a call then costs only
-its Python work).
-The fake's own work stands for pynvml's (ctypes structures, friendly objects); the real
-``libnvidia-ml.so`` mapped into the agent is not in ``rss_mib``.
+call (``queries`` in its phase 1; not run yet).  Each call into
+the library takes at least that long: the stub's entry points spend it in C, on top of
+pynvml's Python; the fake pads each of its functions, its own Python work included.  The
+time is spent **busy** by default (``--nvml-wait busy``): a real call is mostly an ioctl,
+kernel time that counts as the caller's CPU, and GSP RPCs are polled; busy overcounts what
+part of a call a driver spends asleep.  ``--nvml-wait sleep`` undercounts instead (a call
+then costs only its Python work).  The real ``libnvidia-ml.so`` mapped into the agent is
+not in ``rss_mib`` (the stub is a few kilobytes).
 
 **What NVML may cost** for the target to hold: ``own_core_frac`` is the agent's CPU less
 its NVML calls' padded time (with ``--nvml-wait busy``), and ``nvml_break_even_us`` the
@@ -58,7 +65,8 @@ Profiling slows everything down: its CPU figures are not the agent's.
 Usage (from the repository root)::
 
     python benchmarks/agent_overhead.py [--gpus 8] [--attempts 16] [--seconds 60]
-        [--windows 1] [--nvml-call-us 100] [--nvml-wait busy|sleep] [--db-url URL]
+        [--windows 1] [--nvml stub|fake] [--nvml-call-us 100] [--nvml-wait busy|sleep]
+        [--db-url URL]
         [--json] [--profile] [--check]
 
 Prints the figures and whether the targets hold (the issue's: ≤ 2 % of one core and ≤ 100
@@ -106,6 +114,7 @@ REPO = Path(__file__).resolve().parents[1]
 COUNT = REPO / "examples" / "count.py"
 #: Each fake GPU, in MiB, and its online tenant: memory in MiB, SM share in percent.
 GPU_MEMORY_MIB = 80 * 1024
+RESERVED_MIB = 512  # what no process owns (the driver's, the contexts')
 ONLINE_MEMORY_MIB = 20 * 1024
 ONLINE_SM_PCT = 30.0
 #: What each attempt's process uses of its GPU: memory in MiB, SM share in percent.
@@ -136,15 +145,40 @@ class _Child:
 
         self.args = args
         self.home = Path(args.home)
-        self.nvml = FakeNvml(call_cost_s=args.nvml_call_us / 1e6, call_wait=args.nvml_wait)
+        nvml: Any
+        if args.nvml == "stub":  # pynvml itself, over a stand-in libnvidia-ml.so.1
+            from nvml_stub import NvmlStub, StubUnavailable
+
+            try:
+                self.stub = NvmlStub.build(self.home / "nvml-stub")
+            except StubUnavailable as exc:
+                raise SystemExit(f"agent_overhead: {exc}; or run with --nvml fake") from None
+            self.stub.reset(args.gpus, GPU_MEMORY_MIB, reserved_mib=RESERVED_MIB)
+            self.stub.set_call_cost(args.nvml_call_us / 1e6, args.nvml_wait)
+            import pynvml
+
+            nvml = pynvml
+            self.list_process, self.set_utilization = (
+                self.stub.set_process,
+                self.stub.set_utilization,
+            )
+            self.nvml_calls = self.stub.calls
+        else:
+            fake = FakeNvml(call_cost_s=args.nvml_call_us / 1e6, call_wait=args.nvml_wait)
+            for _ in range(args.gpus):
+                fake.add_device(
+                    GPU_MEMORY_MIB, name="Fake H100 80GB HBM3", reserved_mib=RESERVED_MIB
+                )
+            nvml = fake
+            self.list_process, self.set_utilization = fake.add_process, fake.set_utilization
+            self.nvml_calls = lambda: dict(fake.calls)
         self.online: list[subprocess.Popen[bytes]] = []
         for gpu in range(args.gpus):
-            self.nvml.add_device(GPU_MEMORY_MIB, name="Fake H100 80GB HBM3", reserved_mib=512)
             tenant = subprocess.Popen(["sleep", "infinity"])
             self.online.append(tenant)
-            self.nvml.add_process(gpu, tenant.pid, ONLINE_MEMORY_MIB, ONLINE_SM_PCT)
-            self.nvml.set_utilization(gpu, ONLINE_SM_PCT)
-        self.source = NvmlSource(nvml=self.nvml)
+            self.list_process(gpu, tenant.pid, ONLINE_MEMORY_MIB, ONLINE_SM_PCT)
+            self.set_utilization(gpu, ONLINE_SM_PCT)
+        self.source = NvmlSource(nvml=nvml)
         self.store = Store(args.db_url or f"sqlite:///{self.home / 'ebbtide.db'}")
         self.agent = NodeAgent(NODE, self.store, self.source, home=self.home)
         self.profiles: dict[int, cProfile.Profile] = {}
@@ -254,13 +288,13 @@ class _Child:
                     kids = psutil.Process(local.handle.pid).children()
                     if kids:
                         gpu = device_of[local.job_id]
-                        self.nvml.add_process(gpu, kids[0].pid, JOB_MEMORY_MIB, JOB_SM_PCT)
+                        self.list_process(gpu, kids[0].pid, JOB_MEMORY_MIB, JOB_SM_PCT)
                         listed[local.job_id] = kids[0].pid
                         shims[local.job_id] = local.handle.pid
             time.sleep(0.05)
         for gpu in range(a.gpus):
             on_it = sum(1 for d in device_of.values() if d == gpu)
-            self.nvml.set_utilization(gpu, min(100.0, ONLINE_SM_PCT + on_it * JOB_SM_PCT))
+            self.set_utilization(gpu, min(100.0, ONLINE_SM_PCT + on_it * JOB_SM_PCT))
         return {
             "shims": sorted(shims.values()),
             "jobs": sorted(listed.values()),
@@ -275,8 +309,8 @@ class _Child:
         return {
             "at": time.monotonic(),
             "ticks": int(samples or 0),
-            "nvml_calls": sum(self.nvml.calls.values()),
-            "nvml_by_call": dict(self.nvml.calls),
+            "nvml_calls": sum((calls := self.nvml_calls()).values()),
+            "nvml_by_call": calls,
             "running": len(self.agent.attempts),
         }
 
@@ -351,7 +385,8 @@ class _Mark(NamedTuple):
 def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--home", str(home)]
     argv += ["--gpus", str(args.gpus), "--attempts", str(args.attempts)]
-    argv += ["--nvml-call-us", f"{args.nvml_call_us:g}", "--nvml-wait", args.nvml_wait]
+    argv += ["--nvml", args.nvml, "--nvml-call-us", f"{args.nvml_call_us:g}"]
+    argv += ["--nvml-wait", args.nvml_wait]
     argv += ["--db-url", args.db_url] if args.db_url else []
     argv += ["--profile"] if args.profile else []
     child = subprocess.Popen(
@@ -397,6 +432,7 @@ def measure(args: argparse.Namespace, home: Path) -> dict[str, Any]:
         "cpu_core_frac_windows": [w["cpu_core_frac"] for w in windows],
         "rss_mib": round(memory.rss / 2**20, 1),
         "threads": thread_count,
+        "nvml": args.nvml,
         "nvml_call_us": args.nvml_call_us,
         "nvml_wait": args.nvml_wait,
         "store": "postgresql" if (args.db_url or "").startswith("postgres") else "sqlite",
@@ -465,6 +501,9 @@ def _profile_text(path: Path) -> str:
     return out.getvalue()
 
 
+_NVML_TEXT = {"stub": "pynvml over nvml_stub.c", "fake": "FakeNvml"}
+
+
 def _short(call: str) -> str:
     """``nvmlDeviceGetMemoryInfo`` → ``GetMemoryInfo``."""
     return call.removeprefix("nvml").removeprefix("Device")
@@ -481,8 +520,9 @@ def print_summary(r: dict[str, Any]) -> None:
     t = r["targets"]
     print(
         f"agent_overhead: {r['gpus']} GPUs, {r['attempts']} attempts ({r['running']} running), "
-        f"{_windows_text(r)}, {r['store']}, NVML call {r['nvml_call_us']:g} µs "
-        f"({r['nvml_wait']}), {r['cpus']} CPUs ({cpu_model()}), load {r['load_avg_1m']:g}"
+        f"{_windows_text(r)}, {r['store']}, NVML {_NVML_TEXT[r['nvml']]}, a call "
+        f"{r['nvml_call_us']:g} µs ({r['nvml_wait']}), {r['cpus']} CPUs ({cpu_model()}), "
+        f"load {r['load_avg_1m']:g}"
         + (" — PROFILED: CPU figures inflated" if r["profiled"] else "")
     )
     print(
@@ -531,6 +571,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=1,
         help="windows of --seconds one after the other; the median one's figures (1)",
+    )
+    p.add_argument(
+        "--nvml",
+        choices=("stub", "fake"),
+        default="stub",
+        help="what the agent's NVML is: pynvml over a stand-in libnvidia-ml.so.1 built "
+        "from nvml_stub.c (needs a C compiler), or the Python FakeNvml (stub)",
     )
     p.add_argument(
         "--nvml-call-us",

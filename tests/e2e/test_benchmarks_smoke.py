@@ -167,13 +167,14 @@ def test_cli_latency_json() -> None:
     assert result["postgresql"] is None and set(result["targets"]) == {"qsub_p50_s", "qstat_p50_s"}
 
 
-def test_agent_overhead_json() -> None:
+@pytest.mark.parametrize("nvml", ["stub", "fake"])
+def test_agent_overhead_json(nvml: str) -> None:
     proc = subprocess.run(
         [
             sys.executable,
             str(REPO / "benchmarks" / "agent_overhead.py"),
             *("--gpus", "2", "--attempts", "2", "--seconds", "1", "--windows", "3"),
-            *("--warmup-s", "1", "--json"),
+            *("--warmup-s", "1", "--nvml", nvml, "--json"),
         ],
         capture_output=True,
         text=True,
@@ -190,6 +191,10 @@ def test_agent_overhead_json() -> None:
     assert 10 < r["rss_mib"] < 2000 and r["threads"] >= 3  # loop, store, XID watcher
     assert r["threads_cpu_core_frac"]["loop"] > 0
     assert r["nvml_calls_per_tick"] > 0 and r["nvml_by_call_per_tick"]
+    # the stub counts the library's entry points (pynvml's _v3 process lists), the fake
+    # pynvml's functions
+    lists = "nvmlDeviceGetComputeRunningProcesses" + ("_v3" if nvml == "stub" else "")
+    assert r["nvml"] == nvml and r["nvml_by_call_per_tick"].get(lists, 0) > 0
     assert r["nvml_call_us"] == 100 and r["nvml_floor_core_frac"] > 0
     assert set(r["targets"]) == {"cpu_core_frac", "rss_mib", "cpu_met", "rss_met"}
     assert r["machine"]["cpus"] >= 1 and r["machine"]["cpu_model"]
