@@ -54,7 +54,7 @@ from ebbtide.client_fields import (
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
 from ebbtide.client_logs import ClientLogs
-from ebbtide.client_paths import missing_cwd_note, missing_output_dir_notes
+from ebbtide.client_paths import missing_path_notes
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.client_reports import ClientReports
 from ebbtide.config.policy import Policy
@@ -200,8 +200,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         if not nodes:  # a new system, or a mistyped EBBTIDE_HOME: say that it waits
             self.last_notes.append(NO_AGENT_NOTE)
         if self._reads_for_itself:  # on the submitting host (a server's is another's)
-            self.last_notes += missing_cwd_note(spec, self.policy)
-            self.last_notes += missing_output_dir_notes(spec, self.policy)
+            self.last_notes += missing_path_notes(spec, self.policy)
         return ids
 
     def scheduler_running(self) -> bool | None:
@@ -286,11 +285,9 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         return events
 
     def queue_stats(self) -> dict[str, dict[str, int]]:
-        """Jobs per queue and state (``ebb qstat -Q``): every queue the policy in effect
-        defines, those with no job too (a trial's trap: a queue just added to the policy
-        was not listed), and any other that holds jobs (one since removed from it)."""
-        stats = self.store.queue_stats()
-        return {**{queue: {} for queue in sorted(self.policy.queues)}, **stats}
+        """Jobs per queue and state (``ebb qstat -Q``): every queue of the policy, those
+        with no job too (a trial's trap), and any other that holds jobs."""
+        return {**{q: {} for q in sorted(self.policy.queues)}, **self.store.queue_stats()}
 
     def recent_evictions(self, limit: int = 20) -> builtins.list[dict[str, Any]]:
         """The fleet's last ``limit`` evictions (at most 1,000), newest first: the job, its
@@ -358,8 +355,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         ``kind`` and its resources (``gpu``, ``gpumem``, ``walltime``, ``deadline``,
         ``checkpoint_interval``), in the forms :class:`JobSpec` takes.  Its owner or
         admins; checked as at submission (the queue's deadline limit, the fleet's
-        resource profile; ``allow_future``: a slice no node could hold today is taken,
-        as :meth:`submit` takes it)."""
+        resource profile; ``allow_future`` as :meth:`submit` takes it)."""
         job_id = whole(job_id, "job_id")
         unknown = sorted(set(changes) - set(ALTERABLE_FIELDS))
         if unknown:
@@ -373,8 +369,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         # a trial's trap: qalter -l gpu=2,gpumem=100GiB was taken where qsub refused it;
         # checked on the owner's nodes, and only a new slice (-p on a job submitted with
         # allow_future, or in a fleet that shrank since, is still taken)
-        owner = self.store.get(job_id).owner
-        future = flag(allow_future, "allow_future")
+        owner, future = self.store.get(job_id).owner, flag(allow_future, "allow_future")
         check = bool({"gpu", "gpumem"} & set(changes)) and not future
         spec, note = fit_to_fleet(spec, owner, self.store.nodes(), self.policy.defaults, check)
         self.last_notes = [note] if note else []

@@ -1,5 +1,6 @@
-"""What a submission is told about the paths its job names: a working directory missing
-on the submitting host, one checkpoint directory an array's tasks would share."""
+"""What a submission is told about the paths its job names: a working directory or an
+output file's directory missing on the submitting host, one checkpoint directory or
+output file an array's tasks would share."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def shared_output_notes(spec: JobSpec) -> list[str]:
             f"them apart, e.g. {apart}"
         )
     return notes
+
+
+def missing_path_notes(spec: JobSpec, policy: Policy) -> list[str]:
+    """What the submitting host can tell of the job's paths: a working directory, an
+    output file's directory, missing here (:func:`missing_cwd_note`,
+    :func:`missing_output_dir_notes`)."""
+    return [*missing_cwd_note(spec, policy), *missing_output_dir_notes(spec, policy)]
 
 
 def missing_cwd_note(spec: JobSpec, policy: Policy) -> list[str]:
