@@ -247,3 +247,26 @@ def test_the_sims_own_checks_name_the_flag_and_exit_1(
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith(start), result.stderr
     assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+def test_a_note_when_the_online_memory_alone_is_more_than_a_device(
+    trace: Path, tmp_path: Path
+) -> None:
+    """A trial's trap: 195 GiB online on an 80 GiB device was taken without a word, and
+    the run said 0 online OOM events (they count only what offline slices caused)."""
+    big = tmp_path / "big.csv"
+    rows = ["t_s,device,online_compute_pct,online_memory_mib"]
+    rows += [
+        f"{t},{d},20,{200_000 if d == 1 and t == 120 else 4096}"
+        for t in range(0, 660, 60)
+        for d in (0, 1)
+    ]
+    big.write_text("\n".join(rows) + "\n")
+    result = sim(big, *TINY)
+    assert result.exit_code == 0, result.output
+    (said,) = notes(result)
+    assert "the online memory of 1 of 2 devices is more than a device holds (80GiB" in said
+    assert "at most 195.3GiB" in said
+    assert notes(sim(trace, *TINY)) == []  # within the device: nothing said
+    larger = sim(big, *TINY, "--device-memory", "256GiB")
+    assert notes(larger) == []

@@ -228,3 +228,22 @@ def test_depends_takes_qsubs_text_form_too() -> None:
         JobSpec(command=["x"], depends=["afterok"])
     with pytest.raises(ValueError, match=r"depends\.0\.kind"):
         JobSpec(command=["x"], depends=["afterwhat:3"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"deadline": "2h"}, "deadline: must be at most 3600s, got '2h'"),
+        ({"deadline": "0.5s"}, "deadline: must be at least 1s, got '0.5s'"),
+        ({"walltime": 0}, "walltime: must be at least 0.1s, got 0"),
+        ({"deadline_s": 7200}, "deadline_s: must be at most 3600s, got 7200"),
+        ({"priority": 5000}, "priority: must be at most 1023, got 5000"),
+    ],
+)
+def test_a_bound_broken_is_said_as_the_input_was_given(fields: dict[str, Any], says: str) -> None:
+    """A trial's trap: the SDK's ``deadline="2h"`` was told ``deadline_s: Input should be
+    less than or equal to 3600``, the field it is stored as and pydantic's words."""
+    with pytest.raises(SpecError) as caught:
+        JobSpec(command=["true"], **fields)
+    assert str(caught.value) == says
+    assert caught.value.field == says.split(":")[0]

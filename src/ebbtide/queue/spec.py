@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import re
 import signal
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -226,7 +227,7 @@ class JobSpec(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise spec_error(exc) from None
+            raise spec_error(exc, data) from None
 
     @model_validator(mode="before")
     @classmethod
@@ -467,13 +468,52 @@ def _check_os_text(text: str, max_bytes: int, what: str) -> None:
         raise ValueError(f"{what} is {size} bytes long; at most {max_bytes} are allowed")
 
 
-def spec_error(exc: ValidationError) -> SpecError:
-    """Turn pydantic's error list into one :class:`SpecError` naming each field."""
+#: The field each convenience input becomes, and how its bounds read.
+_CONVENIENCE_OF = {
+    "deadline_s": "deadline",
+    "walltime_s": "walltime",
+    "checkpoint_interval_s": "checkpoint_interval",
+    "memory_mib": "gpumem",
+}
+_BOUNDS = {
+    "less_than_equal": ("le", "at most"),
+    "less_than": ("lt", "less than"),
+    "greater_than_equal": ("ge", "at least"),
+    "greater_than": ("gt", "more than"),
+}
+
+
+def _bound_message(loc: str, err: Any, data: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """A bound broken, in the caller's words (a trial's trap: ``deadline="2h"`` was told
+    ``deadline_s: Input should be less than or equal to 3600``): the input it was given
+    as (``deadline``), the bound in its unit, and what was given."""
+    kind = _BOUNDS.get(err["type"])
+    if kind is None or not isinstance(err.get("ctx"), dict) or kind[0] not in err["ctx"]:
+        return None
+    bound = err["ctx"][kind[0]]
+    name = _CONVENIENCE_OF.get(loc, loc)
+    given = data.get(name) if data is not None and name != loc else None
+    if given is None:
+        name, given = loc, err.get("input")
+    if loc == "memory_mib" and isinstance(bound, int | float):
+        limit = f"{bound:g} MiB ({units.format_mib(bound)})"
+    elif loc.endswith("_s") and isinstance(bound, int | float):
+        limit = f"{bound:g}s"
+    else:
+        limit = f"{bound}"
+    return name, f"must be {kind[1]} {limit}, got {units.shown(given)}"
+
+
+def spec_error(exc: ValidationError, data: Mapping[str, Any] | None = None) -> SpecError:
+    """Turn pydantic's error list into one :class:`SpecError` naming each field (a bound
+    broken: as the input was given, ``data``)."""
     messages = []
     first_field = ""
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "spec"
         msg = err["msg"].removeprefix("Value error, ")
+        if (said := _bound_message(loc, err, data)) is not None:
+            loc, msg = said
         if err["type"] == "extra_forbidden":
             msg = _unknown_field_message(loc)
         if ": " in msg and loc == "spec":

@@ -22,6 +22,7 @@ import click
 
 from ebbtide.scheduling.snapshot import Margins
 from ebbtide.sim.policies import ForecastSettings, SimPolicy, ebbtide_policy, from_policy_file
+from ebbtide.units import format_mib
 
 if TYPE_CHECKING:
     from ebbtide.config.policy import Policy
@@ -107,13 +108,27 @@ def header_line(workload: dict[str, Any]) -> str:
 
 
 def trace_notes(load: OnlineLoad, hours: float | None) -> list[str]:
-    """A trace shorter than ``--hours`` (the rates are over what it holds)."""
-    if hours is None or load.span_s >= hours * 3600.0 - 1e-6:
-        return []
-    return [
-        f"the trace is {_span(load.span_s)} long, shorter than --hours {hours:g}: "
-        f"the figures are over its {_span(load.span_s)}"
+    """A trace shorter than ``--hours`` (the rates are over what it holds), and one whose
+    online memory alone is more than a device holds (a trial's trap: 195 GiB on an
+    80 GiB device was taken without a word, with 0 online OOM events: those count only
+    what offline slices caused)."""
+    notes = []
+    if hours is not None and load.span_s < hours * 3600.0 - 1e-6:
+        notes.append(
+            f"the trace is {_span(load.span_s)} long, shorter than --hours {hours:g}: "
+            f"the figures are over its {_span(load.span_s)}"
+        )
+    over = [
+        m for d in load.devices if (m := max(d.memory_mib, default=0.0)) > load.device_memory_mib
     ]
+    if over:
+        notes.append(
+            f"the online memory of {len(over)} of {len(load.devices)} devices is more than "
+            f"a device holds ({format_mib(load.device_memory_mib)}; at most "
+            f"{format_mib(max(over))}): there is no room there then, and the online OOM "
+            "events count only those offline slices caused (--device-memory sets the size)"
+        )
+    return notes
 
 
 def _span(seconds: float) -> str:
