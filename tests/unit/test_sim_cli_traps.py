@@ -270,3 +270,13 @@ def test_a_note_when_the_online_memory_alone_is_more_than_a_device(
     assert notes(sim(trace, *TINY)) == []  # within the device: nothing said
     larger = sim(big, *TINY, "--device-memory", "256GiB")
     assert notes(larger) == []
+
+
+def test_a_short_runs_header_says_its_span_and_hours_unrounded(trace: Path) -> None:
+    """A trial's trap: a 91 s trace's header read "0.0 h ..., 0 GPU-h online, 0 GPU-h
+    spare" beside a harvest of 65 %."""
+    result = sim(trace, *TINY)  # 0.05 h: 3 minutes of two devices
+    assert result.exit_code == 0, result.output
+    online = result.stdout.splitlines()[0]
+    assert ", 3 min from 00:00 local, 0.01 GPU-h online, 0.09 GPU-h spare" in online, online
+    assert " 0 GPU-h" not in online

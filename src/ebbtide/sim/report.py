@@ -65,6 +65,18 @@ def _cell(value: Any, kind: str) -> str:
     return f"{value:.2f} s"
 
 
+def _span_text(hours: float) -> str:
+    """A run's span: hours, or minutes or seconds under an hour (a trial's trap: a 91 s
+    trace was "0.0 h ..., 0 GPU-h online" beside a harvest of 65 %)."""
+    if hours >= 1.0:
+        return f"{hours:.1f} h"
+    return f"{hours * 60:.0f} min" if hours * 60 >= 1.0 else f"{hours * 3600:.0f} s"
+
+
+def _gpu_hours(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
+
+
 def render(result: dict[str, Any]) -> str:
     """The table ``ebb sim`` prints without ``--json``."""
     w = result["workload"]
@@ -72,10 +84,12 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"online:   {w['online']}{tiled}: {w['devices']:,} devices "
         f"of {w['device_memory_gib']:g} GiB, "
-        f"{w['span_h']:.1f} h from {w['clock_start']} local, "
-        f"{w['online_gpu_hours']:,.0f} GPU-h online, {w['spare_gpu_hours']:,.0f} GPU-h spare",
-        f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, {w['stream_gpu_hours']:,.0f} GPU-h "
-        f"of work, load {w['load']}, seed {w['seed']}, restart overhead "
+        f"{_span_text(w['span_h'])} from {w['clock_start']} local, "
+        f"{_gpu_hours(w['online_gpu_hours'])} GPU-h online, "
+        f"{_gpu_hours(w['spare_gpu_hours'])} GPU-h spare",
+        f"offline:  {w['jobs']}: {w['stream_jobs']:,} jobs, "
+        f"{_gpu_hours(w['stream_gpu_hours'])} GPU-h of work, load {w['load']}, "
+        f"seed {w['seed']}, restart overhead "
         f"{w.get('restart_overhead_s', 0):g} s, pausing {'on' if w.get('pause', True) else 'off'}"
         f", suspend to host {'on' if w.get('suspend_to_host') else 'off'}",
         "",
