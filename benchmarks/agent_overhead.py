@@ -8,9 +8,10 @@ The agent runs in a child process of this script, so that its CPU and memory are
    process listed on the GPU with 20 GiB and 30 % of the SMs), in a stand-in NVML
    (``--nvml``): by default ``stub``, the real nvidia-ml-py bindings over
    ``nvml_stub.c``, a stand-in ``libnvidia-ml.so.1`` this script compiles (``cc``; see
-   ``nvml_stub.py``), so that pynvml's own Python (its ctypes structures, its two calls
-   for each process list and per-process sample, its friendly objects) is the agent's, as
-   on a GPU host; or ``fake``, the
+   ``nvml_stub.py``), so that pynvml's own Python (its ctypes structures and function
+   pointers; the agent reads the lists through them in one call each, see
+   ``ebbtide.workers.headroom.nvml_lists``) is the agent's, as on a GPU host; or
+   ``fake``, the
    :class:`~ebbtide.workers.headroom.fake_nvml.FakeNvml` the tests use, whose own Python
    stands for pynvml's.  Then an :class:`~ebbtide.workers.headroom.nvml.NvmlSource` over
    it, a store (SQLite in a temporary directory; ``--db-url`` for another, e.g.

@@ -324,6 +324,14 @@ class Check:
         calls = calls_with_new = new_samples = 0
         # what each query the agent makes costs: (wall, this thread's CPU) per call, s
         queries: dict[str, tuple[list[float], list[float]]] = {q: ([], []) for q in TICK_QUERIES}
+        lists = _list_reader(nvml)  # the lists as the agent reads them: one call each
+        one_call = {
+            "ListReader.compute_processes": lambda: lists.compute_processes(handle),
+            "ListReader.process_utilization": lambda: lists.process_utilization(handle, last_us),
+        }
+        if lists is None:
+            one_call = {}
+        queries.update({q: ([], []) for q in one_call})
         stamps: list[int] = []
         sm_util: list[float] = []
         util_lat: list[float] = []
@@ -347,6 +355,14 @@ class Check:
                 t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     getattr(nvml, query)(handle)
+                except nvml.NVMLError as exc:
+                    errors[f"{query}: {type(exc).__name__}: {exc}"] += 1
+                queries[query][0].append(time.perf_counter() - t0)
+                queries[query][1].append(time.thread_time() - c0)
+            for query, read in one_call.items():
+                t0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    read()
                 except nvml.NVMLError as exc:
                     errors[f"{query}: {type(exc).__name__}: {exc}"] += 1
                 queries[query][0].append(time.perf_counter() - t0)
@@ -748,6 +764,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.evictions < 1:
         p.error("--evictions must be at least 1")
     return args
+
+
+def _list_reader(nvml: Any) -> Any:
+    """The agent's one-call list reader over ``nvml``, where ebbtide is importable here
+    (None where only this script and pynvml are: pynvml's wrappers are timed alone)."""
+    try:
+        from ebbtide.workers.headroom.nvml_lists import ListReader
+    except ImportError:
+        return None
+    return ListReader(nvml)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -337,6 +337,9 @@ def test_every_phase_runs_on_a_simulated_gpu(tmp_path: Path) -> None:
         "nvmlDeviceGetUtilizationRates",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetGraphicsRunningProcesses",
+        # the lists as the agent reads them (one call each over pynvml)
+        "ListReader.compute_processes",
+        "ListReader.process_utilization",
     }
     for q in queries.values():
         assert q["calls"] > 10 and q["wall_us_p50"] > 0 and q["cpu_us_mean"] is not None

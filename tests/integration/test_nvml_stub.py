@@ -73,6 +73,16 @@ CHILD = textwrap.dedent(
                 took = time.perf_counter() - began
                 out["costly_calls"] = sampling_calls() - before
                 stub.set_call_cost(0)
+            if name == "stub" and case.get("again"):  # what the same sample calls again
+                again = []
+                for _ in range(case["again"]):
+                    before = stub.calls()
+                    samples = source.sample(time.time(), offline)
+                    after = stub.calls()
+                    moved = {k: n - before.get(k, 0) for k, n in after.items()}
+                    again.append({k: n for k, n in moved.items() if n})
+                    again[-1].pop("nvmlEventSetWait_v2", None)
+                out["again_calls"] = again
             out[name] = {
                 "devices": [dataclasses.asdict(d) for d in source.devices()],
                 "samples": [
@@ -171,3 +181,32 @@ def test_a_call_costs_what_the_stub_is_told(tmp_path: Path) -> None:
     out = _run(tmp_path, _case(call_cost_s=0.002))
     assert out["costly_calls"] > 0
     assert out["stub"]["took_s"] >= out["costly_calls"] * 0.002
+
+
+def test_a_list_is_read_in_one_call_once_its_array_holds_it(tmp_path: Path) -> None:
+    """pynvml's wrappers ask for every list twice (its size, then its entries): over a
+    GSP driver each call is a round trip to the GPU.  The source keeps an array per query
+    and calls once; a list that outgrew it (40 processes, an array of 8 at first) takes a
+    second call that once, and one call from then on."""
+    many = [[0, 6000 + k, 1 * GIB, 1] for k in range(40)]
+    out = _run(
+        tmp_path,
+        _case(
+            processes=[*many, [1, 5002, 6 * GIB, 15]],
+            owners={str(6000 + k): 100 + k for k in range(0, 40, 2)} | {"5002": 2},
+            again=2,
+        ),
+    )
+    assert out["stub"]["samples"] == out["fake"]["samples"]
+    one_each = {
+        "nvmlDeviceGetMemoryInfo": 2,
+        "nvmlDeviceGetUtilizationRates": 2,
+        "nvmlDeviceGetComputeRunningProcesses_v3": 2,
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": 2,
+        "nvmlDeviceGetProcessUtilization": 2,
+    }
+    assert out["again_calls"] == [one_each, one_each]
+    # the first sample: GPU 0's 40 processes and 40 SM samples outgrew the first arrays
+    first = out["calls"]
+    assert first["nvmlDeviceGetComputeRunningProcesses_v3"] == 2 + 1 + 2 * 2
+    assert first["nvmlDeviceGetProcessUtilization"] == 2 + 1 + 2 * 2

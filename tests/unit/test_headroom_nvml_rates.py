@@ -29,6 +29,7 @@ from ebbtide.workers.headroom.nvml import (
     NvmlSource,
 )
 from ebbtide.workers.headroom.nvml_figures import ProcessSamples
+from ebbtide.workers.headroom.nvml_lists import ListReader
 
 GIB = 1024
 ONLINE, JOB, CHILD, OTHER = 4242, 9001, 9002, 4343
@@ -336,7 +337,7 @@ def test_fresh_samples_asked_for_again_are_those_worked_out_anew(seed: int) -> N
                 )
                 for _ in range(rng.randint(0, 3))
             ]
-            samples.read(nvml, None, now)
+            samples.read(ListReader(nvml), None, now)
         if rng.random() < 0.1:  # the process list was read again
             pids = {pid: None for pid in rng.sample(range(1, 5), rng.randint(0, 4))}
         plain = ProcessSamples(

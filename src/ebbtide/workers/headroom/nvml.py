@@ -117,6 +117,7 @@ from ebbtide.workers.headroom.nvml_figures import (
     fresh_at,
     memory_split,
 )
+from ebbtide.workers.headroom.nvml_lists import ListReader
 from ebbtide.workers.headroom.xid import LOST_XIDS, disables_device, xid_meaning
 
 log = logging.getLogger("ebbtide.headroom.nvml")
@@ -203,6 +204,7 @@ class NvmlSource:
                 ) from None
             nvml = pynvml
         self._nvml = nvml
+        self._lists = ListReader(nvml)
         self._clock = clock
         self._utilization_period_s = utilization_period_s
         self._process_list_period_s = process_list_period_s
@@ -356,7 +358,7 @@ class NvmlSource:
         ):
             readings.shares_at = now
             try:
-                samples.read(nvml, slot.handle, now)
+                samples.read(self._lists, slot.handle, now)
             except (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission):
                 readings.shares_supported = False
         index = slot.info.index
@@ -458,10 +460,10 @@ class NvmlSource:
         with ``by_instance``, pid → (that, GPU-instance id).  ``readings``: a GPU that
         said once that it lists no graphics processes is not asked again."""
         nvml = self._nvml
-        listed = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        listed = self._lists.compute_processes(handle)
         if readings is None or readings.graphics:
             try:
-                listed += nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)
+                listed += self._lists.graphics_processes(handle)
             except nvml.NVMLError_NotSupported:
                 if readings is not None:
                     readings.graphics = False
@@ -473,7 +475,7 @@ class NvmlSource:
                 seen = memory_b[proc.pid]
                 used = None if used is None or seen is None else max(used, seen)
             memory_b[proc.pid] = used
-            instance[proc.pid] = getattr(proc, "gpuInstanceId", None)
+            instance[proc.pid] = proc.gpuInstanceId
         if by_instance:
             return {pid: (used, instance[pid]) for pid, used in memory_b.items()}
         return memory_b

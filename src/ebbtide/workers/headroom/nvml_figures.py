@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ebbtide.workers.headroom.base import ComputeBasis, DeviceSample, JobUsage, Offline
+from ebbtide.workers.headroom.nvml_lists import ListReader
 
 MIB_B = 1024 * 1024
 _S_US = 1_000_000
@@ -43,7 +44,7 @@ class ProcessSamples:
     #: the same dict: a GPU is sampled 20 times a second, its SM samples read a few)
     _fresh: tuple[int, Container[int], dict[int, int]] | None = field(default=None, repr=False)
 
-    def read(self, nvml: Any, handle: Any, now: float) -> None:
+    def read(self, lists: ListReader, handle: Any, now: float) -> None:
         """Take in the samples newer than the newest seen.  Raises ``NotSupported`` /
         ``NoPermission`` where the GPU keeps no samples."""
         now_us = round(now * _S_US)
@@ -52,17 +53,14 @@ class ProcessSamples:
             self.newest_us, self.latest = 0, {}
             self.pruned_at_us, self.prune_at_us = -math.inf, math.inf
             self.version += 1
-        try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self.newest_us)
-        except nvml.NVMLError_NotFound:  # none newer: what was seen still holds
-            samples = []
-        for s in samples:
-            stamp = int(s.timeStamp)
+        # none newer: what was seen still holds
+        for s in lists.process_utilization(handle, self.newest_us):
+            stamp = s.timeStamp
             if stamp > now_us + max_age_us:  # not to be trusted, nor to stop the asking
                 continue
             seen = self.latest.get(s.pid)
             if seen is None or stamp >= seen[0]:
-                self.latest[s.pid] = (stamp, int(s.smUtil))
+                self.latest[s.pid] = (stamp, s.smUtil)
                 self.prune_at_us = min(self.prune_at_us, stamp + max_age_us + 1)
                 self.version += 1
             self.newest_us = max(self.newest_us, stamp)
