@@ -167,3 +167,37 @@ def test_sbatch_time_zero_is_no_limit_as_slurm_reads_it(home: Path) -> None:
     assert result.exit_code == 0, result.output
     assert any("no walltime" in n for n in json.loads(result.stdout)["notes"])
     assert json.loads(ebb("qstat", "-f", "1", "--json"))["submitted"]["walltime_s"] is None
+
+
+def test_l_deadline_and_deadline_that_disagree_are_refused(home: Path, tmp_path: Path) -> None:
+    """``qsub -l deadline=30s --deadline 60s`` kept 60 s and said nothing; the same value
+    twice is fine, and the command line still overrides the script's directive."""
+    result = run("qsub", "-l", "gpu=20%,deadline=30s", "--deadline", "60s", "--", "true")
+    assert result.exit_code == 1, result.output
+    assert "--deadline: gives the deadline as '60s' and -l deadline= as '30s'" in result.output
+    assert "Traceback" not in result.output
+    assert jobs() == {}  # nothing submitted
+    ebb("qsub", "-l", "gpu=20%,deadline=30s", "--deadline", "30", "--", "true")  # 1: the same
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#PBS -l gpu=20%,deadline=30s\ntrue\n")
+    ebb("qsub", "--deadline", "45s", str(script))  # 2: the command line's
+    got = jobs()
+    assert (got[1]["deadline_s"], got[2]["deadline_s"]) == (30.0, 45.0)
+
+
+def test_depend_on_an_array_with_brackets_waits_for_the_whole_array(home: Path) -> None:
+    """``-W depend=afterok:1[]`` dropped the ``[]`` and waited for task 1 alone (an array's
+    id is its first task's); on a job that is no array it was taken in silence."""
+    ebb("qsub", "-J", "1-3", "-l", "gpu=20%", "--", "true")  # 1, 2, 3
+    ebb("qsub", "-l", "gpu=20%", "-W", "depend=afterok:1[]", "--", "true")  # 4
+    described = json.loads(ebb("qstat", "-f", "4", "--json"))
+    assert described["depends"] == [{"kind": "afterok", "job_id": 1, "array": True}]
+    assert described["state"] == "waiting"
+    shown = ebb("qstat", "-f", "4")
+    assert "depends: afterok:1[]" in shown
+    assert "depends: none" in ebb("qstat", "-f", "2")
+    result = run("qsub", "-l", "gpu=20%", "-W", "depend=afterok:4[]", "--", "true")
+    assert result.exit_code == 1, result.output
+    assert "job 4 is not an array: depend on 4, without []" in result.output
+    assert "Traceback" not in result.output
+    assert sorted(jobs()) == [1, 2, 3, 4]  # nothing more submitted

@@ -721,6 +721,43 @@ def test_promote_waiting_needs_every_dependency(store: Store) -> None:
     assert store.get(job_id).state == S.QUEUED
 
 
+def test_an_array_dependency_waits_for_every_task(store: Store) -> None:
+    """``-W depend=afterok:12[]`` waited for task 12 alone (the ``[]`` was dropped, and
+    an array's id is its first task's): it waits for the whole array, as PBS's does."""
+    first, second, third = store.submit(
+        JobSpec(command=["true"], array={"start": 1, "end": 3}), "alice", defaults_deadline_s=30
+    )
+    whole = submit(store, depends=[{"kind": "afterok", "job_id": first, "array": True}])
+    task = submit(store, depends=[{"kind": "afterok", "job_id": first}])
+    failed = submit(store, depends=[{"kind": "afternotok", "job_id": first, "array": True}])
+    assert store.get(whole).state == S.WAITING
+    _finish(store, first, 0)
+    assert store.promote_waiting() == [task]  # the first task alone is done
+    _finish(store, second, 0)
+    assert store.promote_waiting() == []
+    assert (store.get(whole).state, store.get(failed).state) == (S.WAITING, S.WAITING)
+    _finish(store, third, 0)
+    assert sorted(store.promote_waiting()) == sorted([whole, failed])
+    assert store.get(whole).state == S.QUEUED
+    assert store.get(failed).state == S.CANCELLED  # every task succeeded: never met
+    why = f"afternotok:{first}[] can never be met (array {first} succeeded)"
+    assert why in store.get(failed).reason
+
+
+def test_an_array_dependency_on_a_job_that_is_none_is_refused(store: Store) -> None:
+    lone = submit(store)
+    with pytest.raises(SpecError, match=f"job {lone} is not an array: depend on {lone}, without"):
+        submit(store, depends=[{"kind": "afterok", "job_id": lone, "array": True}])
+    assert [j.id for j in store.list_jobs()] == [lone]  # nothing submitted
+    tasks = store.submit(
+        JobSpec(command=["true"], array={"start": 1, "end": 2}), "alice", defaults_deadline_s=30
+    )
+    _finish(store, tasks[0], 0)
+    store.cancel(tasks[1], user="alice")  # the array can never succeed
+    with pytest.raises(SpecError, match=rf"afterok:{tasks[0]}\[\] can never be met \(array"):
+        submit(store, depends=[{"kind": "afterok", "job_id": tasks[0], "array": True}])
+
+
 def test_promote_waiting_gives_up_early(store: Store) -> None:
     """One dependency that can never be met cancels the job even while others run."""
     a = submit(store)

@@ -166,16 +166,18 @@ def test_array_bad(text: str, message: str) -> None:
         ),
         ("depend=afternotok:7", [("afternotok", 7)]),
         ("depend=afterok:12.server", [("afterok", 12)]),
-        ("depend=afterok:12[]", [("afterok", 12)]),
-        ("depend=afterok:12[].head.example.org", [("afterok", 12)]),
+        ("depend=afterok:12[]", [("afterok", 12, True)]),
+        ("depend=afterok:12[].head.example.org", [("afterok", 12, True)]),
+        ("depend=afterok:12[]:12", [("afterok", 12, True), ("afterok", 12)]),
         ("depend=afterok:12:12", [("afterok", 12)]),
     ],
 )
-def test_depend(text: str, expected: list[tuple[str, int]]) -> None:
+def test_depend(text: str, expected: list[tuple[object, ...]]) -> None:
+    """(kind, id) of each dependency, and True after them for a whole array (``12[]``)."""
     deps = parse_depend(text)
-    assert [(d["kind"], d["job_id"]) for d in deps] == expected
+    assert [(d["kind"], d["job_id"], *([True] if d.get("array") else [])) for d in deps] == expected
     spec = JobSpec(command=["true"], depends=deps)
-    assert [(d.kind, d.job_id) for d in spec.depends] == expected
+    assert [(d.kind, d.job_id, *([True] if d.array else [])) for d in spec.depends] == expected
 
 
 @pytest.mark.parametrize(
@@ -409,8 +411,8 @@ def test_build_command_only_defaults() -> None:
             {"gpu": "50%", "gpumem": "4GiB", "walltime": "1h"},
         ),
         ("#PBS -l ngpus=2", QsubOptions(resources=["gpu=25%"]), {"gpu": "25%"}),
-        # --deadline beats -l deadline within a source; the command line beats the script
-        ("#EBB --deadline 20s -l deadline=10s", QsubOptions(), {"deadline": "20s"}),
+        # --deadline and -l deadline agree within a source; the command line beats the script
+        ("#EBB --deadline 20s -l deadline=20", QsubOptions(), {"deadline": "20s"}),
         ("#EBB --deadline 20s", QsubOptions(resources=["deadline=5s"]), {"deadline": "5s"}),
         ("#PBS -l deadline=20s", QsubOptions(deadline="7s"), {"deadline": "7s"}),
         # -v and -W lists: the command line's replace the script's
@@ -453,6 +455,11 @@ def test_precedence(directive: str, cli: QsubOptions, expected: dict) -> None:
         ("#EBB --kind nap", QsubOptions(), "train.sh line 1: --kind: expected one of training"),
         ("#EBB --deadline soon", QsubOptions(), "train.sh line 1: --deadline: expected a duration"),
         ("#EBB --deadline 2h", QsubOptions(), "train.sh line 1: --deadline: must be at most"),
+        (
+            "#EBB --deadline 20s -l deadline=10s",
+            QsubOptions(),
+            "train.sh line 1: --deadline: gives the deadline as '20s' and -l deadline= as '10s'",
+        ),
         ("#EBB --signal NOPE", QsubOptions(), "train.sh line 1: --signal: unknown signal"),
         (
             "#EBB --max-attempts 0",

@@ -356,9 +356,19 @@ def _states(states: Sequence[str]) -> StateFilter:
 
 def _shown_value(key: str, value: Any) -> Any:
     """A ``qstat -f`` value for people: times (``*_at``, ``backoff_until``) as local ISO
-    timestamps."""
+    timestamps, dependencies as ``-W depend=`` has them (``afterok:12[],afterany:13``)."""
     if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+    if key == "depends" and isinstance(value, list):
+        return (
+            "none"
+            if not value
+            else ",".join(
+                f"{d.get('kind')}:{d.get('job_id')}{'[]' if d.get('array') else ''}"
+                for d in value
+                if isinstance(d, dict)
+            )
+        )
     return value
 
 

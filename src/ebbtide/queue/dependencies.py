@@ -1,24 +1,65 @@
-"""Job dependencies (``afterok``, ``afternotok``, ``afterany``): met, pending or never."""
+"""Job dependencies (``afterok``, ``afternotok``, ``afterany``): met, pending or never.
+
+A dependency names a job, or with ``array`` (PBS's ``afterok:12[]``) the whole array whose
+id it is: its tasks' states together (:func:`array_state`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ebbtide.queue.states import FINAL_STATES, JobState
 
+_FINAL = frozenset(s.value for s in FINAL_STATES)
+
+
+def array_state(task_states: Iterable[str]) -> str | None:
+    """An array's state as its dependents see it: a task's that is not final while one
+    is not; ``succeeded`` once every task succeeded; else ``failed`` if one failed, else
+    ``cancelled``.  None: no tasks."""
+    states = list(task_states)
+    if not states:
+        return None
+    for state in states:
+        if state not in _FINAL:
+            return state
+    if all(s == JobState.SUCCEEDED for s in states):
+        return JobState.SUCCEEDED.value
+    if any(s == JobState.FAILED for s in states):
+        return JobState.FAILED.value
+    return JobState.CANCELLED.value
+
+
+def array_states(tasks: Iterable[tuple[int, str]]) -> dict[int, str]:
+    """Each array's :func:`array_state`, from its tasks' ``(array_id, state)``."""
+    by_array: dict[int, list[str]] = {}
+    for array_id, state in tasks:
+        by_array.setdefault(array_id, []).append(state)
+    return {a: s for a, states in by_array.items() if (s := array_state(states)) is not None}
+
+
+def split_ids(depends: Iterable[Mapping[str, Any]]) -> tuple[set[int], set[int]]:
+    """The ids the dependencies name (arrays' included), and those named as arrays."""
+    depends = list(depends)
+    return {d["job_id"] for d in depends}, {d["job_id"] for d in depends if d.get("array")}
+
 
 def dependencies_verdict(
-    depends: list[dict[str, Any]], dep_state: dict[int, str]
+    depends: list[dict[str, Any]],
+    dep_state: dict[int, str],
+    arrays: Mapping[int, str] | None = None,
 ) -> tuple[str, str]:
-    """``("met" | "pending" | "never", why)`` for a job's dependency list."""
+    """``("met" | "pending" | "never", why)`` for a job's dependency list; ``arrays``:
+    the state of each array named with ``array`` (see :func:`array_states`)."""
     pending = False
     for dep in depends:
-        state = dep_state.get(dep["job_id"])
+        whole = bool(dep.get("array"))
+        state = (arrays or {}).get(dep["job_id"]) if whole else dep_state.get(dep["job_id"])
         kind = dep["kind"]
-        label = f"{kind}:{dep['job_id']}"
+        label = f"{kind}:{dep['job_id']}{'[]' if whole else ''}"
         if state is None:
-            return "never", f"dependency {label} names no job"
-        final = state in {s.value for s in FINAL_STATES}
+            return "never", f"dependency {label} names no {'array' if whole else 'job'}"
+        final = state in _FINAL
         if not final:
             pending = True
             continue
@@ -28,5 +69,6 @@ def dependencies_verdict(
             "afterany": True,
         }[kind]
         if not ok:
-            return "never", f"dependency {label} can never be met (job {dep['job_id']} {state})"
+            what = f"array {dep['job_id']}" if whole else f"job {dep['job_id']}"
+            return "never", f"dependency {label} can never be met ({what} {state})"
     return ("pending", "waiting for dependencies") if pending else ("met", "")

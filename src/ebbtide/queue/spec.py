@@ -81,6 +81,8 @@ class Dependency(BaseModel):
 
     kind: DependencyKind
     job_id: Annotated[int, Field(gt=0, le=MAX_INT64)]
+    #: on the whole array ``job_id`` names (PBS's ``12[]``): its tasks' states together
+    array: bool = False
 
 
 ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
@@ -288,12 +290,17 @@ class JobSpec(BaseModel):
                 out.append(item)
                 continue
             kind, _, ids = item.partition(":")
-            if not ids or not all(i.strip().isdigit() for i in ids.split(":")):
+            named = [i.strip() for i in ids.split(":")]
+            if not ids or not all(i.removesuffix("[]").isdigit() for i in named):
                 raise ValueError(
-                    f"expected KIND:ID[:ID] like 'afterok:12' or {{'kind': 'afterok', "
-                    f"'job_id': 12}}, got {shown(item, 60)}"
+                    f"expected KIND:ID[:ID] like 'afterok:12' (12[]: the whole array 12) or "
+                    f"{{'kind': 'afterok', 'job_id': 12}}, got {shown(item, 60)}"
                 )
-            out.extend({"kind": kind.strip(), "job_id": int(i)} for i in ids.split(":"))
+            for i in named:
+                dep: dict[str, Any] = {"kind": kind.strip(), "job_id": int(i.removesuffix("[]"))}
+                if i.endswith("[]"):
+                    dep["array"] = True
+                out.append(dep)
         return out
 
     @field_validator("name")

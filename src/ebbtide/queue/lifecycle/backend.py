@@ -132,6 +132,10 @@ class Backend(Protocol):
         """The state of each of these jobs that exists, by id."""
         ...
 
+    def _tasks_of(self, array_ids: Collection[int]) -> list[tuple[int, str]]:
+        """``(array_id, state)`` of every task of these arrays."""
+        ...
+
     def _overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
         """The ids of the queue's queued jobs evicted ``max_preemptions`` times or more
         since they were last released."""

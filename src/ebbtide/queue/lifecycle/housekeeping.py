@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 
 from ebbtide.errors import InvalidTransition, StaleState
-from ebbtide.queue.dependencies import dependencies_verdict
+from ebbtide.queue.dependencies import array_states, dependencies_verdict, split_ids
 from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PURGE_PAUSE_S, PurgeResult
 from ebbtide.queue.states import EventType, JobState
@@ -23,11 +23,12 @@ class HousekeepingLogic(Shared):
         waiting = self.list_jobs(states=[JobState.WAITING])
         if not waiting:
             return []
-        dep_ids = {d["job_id"] for j in waiting for d in json.loads(j.depends_json)}
+        dep_ids, array_ids = split_ids(d for j in waiting for d in json.loads(j.depends_json))
         dep_state = self._states_of(dep_ids)
+        arrays = array_states(self._tasks_of(array_ids)) if array_ids else {}
         changed = []
         for job in waiting:
-            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state)
+            verdict, why = dependencies_verdict(json.loads(job.depends_json), dep_state, arrays)
             try:
                 if verdict == "met":
                     self.transition(

@@ -13,14 +13,23 @@ from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import JobState, check_transition
 
 
-def check_dependencies(depends: list[dict[str, Any]], states: dict[int, str]) -> None:
+def check_dependencies(
+    depends: list[dict[str, Any]], states: dict[int, str], arrays: dict[int, str]
+) -> None:
     """Refuse a job whose dependencies name no job (``states``: each named job's state,
-    as the store holds it) or can never be met (``afterok`` on a job that has failed):
-    it would be cancelled the moment it was submitted."""
+    as the store holds it), name as an array (``12[]``) a job that is none (``arrays``:
+    each named array's state, see :func:`~ebbtide.queue.dependencies.array_states`), or
+    can never be met (``afterok`` on a job that has failed): it would be cancelled the
+    moment it was submitted."""
     missing = sorted({d["job_id"] for d in depends} - set(states))
     if missing:
         raise SpecError("depends", f"no job with id {missing[0]}")
-    verdict, why = dependencies_verdict(depends, states)
+    lone = sorted({d["job_id"] for d in depends if d.get("array")} - set(arrays))
+    if lone:
+        raise SpecError(
+            "depends", f"job {lone[0]} is not an array: depend on {lone[0]}, without []"
+        )
+    verdict, why = dependencies_verdict(depends, states, arrays)
     if verdict == "never":
         raise SpecError("depends", f"{why}: the job could never run")
 

@@ -13,6 +13,11 @@ from ebbtide.queue.memory.queries import MemoryQueryMixin
 from ebbtide.queue.states import JobState
 
 
+def tasks_of(jobs: dict[int, dict[str, Any]], array_ids: Collection[int]) -> list[tuple[int, str]]:
+    """``(array_id, state)`` of every task of these arrays."""
+    return [(j["array_id"], j["state"]) for j in jobs.values() if j.get("array_id") in array_ids]
+
+
 class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
     """Dependencies, reasons, holds for evictions; nodes and the published policy (the
     user actions are the shared :class:`~ebbtide.queue.lifecycle.user_actions.UserActionLogic`)."""
@@ -23,6 +28,10 @@ class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
         with self._data.lock:
             jobs = self._data.jobs
             return {i: jobs[i]["state"] for i in job_ids if i in jobs}
+
+    def _tasks_of(self, array_ids: Collection[int]) -> list[tuple[int, str]]:
+        with self._data.lock:
+            return tasks_of(self._data.jobs, array_ids)
 
     def set_reasons(self, reasons: dict[int, str]) -> int:
         """Record why queued jobs wait; only rows whose reason changed are written.

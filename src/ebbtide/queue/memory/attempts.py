@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ebbtide.queue.dependencies import array_states, split_ids
 from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
+from ebbtide.queue.memory.actions import tasks_of
 from ebbtide.queue.memory.queries import MemoryQueryMixin
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import (
@@ -32,10 +34,12 @@ class MemoryAttemptMixin(MemoryQueryMixin):
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
-        depends = [d.model_dump() for d in spec.depends]
+        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
         with self._tx() as data:
-            named = {d["job_id"] for d in depends} & set(data.jobs)
-            check_dependencies(depends, {i: data.jobs[i]["state"] for i in named})
+            wanted, arrays = split_ids(depends)
+            states = {i: data.jobs[i]["state"] for i in wanted & set(data.jobs)}
+            tasks = tasks_of(data.jobs, arrays) if arrays else []
+            check_dependencies(depends, states, array_states(tasks))
             row = new_job_row(
                 spec,
                 owner,

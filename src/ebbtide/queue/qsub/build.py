@@ -36,6 +36,19 @@ from ebbtide.queue.spec import JobSpec
 JOB_KINDS = ("training", "inference", "batch")
 
 
+def _same_deadline(from_l: str | None, given: str, where: str | None, flag: str) -> None:
+    """``-l deadline=`` and ``--deadline`` in the same place must agree: one of them
+    would be dropped in silence (the command line still overrides the script's)."""
+    if from_l is None:
+        return
+    if units.parse_duration_s(from_l) != units.parse_duration_s(given):
+        raise _error(
+            where,
+            flag,
+            f"gives the deadline as {given!r} and -l deadline= as {from_l!r}: give one of them",
+        )
+
+
 def _pick(cli: QsubOptions, directives: QsubOptions, name: str) -> tuple[Any, str | None]:
     """An option's value and where it came from: the command line's, else the script's."""
     value = getattr(cli, name)
@@ -89,13 +102,17 @@ def build_spec_kwargs(
 
     resources: dict[str, str] = {}
     for src in (directives, cli):
+        # this source's -l resources (the command line's, or the script's)
+        named: dict[str, str] = {}
         for i, text in enumerate(src.resources):
             where = src.origin.get(f"resources.{i}")
-            resources.update(parse_resources(text, where=where, notes=notes))
+            named.update(parse_resources(text, where=where, notes=notes))
+        resources.update(named)
         if src.deadline is not None:
             where = src.origin.get("deadline")
             flag = src.origin.get("deadline.flag", "--deadline")
             check_resource("deadline", src.deadline, where, flag)
+            _same_deadline(named.get("deadline"), src.deadline, where, flag)
             resources["deadline"] = src.deadline
     kwargs.update(resources)
 

@@ -22,7 +22,7 @@ _INT_RANGES = {"priority": (-1024, 1023), "max_attempts": (1, 100)}
 DEPEND_FORMS = "depend=TYPE:ID[:ID...][,TYPE:ID...] with TYPE one of afterok, afternotok, afterany"
 
 # Numbers are ASCII digits, at most 30 of them (more is never a sane value).
-_JOB_ID_RE = re.compile(r"([0-9]{1,30})(?:\[\])?(?:\.[A-Za-z0-9_.\-]+)?")
+_JOB_ID_RE = re.compile(r"([0-9]{1,30})(\[\])?(?:\.[A-Za-z0-9_.\-]+)?")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -39,7 +39,8 @@ def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
     return result
 
 
-def _job_id(text: str, where: str | None) -> int:
+def _job_id(text: str, where: str | None) -> tuple[int, bool]:
+    """The id, and whether it names a whole array (``12[]``)."""
     m = _JOB_ID_RE.fullmatch(text.strip())
     if not m or int(m.group(1)) < 1:
         raise _error(
@@ -51,14 +52,14 @@ def _job_id(text: str, where: str | None) -> int:
         raise _error(
             where, "-W", f"job ids go up to {units.MAX_INT64}, got {units.shown(text, 60)}"
         )
-    return int(m.group(1))
+    return int(m.group(1)), m.group(2) is not None
 
 
 def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]:
     """Parse ``-W depend=afterok:12:13,afterany:14`` into Dependency kwargs.
 
-    Ids may carry a server suffix (``12.server``) or an array marker (``12[]``);
-    both are stripped.  Repeated (kind, id) pairs are kept once.
+    Ids may carry a server suffix (``12.server``, stripped) or an array marker
+    (``12[]``: the whole array 12, ``array: True``).  Repeated dependencies are kept once.
     """
     attr, sep, value = text.strip().partition("=")
     if not sep or attr.strip() != "depend":
@@ -75,7 +76,10 @@ def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]
         if not ids:
             raise _error(where, "-W", f"{kind} needs at least one job id, like {kind}:12")
         for raw in ids:
-            dep = {"kind": kind, "job_id": _job_id(raw, where)}
+            job_id, array = _job_id(raw, where)
+            dep: dict[str, Any] = {"kind": kind, "job_id": job_id}
+            if array:
+                dep["array"] = True
             if dep not in result:
                 result.append(dep)
                 _check_dependency_count(len(result), where)

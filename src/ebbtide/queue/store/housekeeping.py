@@ -13,7 +13,7 @@ from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PurgeResult
 from ebbtide.queue.states import JobState
 from ebbtide.queue.store.base import JOBS
 from ebbtide.queue.store.purge import Purger, oldest_finished_at
-from ebbtide.queue.store.queries import QueryMixin
+from ebbtide.queue.store.queries import QueryMixin, array_tasks
 
 
 class HousekeepingMixin(QueryMixin, HousekeepingLogic):
@@ -25,6 +25,10 @@ class HousekeepingMixin(QueryMixin, HousekeepingLogic):
             return dict(
                 conn.execute(sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(job_ids))).all()
             )
+
+    def _tasks_of(self, array_ids: Collection[int]) -> list[tuple[int, str]]:
+        with self._read() as conn:
+            return array_tasks(conn, array_ids)
 
     def set_reasons(self, reasons: dict[int, str]) -> int:
         """Record why queued jobs wait (policy, quota, room); only rows whose reason

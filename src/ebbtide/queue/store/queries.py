@@ -22,6 +22,12 @@ from ebbtide.queue.store.transitions import TransitionMixin
 from ebbtide.scheduling.snapshot import ActiveAttempt, QueuedJob
 
 
+def array_tasks(conn: Connection, array_ids: Iterable[int]) -> list[tuple[int, str]]:
+    """``(array_id, state)`` of every task of these arrays."""
+    stmt = sa.select(JOBS.c.array_id, JOBS.c.state).where(JOBS.c.array_id.in_(list(array_ids)))
+    return [(int(a), str(s)) for a, s in conn.execute(stmt).all()]
+
+
 def job_to_dict(job: Job) -> dict[str, Any]:
     """The JSON shape of a job in ``qstat --json`` and the SDK."""
     data = job.model_dump()

@@ -8,10 +8,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ebbtide.queue.dependencies import array_states, split_ids
 from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import EventType
 from ebbtide.queue.store.base import EVENTS, JOBS, StoreBase
+from ebbtide.queue.store.queries import array_tasks
 
 
 class SubmissionMixin(StoreBase):
@@ -42,16 +44,19 @@ class SubmissionMixin(StoreBase):
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
-        depends = [d.model_dump() for d in spec.depends]
+        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
         with self._tx() as conn:
             if depends:
-                wanted = {d["job_id"] for d in depends}
+                wanted, arrays = split_ids(depends)
                 named = sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(wanted))
                 if conn.dialect.name == "postgresql":
                     # a purge locks the jobs it removes before it reads who depends on
-                    # them: one of the two waits for the other (queue/purge.py)
+                    # them: one of the two waits for the other (queue/purge.py; a task
+                    # depended on keeps its array's tasks not yet gone)
                     named = named.with_for_update(read=True)
-                check_dependencies(depends, {r[0]: r[1] for r in conn.execute(named)})
+                states = {r[0]: r[1] for r in conn.execute(named)}
+                tasks = array_tasks(conn, arrays) if arrays else []
+                check_dependencies(depends, states, array_states(tasks))
             row = new_job_row(
                 spec,
                 owner,
