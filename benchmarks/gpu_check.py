@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -324,14 +325,20 @@ class Check:
         calls = calls_with_new = new_samples = 0
         # what each query the agent makes costs: (wall, this thread's CPU) per call, s
         queries: dict[str, tuple[list[float], list[float]]] = {q: ([], []) for q in TICK_QUERIES}
-        lists = _list_reader(nvml)  # the lists as the agent reads them: one call each
-        one_call = {
-            "ListReader.compute_processes": lambda: lists.compute_processes(handle),
-            "ListReader.process_utilization": lambda: lists.process_utilization(handle, last_us),
-        }
-        if lists is None:
-            one_call = {}
-        queries.update({q: ([], []) for q in one_call})
+
+        # each query but the first (timed with its samples), with the handle alone; then
+        # the lists as the agent reads them (one call each), where ebbtide is here
+        def asking(name: str) -> Callable[[], object]:
+            return lambda: getattr(nvml, name)(handle)
+
+        timed = {q: asking(q) for q in TICK_QUERIES[1:]}
+        lists = _list_reader(nvml)
+        if lists is not None:
+            timed["ListReader.compute_processes"] = lambda: lists.compute_processes(handle)
+            timed["ListReader.process_utilization"] = lambda: lists.process_utilization(
+                handle, last_us
+            )
+        queries.update({q: ([], []) for q in timed if q not in queries})
         stamps: list[int] = []
         sm_util: list[float] = []
         util_lat: list[float] = []
@@ -351,15 +358,7 @@ class Check:
             util_lat.append(time.perf_counter() - t0)
             queries[PROCESS_UTILIZATION][1].append(time.thread_time() - c0)
             queries[PROCESS_UTILIZATION][0].append(util_lat[-1])
-            for query in TICK_QUERIES[1:]:
-                t0, c0 = time.perf_counter(), time.thread_time()
-                try:
-                    getattr(nvml, query)(handle)
-                except nvml.NVMLError as exc:
-                    errors[f"{query}: {type(exc).__name__}: {exc}"] += 1
-                queries[query][0].append(time.perf_counter() - t0)
-                queries[query][1].append(time.thread_time() - c0)
-            for query, read in one_call.items():
+            for query, read in timed.items():
                 t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     read()

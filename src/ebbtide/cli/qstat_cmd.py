@@ -360,15 +360,12 @@ def _shown_value(key: str, value: Any) -> Any:
     if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
     if key == "depends" and isinstance(value, list):
-        return (
-            "none"
-            if not value
-            else ",".join(
-                f"{d.get('kind')}:{d.get('job_id')}{'[]' if d.get('array') else ''}"
-                for d in value
-                if isinstance(d, dict)
-            )
-        )
+        shown = [
+            f"{d.get('kind')}:{d.get('job_id')}{'[]' if d.get('array') else ''}"
+            for d in value
+            if isinstance(d, dict)
+        ]
+        return ",".join(shown) or "none"
     return value
 
 

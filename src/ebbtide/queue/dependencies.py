@@ -52,9 +52,10 @@ def dependencies_verdict(
     """``("met" | "pending" | "never", why)`` for a job's dependency list; ``arrays``:
     the state of each array named with ``array`` (see :func:`array_states`)."""
     pending = False
+    arrays = arrays or {}
     for dep in depends:
         whole = bool(dep.get("array"))
-        state = (arrays or {}).get(dep["job_id"]) if whole else dep_state.get(dep["job_id"])
+        state = (arrays if whole else dep_state).get(dep["job_id"])
         kind = dep["kind"]
         label = f"{kind}:{dep['job_id']}{'[]' if whole else ''}"
         if state is None:

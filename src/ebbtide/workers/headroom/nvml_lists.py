@@ -19,6 +19,7 @@ that lends pynvml's constants and errors), it calls the module's own wrappers.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 
@@ -72,31 +73,24 @@ class ListReader:
             except nvml.NVMLError_NotFound:
                 return []
             return [Sample(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in samples]
-        name = "nvmlDeviceGetProcessUtilization"
-        fn = nvml._nvmlGetFunctionPointer(name)
         stamp = ctypes.c_ulonglong(since_us)
-        count = ctypes.c_uint(0)
-        for _ in range(2):
-            array = self._array(name, nvml.c_nvmlProcessUtilizationSample_t, count.value)
-            count.value = len(array)
-            ret = fn(handle, array, ctypes.byref(count), stamp)
-            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
+        ret, entries = self._read(
+            "nvmlDeviceGetProcessUtilization",
+            nvml.c_nvmlProcessUtilizationSample_t,
+            lambda fn, array, count: fn(handle, array, count, stamp),
+        )
         if ret == nvml.NVML_ERROR_NOT_FOUND:
             return []
         nvml._nvmlCheckReturn(ret)
-        return [Sample(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in array[: count.value]]
+        return [Sample(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in entries]
 
     def _processes(self, name: str, handle: Any) -> list[Process]:
         nvml = self._nvml
-        fn = nvml._nvmlGetFunctionPointer(name)
-        count = ctypes.c_uint(0)
-        for _ in range(2):
-            array = self._array(name, nvml.c_nvmlProcessInfo_v3_t, count.value)
-            count.value = len(array)
-            ret = fn(handle, ctypes.byref(count), array)
-            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
+        ret, entries = self._read(
+            name,
+            nvml.c_nvmlProcessInfo_v3_t,
+            lambda fn, array, count: fn(handle, count, array),
+        )
         nvml._nvmlCheckReturn(ret)
         unknown = nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
         return [
@@ -105,16 +99,27 @@ class ListReader:
                 None if p.usedGpuMemory == unknown else int(p.usedGpuMemory),
                 int(p.gpuInstanceId),
             )
-            for p in array[: count.value]
+            for p in entries
         ]
 
-    def _array(self, name: str, entry: Any, needed: int) -> Any:
-        """The array kept for ``name``, made larger when ``needed`` entries outgrow it."""
-        array = self._arrays.get(name)
-        if array is None or len(array) < needed:
-            size = max(FIRST_SIZE, needed * 2 + 5)
-            array = self._arrays[name] = (entry * size)()
-        return array
+    def _read(
+        self, name: str, entry: Any, call: Callable[[Any, Any, Any], int]
+    ) -> tuple[int, list[Any]]:
+        """NVML's answer to ``name`` and the entries it filled: ``call(fn, array,
+        byref(count))`` with the array kept for it, once more with a larger one when the
+        answer outgrew it (``INSUFFICIENT_SIZE``, with the count needed)."""
+        fn = self._nvml._nvmlGetFunctionPointer(name)
+        count = ctypes.c_uint(0)
+        for _ in range(2):
+            array: Any = self._arrays.get(name)
+            if array is None or len(array) < count.value:
+                size = max(FIRST_SIZE, count.value * 2 + 5)
+                array = self._arrays[name] = (entry * size)()
+            count.value = len(array)
+            ret = call(fn, array, ctypes.byref(count))
+            if ret != self._nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+        return ret, array[: count.value]
 
 
 def _own_bindings(nvml: Any) -> bool:
