@@ -33,6 +33,8 @@ DEFAULT_TAIL_BYTES = 1024 * 1024
 MAX_TAIL_BYTES = 64 * 1024 * 1024
 
 STREAMS = ("stdout", "stderr")
+#: A job joined with ``-j oe`` (``eo``) and no file named: the kept log both streams go to
+JOINED_LOG = {"oe": "stdout", "eo": "stderr"}
 
 
 @dataclass(frozen=True)

@@ -330,8 +330,8 @@ def with_whole_gpu_memory(
         return spec, (
             f"{spec.gpus} whole GPU{plural} with no gpumem, and no node has reported its "
             f"cards yet: granted {format_mib(spec.memory_mib)} of memory on each (the "
-            "default); -l gpumem=SIZE asks for what it needs (ebb qalter can change it "
-            "until it starts)"
+            f"default); {_gpumem_flag(spec)} asks for what it needs (ebb qalter can change "
+            "it until it starts)"
         )
     # MIG instances are GPUs to the planner, but a whole GPU asked for means a card
     cards = [(name, d) for name, d in devices if d.get("mig_parent") is None]
@@ -348,11 +348,17 @@ def with_whole_gpu_memory(
     note = (
         f"{spec.gpus} whole GPU{plural} with no gpumem: granted {format_mib(memory)} of "
         f"memory on each, {what} ({format_mib(card)}){kept}; "
-        "-l gpumem=SIZE asks for less"
+        f"{_gpumem_flag(spec)} asks for less"
     )
     return spec.model_copy(update={"memory_mib": memory}), note + _room_now(
         devices, memory, margin_mib
     )
+
+
+def _gpumem_flag(spec: JobSpec) -> str:
+    """How the submitter asks for GPU memory: Slurm has no flag for it (its
+    ``--mem-per-gpu`` is host memory), so a Slurm script says it on an ``#EBB`` line."""
+    return "an '#EBB -l gpumem=SIZE' line" if spec.compat == "slurm" else "-l gpumem=SIZE"
 
 
 def _room_now(devices: Sequence[tuple[str, dict[str, Any]]], memory: int, margin: float) -> str:

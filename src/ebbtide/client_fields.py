@@ -70,6 +70,7 @@ def altered_spec(spec: Any, changes: dict[str, Any]) -> Any:
 #: What ``qstat -f`` shows of a job as it was submitted, beside the job's state.
 SUBMITTED_FIELDS = (
     "command",
+    "script_path",
     "args",
     "cwd",
     "walltime_s",
@@ -128,7 +129,8 @@ def _job_states(
 
 def submitted_fields(spec: dict[str, Any]) -> dict[str, Any]:
     """The job's spec as ``qstat -f`` shows it: the fields above (a script shows as
-    ``"script"`` in ``command``), and the warning signal by name."""
+    ``"script"`` in ``command``, its file in ``script_path``), and the warning signal by
+    name."""
     data = {name: spec.get(name) for name in SUBMITTED_FIELDS}
     if data["command"] is None and spec.get("script") is not None:
         data["command"] = ["script"]

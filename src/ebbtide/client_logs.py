@@ -5,12 +5,14 @@ the job's owner and admins only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 from ebbtide.args import flag, whole
 from ebbtide.attempt_logs import (
     DEFAULT_TAIL_BYTES,
+    JOINED_LOG,
     MAX_TAIL_BYTES,
     LogTail,
     NoLogYet,
@@ -26,7 +28,8 @@ from ebbtide.client_checks import queue_notes as queue_notes
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.config.settings import Settings
-from ebbtide.errors import PermissionDenied, SpecError
+from ebbtide.errors import PermissionDenied, SpecError, UserError
+from ebbtide.queue.states import FINAL_STATES
 from ebbtide.queue.store import Store
 
 
@@ -55,6 +58,9 @@ class ClientLogs(ClientBase):
                 f"job {job.id} belongs to {job.owner}; only its owner or an admin may read its logs"
             )
         if job.attempts == 0:
+            if job.state in FINAL_STATES:  # (cancelled before it ran: it never will)
+                why = f": {job.reason}" if job.reason else ""
+                raise UserError(f"job {job.id} never started ({job.state}{why}), so it has no logs")
             raise NoLogYet(f"job {job.id} has not started yet, so it has no logs")
         number = job.attempts if attempt is None else whole(attempt, "attempt", 1)
         if number > job.attempts:
@@ -63,7 +69,8 @@ class ClientLogs(ClientBase):
         size = whole(tail_bytes, "tail_bytes", 1, MAX_TAIL_BYTES)
         stream = "stderr" if flag(stderr, "stderr") else "stdout"
         job_id = job.id or 0
-        if json.loads(job.spec_json).get(stream):  # -o/--output: where this attempt's went
+        spec = json.loads(job.spec_json)
+        if spec.get(stream):  # -o/--output: where this attempt's went
             row = next((a for a in self.store.attempts(job_id) if a.number == number), None)
             path = getattr(row, f"{stream}_path", None) if row is not None else None
             if path is None:
@@ -76,4 +83,6 @@ class ClientLogs(ClientBase):
                 return read_job_file(
                     path, job_id, number, stream, size, owner=job.owner, reader_uid=reader
                 )
-        return read_tail(self.settings.home, job_id, number, stream, size, owner=job.owner)
+        kept = JOINED_LOG.get(spec.get("join") or "", stream)  # -j oe: stderr in stdout's
+        tail = read_tail(self.settings.home, job_id, number, kept, size, owner=job.owner)
+        return tail if kept == stream else dataclasses.replace(tail, stream=stream)

@@ -67,6 +67,17 @@ def test_partition_aliases_and_logs_of_output_files(tmp_path):  # type: ignore[n
     assert pbs.returncode == 0, pbs.stderr
     assert "ebb qsub: note: queue 'workq' is queue 'batch' here" in pbs.stderr
     pbs_id = int(pbs.stdout)
+    both = "echo j-out; echo j-err >&2"
+    joined = ebb("qsub", "-j", "oe", "--", "sh", "-c", both)
+    assert joined.returncode == 0 and "-j oe" not in joined.stderr, joined.stderr
+    joined_id = int(joined.stdout)
+    # PBS: with -j oe the -e path is not used (it was, and stderr went there alone)
+    unused = ebb("qsub", "-j", "oe", "-e", "unused.err", "--json", "--", "sh", "-c", both)
+    assert unused.returncode == 0, unused.stderr
+    submitted = json.loads(unused.stdout)
+    unused_id = submitted["id"]
+    said = "-e unused.err: not used: -j oe sends stderr with stdout, to the attempt's log"
+    assert any(note.startswith(said) for note in submitted["notes"]), submitted
     slow = ebb(
         "qsub", "-o", "follow-%j.out", "--", "sh", "-c",
         "for i in 1 2 3; do echo line $i; sleep 0.5; done",
@@ -83,7 +94,7 @@ def test_partition_aliases_and_logs_of_output_files(tmp_path):  # type: ignore[n
 
     up = start(env, "up", "--node", "box", "--devices", "2x80GiB", log=tmp_path / "up.log")
     try:
-        jobs = wait_final(env, [slurm_id, pbs_id, slow_id], timeout=90)
+        jobs = wait_final(env, [slurm_id, pbs_id, slow_id, joined_id, unused_id], timeout=90)
         followed, follow_err = follow.communicate(timeout=60)
     finally:
         follow.kill()
@@ -106,6 +117,14 @@ def test_partition_aliases_and_logs_of_output_files(tmp_path):  # type: ignore[n
     # PBS -o and -e: one file each
     assert ebb("logs", str(pbs_id)).stdout == "pbs-out\n"
     assert ebb("logs", "-e", str(pbs_id)).stdout == "pbs-err\n"
+
+    # -j oe and no -o: both streams in the attempt's own log, which -e shows too
+    for job_id in (joined_id, unused_id):
+        for flags in ((), ("-e",)):
+            shown = ebb("logs", *flags, str(job_id))
+            assert (shown.returncode, shown.stdout) == (0, "j-out\nj-err\n"), shown.stderr
+    assert not (tmp_path / "unused.err").exists()
+    assert json.loads(ebb("logs", "-e", "--json", str(joined_id)).stdout)["stream"] == "stderr"
 
     # -f followed the file the job named as it grew, from before the job started
     assert followed == "line 1\nline 2\nline 3\n", follow_err

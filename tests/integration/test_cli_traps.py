@@ -1035,3 +1035,53 @@ def test_a_task_named_beside_its_array_is_one_job(home: Path) -> None:
     out = ebb("qstat", "--json", "1[]", "2", "3")
     ids = [j["id"] for j in json.loads(out)]
     assert sorted(ids) == [1, 2, 3, 4] and len(ids) == len(set(ids))
+
+
+def test_logs_of_a_job_cancelled_before_it_ran_say_it_never_started(home: Path) -> None:
+    ebb("qsub", "-h", "--", "true")
+    ebb("qdel", "1")
+    shown = CliRunner().invoke(cli, ["logs", "1"])
+    assert shown.exit_code == 1
+    assert "job 1 never started (cancelled: cancelled by" in shown.stderr
+    assert "has not started yet" not in shown.stderr  # (as if it still might)
+    followed = CliRunner().invoke(cli, ["logs", "-f", "1"])  # ended silently
+    assert followed.exit_code == 0 and "ebb: note: job 1 never started" in followed.stderr
+
+
+def test_a_slurm_submitter_is_told_how_slurm_asks_for_gpu_memory(home: Path) -> None:
+    # (told "-l gpumem=SIZE", a flag sbatch does not have; its --mem-per-gpu is host memory)
+    slurm = CliRunner().invoke(cli, ["sbatch", "--gres=gpu:1", "--wrap", "true"])
+    assert slurm.exit_code == 0, slurm.output
+    assert "an '#EBB -l gpumem=SIZE' line asks for what it needs" in slurm.stderr
+    pbs = CliRunner().invoke(cli, ["qsub", "-l", "ngpus=1", "--", "true"])
+    assert "; -l gpumem=SIZE asks for what it needs" in pbs.stderr
+
+
+def test_a_finished_job_is_said_to_have_ended_not_to_be_its_state(home: Path) -> None:
+    ebb("qsub", "--", "true")
+    ebb("qdel", "1")
+    released = CliRunner().invoke(cli, ["qrls", "1"])
+    assert released.exit_code == 1
+    assert "job 1 was cancelled, not held" in released.stderr  # (not "is cancelled")
+    held = CliRunner().invoke(cli, ["qhold", "1"])
+    assert "job 1 was cancelled; only queued or waiting jobs can be held" in held.stderr
+    altered = CliRunner().invoke(cli, ["qalter", "-p", "3", "1"])
+    assert "job 1 was cancelled; only held, waiting or queued jobs can be altered" in (
+        altered.stderr
+    )
+    ebb("qsub", "--", "true")
+    queued = CliRunner().invoke(cli, ["qrls", "2"])
+    assert "job 2 is queued, not held" in queued.stderr
+
+
+def test_qstat_f_names_a_script_jobs_file(home: Path) -> None:
+    # (a script job showed only "command: ['script']": which script was nowhere)
+    Path("train.pbs").write_text("#PBS -N trainer\necho hi\n")
+    Path("eval.sbatch").write_text("#!/bin/bash\n#SBATCH -J ev\necho hi\n")
+    ebb("qsub", "train.pbs")
+    ebb("sbatch", "eval.sbatch")
+    for job_id, path in (("1", "train.pbs"), ("2", "eval.sbatch")):
+        shown = json.loads(ebb("qstat", "-f", "--json", job_id))
+        submitted = shown["submitted"]
+        assert (submitted["command"], submitted["script_path"]) == (["script"], path)
+        assert f"script_path: {path}" in ebb("qstat", "-f", job_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ebbtide import client_base
+from ebbtide.attempt_logs import NoLogYet
 from ebbtide.client import Client, WaitTimeout
 from ebbtide.config.policy import parse_policy
 from ebbtide.config.settings import Settings
@@ -324,6 +325,28 @@ def test_logs_are_the_owners_and_admins(client: Client, tmp_path: Path) -> None:
         bob.logs(job_id)
     carol = Client(_settings(tmp_path), store=client.store, policy=policy, caller=_as("carol"))
     assert carol.logs(job_id, stderr=True) == "0123456789"
+
+
+def test_a_job_cancelled_before_it_ran_never_will_and_its_logs_say_so(client: Client) -> None:
+    job_id = client.submit(command=["x"])
+    client.cancel(job_id)
+    with pytest.raises(UserError) as caught:
+        client.logs(job_id)
+    # (it said "has not started yet", as if it still might, and ebb logs -f waited)
+    assert not isinstance(caught.value, NoLogYet)
+    assert str(caught.value).startswith(f"job {job_id} never started (cancelled: cancelled")
+
+
+def test_joined_output_is_read_from_the_one_log_for_either_stream(
+    client: Client, tmp_path: Path
+) -> None:
+    job_id = client.submit(JobSpec(command=["x"], join="oe"))
+    _run_to_end(client, job_id, 0)
+    attempt_dir = tmp_path / "logs" / str(job_id) / "1"
+    attempt_dir.mkdir(parents=True)
+    (attempt_dir / "stdout.log").write_text("out\nerr\n")  # as -j oe's attempt wrote it
+    tail = client.log_tail(job_id, stderr=True)
+    assert (tail.text, tail.stream) == ("out\nerr\n", "stderr")
 
 
 def test_a_log_file_of_another_user_is_not_shown(client: Client, tmp_path: Path) -> None:

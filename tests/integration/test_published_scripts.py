@@ -98,8 +98,8 @@ def test_a_published_script_submits_as_written(
         assert spec.stdout is not None and spec.stdout.startswith(want["stdout"])
     if "stderr" in want:
         assert spec.stderr is not None and spec.stderr.startswith(want["stderr"])
-    if want.get("join") == "oe" and "stdout" in want:
-        assert spec.stderr == spec.stdout
+    if want.get("join") == "oe":  # stderr with stdout: to its file, else the attempt's log
+        assert spec.join == "oe" and spec.stderr == spec.stdout
     if name.startswith("slurm_"):
         assert spec.compat == "slurm"
         assert spec.stdout is not None  # slurm-%j.out unless it says

@@ -239,10 +239,46 @@ def test_pbs_output_on_a_named_host_is_written_where_the_job_runs() -> None:
     assert any("login1" in n for n in notes)
 
 
-def test_pbs_join_without_a_path_stays_with_the_attempt_and_says_so() -> None:
+def test_pbs_join_without_a_path_joins_the_attempts_own_log() -> None:
+    # (it once kept the two streams apart, with a note, where PBS users expect one)
     spec, notes = spec_of("#PBS -j oe\ntrue\n")
-    assert spec.stdout is None and spec.stderr is None
-    assert any("ebb logs" in n for n in notes)
+    assert (spec.stdout, spec.stderr, spec.join) == (None, None, "oe")
+    assert notes == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "stdout", "unused"),
+    [
+        (["-j", "oe", "-e", "err.txt"], None, "-e err.txt"),  # -e unused, as in PBS
+        (["-j", "oe", "-o", "out.txt", "-e", "err.txt"], "out.txt", "-e err.txt"),
+        (["-j", "eo", "-o", "out.txt", "-e", "err.txt"], "err.txt", "-o out.txt"),
+        (["-j", "eo", "-o", "out.txt"], None, "-o out.txt"),
+        (["-j", "oe", "-o", "out.txt"], "out.txt", None),
+        (["-j", "OE", "-o", "both.txt", "-e", "both.txt"], "both.txt", None),
+    ],
+)
+def test_pbs_join_sends_both_streams_one_way_and_names_the_path_it_leaves_unused(
+    flags: list[str], stdout: str | None, unused: str | None
+) -> None:
+    notes: list[str] = []
+    args = dict(zip(flags[::2], flags[1::2], strict=True))
+    cli = QsubOptions(
+        command=["true"], join=args["-j"], stdout=args.get("-o"), stderr=args.get("-e")
+    )
+    spec = JobSpec(**build_spec_kwargs(cli, None, environ={}, notes=notes))
+    assert spec.stdout == spec.stderr == stdout
+    assert spec.join == args["-j"].lower()
+    if unused is None:
+        assert notes == []
+    else:
+        [note] = notes
+        assert note.startswith(f"{unused}: not used: -j {spec.join} sends")
+        assert ("to the attempt's log (ebb logs ID)" in note) == (stdout is None)
+
+
+def test_pbs_join_n_keeps_the_streams_apart() -> None:
+    spec, notes = spec_of("#PBS -j n -o o.txt -e e.txt\ntrue\n")
+    assert (spec.stdout, spec.stderr, spec.join, notes) == ("o.txt", "e.txt", None, [])
 
 
 def test_pbs_copy_environment_leaves_out_ebbtides_settings_and_credentials() -> None:

@@ -33,8 +33,9 @@ def _follow(client: Any, job_id: int, options: dict[str, Any]) -> None:
             if number is None and job.attempts:
                 number = job.attempts
             if number is None:
-                if job.state in final:
-                    return  # ended before it ever started
+                if job.state in final:  # ended before it ever started: say so
+                    _say_if_missing(client, job_id, 1, options["stderr"])
+                    return
                 if not said_waiting:
                     click.echo(
                         f"ebb: job {job_id} is {job.state}; waiting for it to start", err=True

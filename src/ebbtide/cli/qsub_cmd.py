@@ -99,7 +99,12 @@ class _QsubCommand(click.Command):
     "id, %a index, %x name, %u user, %N node). Default: kept with the attempt (ebb logs).",
 )
 @click.option("-e", "stderr", help="Where stderr goes, as -o. Default: kept with the attempt.")
-@click.option("-j", "join", help="oe: stderr into the -o file; eo: stdout into the -e file.")
+@click.option(
+    "-j",
+    "join",
+    help="oe: stderr goes where stdout goes (the -o file, else the attempt's log; -e is "
+    "unused); eo: stdout where stderr goes; n: apart (the default).",
+)
 @click.option("-A", "account", help="Account to record against the job (qstat -f shows it).")
 @click.option(
     "-V", "export_all", is_flag=True, help="Copy the submitting environment into the job."
@@ -323,6 +328,7 @@ def sbatch(args: Sequence[str], as_json: bool) -> None:
     kwargs = build_spec_kwargs(cli_opts, directives, notes=notes)
     if cli_opts.command is None:
         kwargs.setdefault("name", script_job_name(rest[0]))
+        kwargs["script_path"] = rest[0]
     spec = JobSpec(**kwargs)
     ids, is_array = _submitted(spec, notes, allow_future)
     if is_array:  # Slurm's array job id names every task; here an id names one job

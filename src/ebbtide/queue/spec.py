@@ -163,6 +163,9 @@ class JobSpec(BaseModel):
     name: str | None = None
     command: list[str] | None = None
     script: str | None = None
+    #: the script's file as given to ``qsub``/``sbatch`` (recorded and shown: the text in
+    #: ``script`` is what runs)
+    script_path: str | None = None
     args: list[str] = Field(default_factory=list)
     kind: JobKind = "batch"
     #: compute share per device, in percent of one GPU's SMs (100 for whole GPUs), to
@@ -217,6 +220,10 @@ class JobSpec(BaseModel):
     #: later attempts append to it
     stdout: str | None = None
     stderr: str | None = None
+    #: PBS's ``-j``: ``oe`` sends stderr where stdout goes, ``eo`` stdout where stderr
+    #: goes (to the path given, else to the attempt's own log: ``ebb logs ID`` and ``ebb
+    #: logs ID -e`` show the one stream); None: each to its own
+    join: Literal["oe", "eo"] | None = None
     #: the warning signal goes to the script's shell alone (Slurm's ``--signal=B:``), which
     #: passes it on with a ``trap``; False: to every process of the job
     signal_shell_only: bool = False
@@ -359,7 +366,7 @@ class JobSpec(BaseModel):
     def _image(cls, value: str | None) -> str | None:
         return None if value is None else check_image(value)
 
-    @field_validator("cwd", "checkpoint_dir", "stdout", "stderr")
+    @field_validator("cwd", "checkpoint_dir", "stdout", "stderr", "script_path")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is not None:

@@ -31,6 +31,15 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLE
 
 S = JobState
 
+#: A final state as a sentence says it ("job 3 has succeeded", not "is succeeded").
+_ENDED_SAID = {S.SUCCEEDED: "has succeeded", S.FAILED: "has failed", S.CANCELLED: "was cancelled"}
+
+
+def state_said(state: str) -> str:
+    """``state`` after a job's name in a sentence: "is queued", "has failed"."""
+    return _ENDED_SAID.get(JobState(state), f"is {state}")
+
+
 #: (from, to) pairs that are allowed.  ``None`` as the source means "a new job".
 TRANSITIONS: frozenset[tuple[JobState | None, JobState]] = frozenset(
     {

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ebbtide.attempt_logs import JOINED_LOG
 from ebbtide.config.settings import PRIVATE_VARIABLES
 from ebbtide.queue.spec import JobSpec
 from ebbtide.units import signal_name
@@ -153,6 +154,8 @@ def launch_for(
         nodefile = attempt_files.write_file(
             attempt_dir / "nodefile", f"{node}\n", identity, attempt_files.LOG_MODE
         )
+    # -j oe (eo): both streams in the attempt's stdout (stderr) log, as in a file named
+    logs = {name: JOINED_LOG.get(spec.join or "", name) for name in ("stdout", "stderr")}
     outputs = {
         name: output_path(template, spec, job, node=node, cwd=cwd, identity=identity)
         for name, template in (("stdout", spec.stdout), ("stderr", spec.stderr))
@@ -177,8 +180,8 @@ def launch_for(
             nodefile=nodefile,
         ),
         cwd=cwd,
-        stdout_path=attempt_dir / "stdout.log",
-        stderr_path=attempt_dir / "stderr.log",
+        stdout_path=attempt_dir / f"{logs['stdout']}.log",
+        stderr_path=attempt_dir / f"{logs['stderr']}.log",
         lease_s=lease_s,
         owner=str(job.owner),
         queue=str(job.queue),

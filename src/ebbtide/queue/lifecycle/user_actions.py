@@ -12,7 +12,7 @@ from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.lifecycle.submission import packed_memory_mib
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec, SliceGrant
-from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState
+from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState, state_said
 
 #: The states in which ``qalter`` may change a job: it has not started.
 ALTERABLE_STATES = (JobState.HELD, JobState.WAITING, JobState.QUEUED)
@@ -69,7 +69,7 @@ class UserActionLogic(Shared):
             return job
         if state not in (JobState.QUEUED, JobState.WAITING):
             raise UserError(
-                f"job {job_id} is {state.value}; only queued or waiting jobs can be held"
+                f"job {job_id} {state_said(state)}; only queued or waiting jobs can be held"
             )
         self.transition(
             job_id,
@@ -102,7 +102,7 @@ class UserActionLogic(Shared):
             if not self._update_job_if(conn, job_id, [s.value for s in ALTERABLE_STATES], values):
                 state = self.get(job_id).state
                 raise UserError(
-                    f"job {job_id} is {state}; only held, waiting or queued jobs can be "
+                    f"job {job_id} {state_said(state)}; only held, waiting or queued jobs can be "
                     "altered (a running job keeps the slice it was given)"
                 )
             self._event(
@@ -124,7 +124,7 @@ class UserActionLogic(Shared):
         job = self.get(job_id)
         check_owner(job, user, admin)
         if job.state != JobState.HELD:
-            raise UserError(f"job {job_id} is {job.state}, not held")
+            raise UserError(f"job {job_id} {state_said(job.state)}, not held")
         target = JobState.WAITING if json.loads(job.depends_json) else JobState.QUEUED
         self.transition(
             job_id,

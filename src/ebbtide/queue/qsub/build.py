@@ -173,30 +173,33 @@ def _outputs(
     stdout, out_where = _pick(cli, directives, "stdout")
     stderr, err_where = _pick(cli, directives, "stderr")
     join, join_where = _pick(cli, directives, "join")
+    result: dict[str, str] = {}
     if compat == "slurm":
         stdout = stdout or ("slurm-%A_%a.out" if array else "slurm-%j.out")
         stderr = stderr or stdout
     else:
         stdout = _pbs_path(stdout, "o", out_where, notes)
         stderr = _pbs_path(stderr, "e", err_where, notes)
-        if join is not None:
-            join = join.strip().lower()
-            if join not in ("oe", "eo", "n"):
-                raise _error(
-                    join_where, "-j", f"expected oe (stderr into stdout), eo or n, got {join!r}"
-                )
-            target = stdout if join == "oe" else stderr
-            if join != "n" and target is None:
+        join = None if join is None else join.strip().lower()
+        if join not in (None, "oe", "eo", "n"):
+            raise _error(
+                join_where, "-j", f"expected oe (stderr into stdout), eo or n, got {join!r}"
+            )
+        if join in ("oe", "eo"):
+            # as PBS does: the stream joined goes where the other goes, its own path unused
+            oe = join == "oe"
+            into, unused = (stdout, stderr) if oe else (stderr, stdout)
+            if unused is not None and unused != into:
                 _note(
                     notes,
-                    join_where,
-                    f"-j {join}",
-                    "with no -o/-e path, stdout and stderr stay with the attempt "
-                    "(ebb logs ID, ebb logs ID --stderr)",
+                    err_where if oe else out_where,
+                    f"{'-e' if oe else '-o'} {unused}",
+                    f"not used: -j {join} sends {'stderr' if oe else 'stdout'} with "
+                    f"{'stdout' if oe else 'stderr'}, "
+                    + (f"to {into}" if into else "to the attempt's log (ebb logs ID)"),
                 )
-            elif join != "n":
-                stdout = stderr = target
-    result: dict[str, str] = {}
+            stdout = stderr = into
+            result["join"] = join
     for field_name, value, where, flag in (
         ("stdout", stdout, out_where, "-o"),
         ("stderr", stderr, err_where, "-e"),
@@ -355,6 +358,7 @@ def qsub_spec(
     kwargs = build_spec_kwargs(cli, directives, environ=environ, notes=notes)
     if script is not None:
         kwargs.setdefault("name", script_job_name(script[0]))
+        kwargs["script_path"] = script[0]
     return JobSpec(**kwargs)
 
 
