@@ -89,15 +89,22 @@ def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
 
 def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """A note when the spec names its queue by an alias (a Slurm partition, a PBS queue
-    of another site's): the job is recorded under the queue's own name."""
+    of another site's): the job is recorded under the queue's own name; and when no
+    window of the policy admits its queue (the job waits until the policy changes)."""
     try:
         named = policy.queue_named(spec.queue)
     except ConfigError:
         return []
-    if named == spec.queue:
-        return []
-    what = "partition" if spec.compat == "slurm" else "queue"
-    return [f"{what} {spec.queue!r} is queue {named!r} here"]
+    notes = []
+    if named != spec.queue:
+        what = "partition" if spec.compat == "slurm" else "queue"
+        notes.append(f"{what} {spec.queue!r} is queue {named!r} here")
+    if named in policy.unwindowed_queues():
+        notes.append(
+            f"queue {named!r} is admitted by no window of the policy: the job waits until a "
+            "window admits it (ebb policy explain)"
+        )
+    return notes
 
 
 def pod_notes(spec: JobSpec, policy: Policy) -> list[str]:

@@ -237,7 +237,11 @@ def checkpoint(state: Any) -> Path:
     tmp = directory / f"{_TMP_PREFIX}{os.getpid()}{_TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+            except (pickle.PicklingError, AttributeError, TypeError) as exc:
+                why = f"checkpoint: the state cannot be pickled ({exc}); keep plain data in it"
+                raise TypeError(f"{why}, or save it yourself and call checkpointed(path)") from exc
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -295,8 +299,9 @@ def progress(done: float, total: float | None = None) -> None:
     node agent passes the latest on to the store at most every 10 s (the first at once,
     the last when the attempt ends).
     """
+    checked = _lines.checked_progress(done, total)  # (refused before anything is set up)
     _ensure_handler()
-    _lines.progress(done, total)
+    _lines.progress(*checked)
 
 
 def result(value: Any) -> None:

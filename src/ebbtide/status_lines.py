@@ -59,6 +59,29 @@ def progress(done: float, total: float | None = None) -> None:
     write(line)
 
 
+def checked_progress(done: Any, total: Any = None) -> tuple[float, float | None]:
+    """``done`` and ``total`` as :func:`progress` takes them from a job's own code
+    (finite numbers, a tensor's or NumPy's scalar too; done 0 or more, total more than 0
+    or None), else an error that names the argument."""
+    done_n = _number(done, "done")
+    total_n = None if total is None else _number(total, "total")
+    if done_n < 0:
+        raise ValueError(f"progress: done must be 0 or more, got {done!r}")
+    if total_n is not None and total_n <= 0:
+        raise ValueError(f"progress: total must be more than 0 (None: not known), got {total!r}")
+    return done_n, total_n
+
+
+def _number(value: Any, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"progress: {name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"progress: {name} must be a finite number, got {value!r}")
+    return number
+
+
 def write_progress(done: float, total: float | None = None) -> None:
     """A progress line written at once, for callers that throttle on their own
     (:mod:`ebbtide.integrations`), after any :func:`progress` held back."""

@@ -525,3 +525,38 @@ def test_held_back_progress_goes_out_before_a_checkpoint_a_result_and_a_requeue(
         ("result", None),
         ("progress", 4.0),
     ]
+
+
+def test_progress_and_checkpoint_refuse_what_they_cannot_report_naming_it(
+    tmp_path: Path,
+) -> None:
+    # (progress("a", 10) was float()'s bare ValueError; progress(1, 0) and (-1, 10) were
+    # taken and shown as progress; an unpicklable state was pickle's own AttributeError)
+    import ebbtide.job as job
+
+    for done, total, error, says in (
+        ("a", 10, TypeError, "progress: done must be a number, got 'a'"),
+        (1, "lots", TypeError, "progress: total must be a number, got 'lots'"),
+        (float("nan"), 10, ValueError, "progress: done must be a finite number, got nan"),
+        (-1, 10, ValueError, "progress: done must be 0 or more, got -1"),
+        (1, 0, ValueError, "progress: total must be more than 0 (None: not known), got 0"),
+    ):
+        with pytest.raises(error) as caught:
+            job.progress(done, total)  # (refused before the job's handler is installed)
+        assert str(caught.value) == says
+    result = run_py(
+        """
+        import ebbtide.job as job
+        job.progress(12, 10)  # an estimate that fell short is taken as it is
+        job.progress(3)  # and a total not known
+        try:
+            job.checkpoint({"f": lambda: 1})
+        except TypeError as exc:
+            print(exc)
+        """,
+        agent_env(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("checkpoint: the state cannot be pickled (")
+    assert list((tmp_path / "checkpoints").iterdir()) == []  # nothing half written
+    assert [(s["done"], s["total"]) for s in status_lines(tmp_path)] == [(12.0, 10.0), (3.0, None)]

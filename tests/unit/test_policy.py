@@ -86,17 +86,46 @@ def test_load_policy_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "where", "path"),
+    ("text", "where", "path", "said"),
     [
-        ("bogus: 1\n", "p.yaml:1:1", "bogus"),
-        ("defaults:\n  margin_cpu_pct: 5\n", "p.yaml:2:3", "defaults.margin_cpu_pct"),
-        ("queues:\n  gpu:\n    priorty: 3\n", "p.yaml:3:5", "queues.gpu.priorty"),
+        ("bogus: 1\n", "p.yaml:1:1", "bogus", "unknown key"),
+        (
+            "defaults:\n  margin_cpu_pct: 5\n",
+            "p.yaml:2:3",
+            "defaults.margin_cpu_pct",
+            "unknown key; did you mean 'margin_compute_pct'?",
+        ),
+        (
+            "queues:\n  gpu:\n    priorty: 3\n",
+            "p.yaml:3:5",
+            "queues.gpu.priorty",
+            "unknown key; did you mean 'priority'?",  # (qsub -l gpumen said so; this not)
+        ),
     ],
 )
-def test_unknown_keys_are_errors(text: str, where: str, path: str) -> None:
+def test_unknown_keys_are_errors(text: str, where: str, path: str, said: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_policy(text, "p.yaml")
-    assert str(info.value) == f"{where}: {path}: unknown key"
+    assert str(info.value) == f"{where}: {path}: {said}"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("queues:\n  b:\n    max_running: -4\n", "greater than or equal to 1, got -4"),
+        (
+            "queues:\n  b:\n    max_fleet_share: lots\n",
+            "Input should be a valid number, unable to parse string as a number, got 'lots'",
+        ),
+    ],
+)
+def test_a_value_out_of_bounds_or_of_the_wrong_type_is_shown_beside_the_rule(
+    text: str, said: str
+) -> None:
+    # (pydantic's "Input should be greater than or equal to 1" left out what was given)
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text, "p.yaml")
+    assert str(info.value).endswith(said)
 
 
 def test_all_errors_are_reported_at_once() -> None:

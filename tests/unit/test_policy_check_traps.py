@@ -196,3 +196,51 @@ def test_explain_text_says_no_close_and_how_an_offsetless_at_is_read(tmp_path: P
     assert "has no UTC offset: read as this machine's local time" in result.stderr
     helped = CliRunner().invoke(cli, ["policy", "explain", "--help"])
     assert "without an offset, this machine's local time" in " ".join(helped.output.split())
+
+
+def test_explain_with_no_windows_says_always_not_until_no_known_end(tmp_path: Path) -> None:
+    # (it said "allowed until no known end")
+    path = tmp_path / "ebbtide.yaml"
+    path.write_text("queues:\n  default: {}\n")
+    result = CliRunner().invoke(
+        cli, ["policy", "explain", "--policy", str(path)], env=_env(tmp_path)
+    )
+    assert result.exit_code == 0, result.output
+    assert "queue default: allowed (no windows: always), share 1" in result.stdout
+    assert "until no known end" not in result.stdout
+
+
+ONE_QUEUE_WINDOW = """\
+windows:
+  - {name: nights, kind: cron, schedule: "0 22 * * *", duration: 8h, queues: [research]}
+queues:
+  research: {}
+  training: {}
+"""
+
+
+def test_check_and_qsub_warn_of_a_queue_no_window_admits(tmp_path: Path) -> None:
+    # (a window limited to one queue closed every other one for good, and check said "ok")
+    path = tmp_path / "ebbtide.yaml"
+    path.write_text(ONE_QUEUE_WINDOW)
+    assert parse_policy(ONE_QUEUE_WINDOW, "p.yaml").unwindowed_queues() == ["default", "training"]
+    env = _env(tmp_path)
+    checked = CliRunner().invoke(cli, ["policy", "check", str(path)], env=env)
+    assert checked.exit_code == 0, checked.output  # valid: a warning, not an error
+    assert "warning: queue 'training' is admitted by no cron or lull window" in checked.stderr
+    assert "queue 'research'" not in checked.stderr
+    as_json = json.loads(CliRunner().invoke(cli, ["policy", "check", "--json", str(path)]).stdout)
+    assert [w.split(" is ")[0] for w in as_json["warnings"]] == [
+        "queue 'default'",
+        "queue 'training'",
+    ]
+    env["EBBTIDE_POLICY"] = str(path)
+    waits = CliRunner().invoke(cli, ["qsub", "-q", "training", "--", "true"], env=env)
+    assert waits.exit_code == 0, waits.output
+    assert "queue 'training' is admitted by no window of the policy" in waits.stderr
+    runs = CliRunner().invoke(cli, ["qsub", "-q", "research", "--", "true"], env=env)
+    assert "admitted by no window" not in runs.stderr
+    # no windows, or one that names no queues: every queue is admitted
+    assert parse_policy("queues:\n  a: {}\n", "p.yaml").unwindowed_queues() == []
+    every = ONE_QUEUE_WINDOW.replace(", queues: [research]", "")
+    assert parse_policy(every, "p.yaml").unwindowed_queues() == []

@@ -222,13 +222,25 @@ def check(file: str, as_json: bool) -> None:
             _echo_json({"file": file, "ok": False, "errors": str(exc).splitlines()})
             sys.exit(1)
         queues = {name: {"aliases": list(q.aliases)} for name, q in sorted(policy.queues.items())}
-        _echo_json({"file": file, "ok": True, "summary": policy.summary(), "queues": queues})
+        out = {"file": file, "ok": True, "summary": policy.summary(), "queues": queues}
+        _echo_json({**out, "warnings": _warnings(policy)})
         return
     policy = load_policy(Path(file))
     click.echo(f"{file}: ok: {policy.summary()}")
     for name, q in sorted(policy.queues.items()):
         if q.aliases:
             click.echo(f"  queue {name}: also named {', '.join(q.aliases)}")
+    for warning in _warnings(policy):
+        click.echo(f"ebb policy check: warning: {warning}", err=True)
+
+
+def _warnings(policy: Any) -> list[str]:
+    """What is valid but surely not meant: queues whose jobs never run."""
+    return [
+        f"queue {name!r} is admitted by no cron or lull window: its jobs never run (name it "
+        "in a window's queues:, or leave queues: out of one to admit every queue)"
+        for name in policy.unwindowed_queues()
+    ]
 
 
 @policy_group.command("explain")
@@ -278,9 +290,12 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
         if info["allowed"] and "no_close_within_days" in info:
             days, share = info["no_close_within_days"], info["share"]
             click.echo(f"  queue {q}: allowed (no close within {days} days), share {share:g}")
-        elif info["allowed"]:
-            until = info["open_until"] or "no known end"
+        elif info["allowed"] and info["open_until"]:
+            until = info["open_until"]
             click.echo(f"  queue {q}: allowed until {until}, share {info['share']:g}")
+        elif info["allowed"]:  # no windows, or a lull's: open while the load stays low
+            end = "no known end" if data["windows"] else "no windows: always"
+            click.echo(f"  queue {q}: allowed ({end}), share {info['share']:g}")
         else:
             click.echo(f"  queue {q}: not allowed: {info['reason']}")
 

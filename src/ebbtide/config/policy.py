@@ -26,7 +26,9 @@ keys, nesting, aliases) is :mod:`ebbtide.config.loader`'s.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +65,7 @@ from ebbtide.scheduling.snapshot import (
     QueueLimits,
     backoff_s,
 )
-from ebbtide.units import MAX_DURATION_S
+from ebbtide.units import MAX_DURATION_S, shown
 
 API_VERSION: Final = "ebbtide/v1"
 _QUEUE_NAME = r"^[A-Za-z0-9_\-]{1,64}$"
@@ -585,6 +587,16 @@ class Policy(Strict):
     def blackouts(self) -> list[BlackoutWindow]:
         return [w for w in self.windows if isinstance(w, BlackoutWindow)]
 
+    def unwindowed_queues(self) -> list[str]:
+        """The queues no cron or lull window admits, where there are such windows: their
+        jobs never run (a window admits every queue unless its ``queues:`` says)."""
+        windows = [*self.cron_windows, *self.lull_windows]
+        if not windows:
+            return []
+        return [
+            q for q in self.queues if not any(w.queues is None or q in w.queues for w in windows)
+        ]
+
     def summary(self) -> str:
         kinds = {k: sum(w.kind == k for w in self.windows) for k in ("cron", "lull", "blackout")}
         aliases = sum(len(q.aliases) for q in self.queues.values())
@@ -712,10 +724,7 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
             loc = _yaml_loc(err["loc"])
             if document.unbuilt_at(loc):
                 continue  # YAML could not read the value: that is the error to show
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            problems.append((loc, msg))
+            problems.append((loc, _said(err, loc)))
         # the checks across sections still run, on the parts that are valid by themselves
         found = {tuple(map(str, loc)) for loc, _ in problems}
         problems += [p for p in _salvaged(data) if tuple(map(str, p[0])) not in found]
@@ -724,6 +733,35 @@ def parse_policy(text: str, filename: str = "<policy>") -> Policy:
     if problems or document.failed:
         raise ConfigError(document.report(problems))
     return policy
+
+
+#: pydantic's errors whose message does not say what was given ("Input should be greater
+#: than or equal to 1"): the value is added to them
+_GIVEN_ADDED = ("greater_than", "less_than", "float_", "int_", "bool_", "literal_", "enum")
+
+
+def _said(err: Any, loc: tuple[str | int, ...]) -> str:
+    """One validation error in the policy's words: an unknown key with the known one it
+    is close to, a bound or a type with the value that missed it."""
+    if err["type"] == "extra_forbidden":
+        key = str(loc[-1]) if loc else ""
+        close = difflib.get_close_matches(key, _policy_keys(), n=1, cutoff=0.75)
+        return f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    given = err.get("input")
+    if str(err["type"]).startswith(_GIVEN_ADDED) and isinstance(given, str | int | float):
+        msg += f", got {shown(given)}"
+    return msg
+
+
+@functools.cache
+def _policy_keys() -> tuple[str, ...]:
+    """Every key a policy file may hold, somewhere (for "did you mean")."""
+    schema = Policy.model_json_schema(by_alias=True)
+    keys = set(schema.get("properties", {}))
+    for definition in schema.get("$defs", {}).values():
+        keys.update(definition.get("properties", {}))
+    return tuple(sorted(keys))
 
 
 def _salvaged(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
