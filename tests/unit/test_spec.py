@@ -247,3 +247,17 @@ def test_a_bound_broken_is_said_as_the_input_was_given(fields: dict[str, Any], s
         JobSpec(command=["true"], **fields)
     assert str(caught.value) == says
     assert caught.value.field == says.split(":")[0]
+
+
+def test_the_raw_gpus_field_is_told_to_use_gpu_not_blamed_on_compute_pct() -> None:
+    # (a trial's traps: gpus=2 said "compute_pct: whole GPUs take all their compute",
+    # a field the caller never gave; gpus="25%" said only "a valid integer")
+    with pytest.raises(SpecError) as caught:
+        JobSpec(command=["x"], gpus=2)
+    assert caught.value.field == "gpus"
+    assert "ask for whole GPUs with gpu=2" in str(caught.value)
+    with pytest.raises(SpecError, match=r"gpus: .*; gpu= takes a share of one GPU \(25%"):
+        JobSpec(command=["x"], gpus="25%")
+    with pytest.raises(SpecError, match="compute_pct: whole GPUs take all their compute"):
+        JobSpec(command=["x"], gpus=2, compute_pct=50)  # both given: the old message
+    assert JobSpec(command=["x"], gpu=2).gpus == 2

@@ -394,6 +394,11 @@ class JobSpec(BaseModel):
                 "command: give exactly one of command (an argv list) or script (its text)"
             )
         if self.gpus >= 1 and self.compute_pct != 100:
+            if "compute_pct" not in self.model_fields_set:  # (gpus=2, blamed on compute_pct)
+                raise ValueError(
+                    f"gpus: ask for whole GPUs with gpu={self.gpus} (it sets gpus, and "
+                    "compute_pct to 100); gpu='25%' is a share of one"
+                )
             raise ValueError("compute_pct: whole GPUs take all their compute; leave it at 100")
         argv = [*(self.command or []), *self.args, *(f"{k}={v}" for k, v in self.env.items())]
         size = sum(len(a.encode()) + 1 for a in argv)
@@ -530,6 +535,8 @@ def spec_error(exc: ValidationError, data: Mapping[str, Any] | None = None) -> S
             loc, msg = said
         if err["type"] == "extra_forbidden":
             msg = _unknown_field_message(loc)
+        elif loc == "gpus" and err["type"].startswith("int_"):  # gpus="25%": meant gpu=
+            msg += f"; gpu= takes {units.GPU_FORMS}"
         if ": " in msg and loc == "spec":
             loc, msg = msg.split(": ", 1)
         first_field = first_field or loc
