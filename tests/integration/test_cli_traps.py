@@ -987,6 +987,14 @@ def test_policy_explain_explains_the_policy_in_force(
     assert [w["name"] for w in data["windows"]] == ["nights"] and data["allowed"] is True
     text = ebb("policy", "explain", "--at", "2026-12-01T23:00:00+00:00")
     assert text.startswith("policy: as the scheduler published it (/etc/ebbtide/ebbtide.yaml)\n")
+    # the file the scheduler loaded, edited since (a reload failed, said only in its log)
+    store.publish_policy("windows: []\n", str(broken))
+    stale = CliRunner().invoke(cli, ["policy", "explain"])
+    assert stale.exit_code == 0 and stale.stdout.startswith("policy: as the scheduler published")
+    assert f"ebb: note: {broken} has changed since the scheduler loaded it" in stale.stderr
+    broken.write_text("windows: []\n")  # as loaded: nothing to say
+    assert "has changed" not in CliRunner().invoke(cli, ["policy", "explain"]).stderr
+    broken.write_text("windows: [\n")
     # --policy FILE: that file, an edit before it is loaded
     edit = CliRunner().invoke(cli, ["policy", "explain", "--policy", str(broken)])
     assert edit.exit_code == 1 and "edited.yaml" in edit.output

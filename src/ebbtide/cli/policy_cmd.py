@@ -68,7 +68,23 @@ def _published() -> tuple[Any, str] | None:
     except ConfigError as exc:  # a newer scheduler's: the file still explains
         click.echo(f"ebb: note: the store's policy cannot be read here ({exc})", err=True)
         return None
+    # a reload that failed keeps the policy it had, and only the scheduler's log says so
+    loaded = Path(source) if source else None
+    if loaded is not None and loaded.is_absolute() and _differs(loaded, text):
+        click.echo(
+            f"ebb: note: {source} has changed since the scheduler loaded it: this is the "
+            f"policy in force; if a reload failed, ebb policy check {source} says why",
+            err=True,
+        )
     return policy, f"as the scheduler published it ({source or 'built-in defaults'})"
+
+
+def _differs(path: Path, text: str) -> bool:
+    """Whether the file at ``path`` (readable here) no longer holds ``text``."""
+    try:
+        return path.read_text() != text
+    except (OSError, UnicodeDecodeError):
+        return False  # another host's path, or not ours to read: nothing to compare
 
 
 def _iso(t: float | None) -> str | None:
