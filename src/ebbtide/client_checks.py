@@ -101,8 +101,8 @@ def queue_notes(spec: JobSpec, policy: Policy) -> list[str]:
         notes.append(f"{what} {spec.queue!r} is queue {named!r} here")
     if named in policy.unwindowed_queues():
         notes.append(
-            f"queue {named!r} is admitted by no window of the policy: the job waits until a "
-            "window admits it (ebb policy explain)"
+            f"queue {named!r} is admitted by no window of the policy: its jobs never run until "
+            "one admits it (ebb policy explain)"
         )
     return notes
 

@@ -81,6 +81,7 @@ SUBMITTED_FIELDS = (
     "host_memory_mib",
     "stdout",
     "stderr",
+    "join",
     "signal_shell_only",
     "compat",
     "submit_host",

@@ -59,8 +59,9 @@ class ClientLogs(ClientBase):
             )
         if job.attempts == 0:
             if job.state in FINAL_STATES:  # (cancelled before it ran: it never will)
-                why = f": {job.reason}" if job.reason else ""
-                raise UserError(f"job {job.id} never started ({job.state}{why}), so it has no logs")
+                reason = job.reason or job.state  # "cancelled by root" says the state already
+                why = reason if reason.startswith(job.state) else f"{job.state}: {reason}"
+                raise UserError(f"job {job.id} never started ({why}), so it has no logs")
             raise NoLogYet(f"job {job.id} has not started yet, so it has no logs")
         number = job.attempts if attempt is None else whole(attempt, "attempt", 1)
         if number > job.attempts:

@@ -1050,7 +1050,7 @@ def test_logs_of_a_job_cancelled_before_it_ran_say_it_never_started(home: Path) 
     ebb("qdel", "1")
     shown = CliRunner().invoke(cli, ["logs", "1"])
     assert shown.exit_code == 1
-    assert "job 1 never started (cancelled: cancelled by" in shown.stderr
+    assert "job 1 never started (cancelled by" in shown.stderr
     assert "has not started yet" not in shown.stderr  # (as if it still might)
     followed = CliRunner().invoke(cli, ["logs", "-f", "1"])  # ended silently
     assert followed.exit_code == 0 and "ebb: note: job 1 never started" in followed.stderr
@@ -1093,3 +1093,11 @@ def test_qstat_f_names_a_script_jobs_file(home: Path) -> None:
         submitted = shown["submitted"]
         assert (submitted["command"], submitted["script_path"]) == (["script"], path)
         assert f"script_path: {path}" in ebb("qstat", "-f", job_id)
+
+
+def test_qstat_f_shows_how_a_job_joined_its_output(home: Path) -> None:
+    # (-j eo -o o.txt showed only where the attempt's log went, not the join asked for)
+    ebb("qsub", "-j", "eo", "-o", "o.txt", "--", "true")
+    shown = json.loads(ebb("qstat", "-f", "--json", "1"))["submitted"]
+    assert (shown["join"], shown["stdout"], shown["stderr"]) == ("eo", None, None)
+    assert "join: eo" in ebb("qstat", "-f", "1")

@@ -334,7 +334,7 @@ def test_a_job_cancelled_before_it_ran_never_will_and_its_logs_say_so(client: Cl
         client.logs(job_id)
     # (it said "has not started yet", as if it still might, and ebb logs -f waited)
     assert not isinstance(caught.value, NoLogYet)
-    assert str(caught.value).startswith(f"job {job_id} never started (cancelled: cancelled")
+    assert str(caught.value).startswith(f"job {job_id} never started (cancelled by alice")
 
 
 def test_joined_output_is_read_from_the_one_log_for_either_stream(

@@ -237,7 +237,8 @@ def test_check_and_qsub_warn_of_a_queue_no_window_admits(tmp_path: Path) -> None
     env["EBBTIDE_POLICY"] = str(path)
     waits = CliRunner().invoke(cli, ["qsub", "-q", "training", "--", "true"], env=env)
     assert waits.exit_code == 0, waits.output
-    assert "queue 'training' is admitted by no window of the policy" in waits.stderr
+    said = "queue 'training' is admitted by no window of the policy: its jobs never run until"
+    assert said in waits.stderr  # ("the job waits" read as if it would run one day)
     runs = CliRunner().invoke(cli, ["qsub", "-q", "research", "--", "true"], env=env)
     assert "admitted by no window" not in runs.stderr
     # no windows, or one that names no queues: every queue is admitted
