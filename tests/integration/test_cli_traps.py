@@ -522,6 +522,8 @@ def test_qstat_shows_paused_and_suspended_jobs(home: Path) -> None:
         2: "suspended",
         3: "queued",
     }
+    # and REASON says why (a trial's trap: it was empty)
+    assert rows[0].endswith("  paused: compute") and rows[1].endswith("  suspended: memory")
     full = ebb("qstat", "-f", "2")
     assert "state: running (suspended to host)" in full
     assert "suspended_at: 2" in full  # a local ISO time

@@ -1020,6 +1020,34 @@ def test_a_suspension_is_recorded_seen_by_the_scheduler_and_cleared_by_the_resto
     assert store.active_attempts()[0].suspended_at is None
 
 
+def test_a_paused_job_says_why_while_it_runs_and_an_evicting_one_keeps_its_reason(
+    store: Store,
+) -> None:
+    """A user's trap: qstat showed a paused job's state and an empty REASON, so nothing
+    said why it made no progress."""
+    job_id, attempt = in_state(store, S.RUNNING)
+    store.record_pause(
+        job_id, attempt, at=100.0, reason="online compute 85% on n1/0", reason_code="online_compute"
+    )
+    assert store.get(job_id).reason == "paused: online compute 85% on n1/0"
+    store.record_pause(
+        job_id,
+        attempt,
+        at=110.0,
+        reason="online memory",
+        reason_code="online_memory",
+        kind="suspend",
+    )
+    assert store.get(job_id).reason == "suspended: online memory"
+    store.record_thaw(job_id, attempt, at=120.0, paused_s=20.0, kind="restore")
+    assert store.get(job_id).reason == ""
+    # a paused attempt being taken back is thawed to checkpoint: it says it is evicted
+    store.record_pause(job_id, attempt, at=130.0, reason="spike", reason_code="online_compute")
+    evict(store, job_id, attempt)
+    store.record_thaw(job_id, attempt, at=131.0, paused_s=1.0)
+    assert store.get(job_id).reason == f"evicting: {EVICTION['reason']}"
+
+
 def test_a_plain_pause_records_no_suspension(store: Store) -> None:
     job_id, attempt = in_state(store, S.RUNNING)
     store.record_pause(job_id, attempt, at=100.0, reason="r", reason_code="online_compute")

@@ -12,6 +12,9 @@ from ebbtide.queue import outcomes
 from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.states import ACTIVE_STATES, FINAL_STATES, EventType, JobState
 
+#: The job's reason follows its pauses only while it runs (an evicting job's says why).
+RUNNING_ONLY = (JobState.RUNNING.value,)
+
 
 class Grant(Protocol):
     """A slice to grant (the planner's ``Dispatch``): the job, at the attempt count it
@@ -189,6 +192,10 @@ class AttemptLogic(Shared):
             if kind == "suspend":
                 changes = {"paused_at": self._paused_at_or(conn, job_id, at), "suspended_at": at}
             self._fenced_update(conn, job_id, attempt, changes)
+            # qstat's REASON says why a running job makes no progress (an evicting one
+            # keeps its "evicting: ..."): the agent's words for the spike
+            verb = "suspended" if kind == "suspend" else "paused"
+            self._update_job_if(conn, job_id, RUNNING_ONLY, {"reason": f"{verb}: {reason}"})
             self._event(
                 conn,
                 job_id,
@@ -210,6 +217,7 @@ class AttemptLogic(Shared):
         brought back to its GPU first)."""
         with self._tx() as conn:
             self._fenced_update(conn, job_id, attempt, {"paused_at": None, "suspended_at": None})
+            self._update_job_if(conn, job_id, RUNNING_ONLY, {"reason": ""})
             data = {"paused_s": round(paused_s, 6), "kind": kind}
             self._event(conn, job_id, EventType.THAWED, attempt=attempt, now=at, data=data)
 
