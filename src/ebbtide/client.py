@@ -57,6 +57,7 @@ from ebbtide.client_logs import ClientLogs
 from ebbtide.client_paths import missing_path_notes
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
 from ebbtide.client_reports import ClientReports
+from ebbtide.config.in_force import queue_refused
 from ebbtide.config.policy import Policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError, PermissionDenied, SpecError
@@ -71,7 +72,6 @@ from ebbtide.workdir import with_submit_host, with_workdir
 
 #: Most evictions :meth:`Client.recent_evictions` gives at once.
 MAX_RECENT_EVICTIONS = 1000
-
 
 __all__ = ["Client", "ClientBase", "WaitTimeout", "kubernetes_grant"]
 
@@ -172,8 +172,8 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         spec, memory_note = fit_to_fleet(spec, self.user, nodes, self.policy.defaults, check)
         try:  # a trial's trap: a ConfigError, which `except SpecError` did not catch
             named = self.policy.queue_named(spec.queue)  # an alias: recorded as its queue
-        except ConfigError as exc:
-            raise SpecError("queue", str(exc).removeprefix("queue: ")) from None
+        except ConfigError as exc:  # saying so where the user's file is not in force
+            raise queue_refused(exc, self.store, self.settings.policy_path) from None
         if named != spec.queue:
             spec = spec.model_copy(update={"queue": named})
         queue = self.policy.queues[spec.queue]

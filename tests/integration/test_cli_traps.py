@@ -989,6 +989,13 @@ def test_policy_explain_explains_the_policy_in_force(
     assert [w["name"] for w in data["windows"]] == ["nights"] and data["allowed"] is True
     text = ebb("policy", "explain", "--at", "2026-12-01T23:00:00+00:00")
     assert text.startswith("policy: as the scheduler published it (/etc/ebbtide/ebbtide.yaml)\n")
+    # and says that EBBTIDE_POLICY's file is not the one in force
+    other = CliRunner().invoke(cli, ["policy", "explain"]).stderr
+    assert other == (
+        "ebb: note: the policy in force is the scheduler's, from /etc/ebbtide/ebbtide.yaml, "
+        f"not EBBTIDE_POLICY's {broken}: a scheduler reads only its own file; change that "
+        f"one, or restart the scheduler with EBBTIDE_POLICY={broken}\n"
+    )
     # the file the scheduler loaded, edited since (a reload failed, said only in its log)
     store.publish_policy("windows: []\n", str(broken))
     stale = CliRunner().invoke(cli, ["policy", "explain"])

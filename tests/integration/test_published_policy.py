@@ -49,13 +49,32 @@ def test_a_client_checks_jobs_against_the_schedulers_policy(tmp_path: Path, stor
     assert set(client.policy.queues) == {"default", "night"}
     job = client.get(client.submit(command=["x"], queue="night"))
     assert job.deadline_s == 12  # the scheduler's queue default, not the client's
-    with pytest.raises(UserError, match="unknown queue 'stale'"):
+    with pytest.raises(UserError, match="unknown queue 'stale'") as refused:
         client.submit(command=["x"], queue="stale")
+    # a trial's trap: it named no file, so the client's own file seemed to be ignored
+    stale = tmp_path / "client-policy.yaml"
+    assert str(refused.value).endswith(
+        f"; the policy in force is the scheduler's, from {path}, not EBBTIDE_POLICY's {stale}: "
+        f"a scheduler reads only its own file; change that one, or restart the scheduler "
+        f"with EBBTIDE_POLICY={stale}"
+    )
     with pytest.raises(SpecError, match="max_deadline_s 20s"):
         client.submit(command=["x"], queue="night", deadline="30s")
 
-    # the scheduler reloads an edited file: clients see the new one
+    with pytest.raises(SpecError) as refused:  # no file of its own: nothing it believes in
+        Client(Settings.from_env({}), store=store).submit(command=["x"], queue="nope")
+    assert str(refused.value).endswith("known queues: default, night")
+    # the scheduler's own file, edited and not (yet) reloaded: the refusal says so
     path.write_text(SCHEDULERS + "  extra: {}\n")
+    mine = Client(Settings.from_env({"EBBTIDE_POLICY": str(path)}), store=store)
+    with pytest.raises(SpecError, match="unknown queue 'extra'") as refused:
+        mine.submit(command=["x"], queue="extra")
+    assert str(refused.value).endswith(
+        f"; {path} has changed since the scheduler loaded it: what it loaded is the policy "
+        f"in force; if a reload failed, ebb policy check {path} says why"
+    )
+
+    # the scheduler reloads an edited file: clients see the new one
     scheduler.runtime.request_reload()
     scheduler.run_once()
     assert "extra" in _client(tmp_path, store).policy.queues

@@ -40,6 +40,7 @@ def _load(path: str | None) -> tuple[Any, str]:
 def _published() -> tuple[Any, str] | None:
     """The policy the scheduler of this store published, and its source; None when there
     is no store here, none was published, or the store is reached through a server."""
+    from ebbtide.config.in_force import not_in_force
     from ebbtide.config.policy import parse_published
     from ebbtide.config.settings import Settings
     from ebbtide.errors import ConfigError, NoStore
@@ -68,23 +69,12 @@ def _published() -> tuple[Any, str] | None:
     except ConfigError as exc:  # a newer scheduler's: the file still explains
         click.echo(f"ebb: note: the store's policy cannot be read here ({exc})", err=True)
         return None
-    # a reload that failed keeps the policy it had, and only the scheduler's log says so
-    loaded = Path(source) if source else None
-    if loaded is not None and loaded.is_absolute() and _differs(loaded, text):
-        click.echo(
-            f"ebb: note: {source} has changed since the scheduler loaded it: this is the "
-            f"policy in force; if a reload failed, ebb policy check {source} says why",
-            err=True,
-        )
+    # a reload that failed keeps the policy it had, and only the scheduler's log says so;
+    # EBBTIDE_POLICY's file is not read once a scheduler published its own
+    why = not_in_force(source, text, settings.policy_path)
+    if why is not None:
+        click.echo(f"ebb: note: {why}", err=True)
     return policy, f"as the scheduler published it ({source or 'built-in defaults'})"
-
-
-def _differs(path: Path, text: str) -> bool:
-    """Whether the file at ``path`` (readable here) no longer holds ``text``."""
-    try:
-        return path.read_text() != text
-    except (OSError, UnicodeDecodeError):
-        return False  # another host's path, or not ours to read: nothing to compare
 
 
 def _iso(t: float | None) -> str | None:
