@@ -17,6 +17,7 @@ from ebbtide.client_paths import shared_checkpoint_note, shared_output_notes
 from ebbtide.config.policy import Policy, load_policy, parse_published
 from ebbtide.errors import ConfigError, SpecError
 from ebbtide.kube.profiles import Grant, grant_for
+from ebbtide.queue.qsub.directives import unread_directives_note
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 from ebbtide.queue.whose_jobs import refuses
@@ -78,12 +79,13 @@ def submit_notes(spec: JobSpec, policy: Policy) -> list[str]:
     """What to tell whoever submits ``spec`` about how it is taken here: a queue it names
     by an alias (:func:`queue_notes`), what attempts running as pods do not do
     (:func:`pod_notes`), a checkpoint directory or an output file an array's tasks would
-    share."""
+    share, directive lines of a script's text that nothing read."""
     return [
         *queue_notes(spec, policy),
         *pod_notes(spec, policy),
         *shared_checkpoint_note(spec),
         *shared_output_notes(spec),
+        *unread_directives_note(spec.script, spec.script_path),
     ]
 
 

@@ -6,6 +6,7 @@ first task alone, raw Python errors for a wrong argument, a ``ConfigError`` wher
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ebbtide.cli.main import cli
 from ebbtide.client import Client
 from ebbtide.config.settings import Settings
 from ebbtide.errors import ConfigError, SpecError
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store
 
 GIB = 1024
@@ -214,5 +216,48 @@ def test_a_state_that_is_not_one_is_a_spec_error(home: Path) -> None:
         for bad in (5, object(), ["queued", 3]):
             with pytest.raises(SpecError, match=r"^state: expected one of held"):
                 client.list(state=bad)  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+def test_a_scripts_directives_are_read_by_from_script_and_noted_when_not(
+    home: Path, tmp_path: Path
+) -> None:
+    """A trial's trap: ``client.submit(script=text)`` ran the script with the defaults,
+    its ``#PBS -l gpu=...`` lines unread, and nothing said so."""
+    script = tmp_path / "train.sh"
+    script.write_text(
+        '#!/bin/sh\n#PBS -N trainer\n#PBS -l gpu=25%,gpumem=4GiB\n#PBS -m abe\necho "$@"\n'
+    )
+    _node(home)
+    client = Client(Settings.from_env({"EBBTIDE_HOME": str(home)}))
+    try:
+        plain = client.get(client.submit(script=script.read_text()).id)
+        assert (plain.name, plain.compute_pct) == ("script", 10.0)  # the defaults, noted:
+        assert client.last_notes[0] == (
+            "script line 2: its #PBS lines are not read when the script's text is submitted "
+            "as it is (they set nothing); JobSpec.from_script(PATH) reads them as ebb qsub "
+            "PATH does"
+        )
+        notes: list[str] = []
+        spec = JobSpec.from_script(script, "--epochs", "3", notes=notes)
+        assert notes == [
+            f"{script} line 4: -m abe: accepted, without effect: mail is not sent; watch the "
+            "job with ebb qstat or ebb events"
+        ]
+        read = client.get(client.submit(spec).id)
+        assert (read.name, read.compute_pct, read.memory_mib) == ("trainer", 25.0, 4 * GIB)
+        assert json.loads(read.spec_json)["args"] == ["--epochs", "3"]
+        assert not any("not read" in n for n in client.last_notes)
+        # fields on top override the script's lines, as qsub's command line does
+        over = client.get(client.submit(spec, gpu="50%", name="big").id)
+        assert (over.name, over.compute_pct, over.memory_mib) == ("big", 50.0, 4 * GIB)
+        # and what qsub would name, the SDK names: the file, the line
+        bad = tmp_path / "bad.sh"
+        bad.write_text("#!/bin/sh\n#PBS -l gpu=lots\necho\n")
+        with pytest.raises(SpecError, match=f"^{re.escape(str(bad))} line 2: "):
+            JobSpec.from_script(bad)
+        with pytest.raises(SpecError, match=r"^SCRIPT: cannot read"):
+            JobSpec.from_script(tmp_path / "missing.sh")
     finally:
         client.close()

@@ -16,6 +16,7 @@ arguments and environments longer than ``exec`` accepts.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import signal
 from collections.abc import Mapping
@@ -408,6 +409,21 @@ class JobSpec(BaseModel):
                 f"{MAX_ARGV_ENV_BYTES} (1 MiB) fit in what the OS passes to a program"
             )
         return self
+
+    @classmethod
+    def from_script(
+        cls, path: str | os.PathLike[str], *args: str, notes: list[str] | None = None
+    ) -> JobSpec:
+        """The job ``ebb qsub PATH ARGS...`` submits, read as it reads it: the script's
+        text, run with ``args``, and its ``#PBS`` and ``#EBB`` directive lines (``#SBATCH``
+        ones in a script with no ``#PBS`` line); ``spec=JobSpec(script=text)`` runs the
+        text and reads none of its lines.  Submit it with fields on top to override
+        them, as the command line overrides a script's (``client.submit(spec,
+        queue="night")``).  What qsub would note (a directive without effect here) is
+        added to ``notes``.  Raises :class:`SpecError` naming the file and line."""
+        from ebbtide.queue.qsub import script_spec
+
+        return script_spec(path, args, notes=notes)
 
     def display_name(self) -> str:
         if self.name:

@@ -30,6 +30,7 @@ from ebbtide.queue.qsub.build import (
     build_spec_kwargs,
     qsub_command_line,
     qsub_spec,
+    script_spec,
 )
 from ebbtide.queue.qsub.directives import (
     DIRECTIVE_PREFIXES,
@@ -76,4 +77,5 @@ __all__ = [
     "parse_script_directives",
     "qsub_command_line",
     "qsub_spec",
+    "script_spec",
 ]

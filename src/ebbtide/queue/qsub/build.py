@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ebbtide import units
@@ -32,6 +32,7 @@ from ebbtide.queue.qsub.values import (
     parse_env,
 )
 from ebbtide.queue.spec import JobSpec
+from ebbtide.scriptfile import read_script
 
 JOB_KINDS = ("training", "inference", "batch")
 
@@ -360,6 +361,16 @@ def qsub_spec(
         kwargs.setdefault("name", script_job_name(script[0]))
         kwargs["script_path"] = script[0]
     return JobSpec(**kwargs)
+
+
+def script_spec(
+    path: str | os.PathLike[str], args: Sequence[str] = (), *, notes: list[str] | None = None
+) -> JobSpec:
+    """The job ``ebb qsub PATH ARGS...`` submits with no option on its command line: the
+    script at ``path``, read as qsub reads it (:func:`~ebbtide.scriptfile.read_script`),
+    its directive lines and ``args`` (:meth:`JobSpec.from_script` for the SDK)."""
+    name = os.fspath(path)
+    return qsub_spec({}, [str(a) for a in args], script=(name, read_script(name)), notes=notes)
 
 
 def script_job_name(path: str) -> str:

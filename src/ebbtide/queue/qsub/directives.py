@@ -208,3 +208,24 @@ def load_script(path: str | os.PathLike[str], *, dialect: str = "pbs") -> tuple[
     :func:`parse_script_directives`)."""
     text = read_script(path)
     return text, parse_script_directives(text, source=os.fspath(path), dialect=dialect)
+
+
+def unread_directives_note(script_text: str | None, script_path: str | None) -> list[str]:
+    """A note when a job's script holds directive lines that nothing read: its text was
+    handed in as it is (the SDK's ``JobSpec(script=text)``), not read from a file as
+    qsub and sbatch read it (``script_path`` set), so its ``#PBS -l gpu=...`` changes
+    nothing (a trial's trap: the job ran with the defaults, and nothing said so)."""
+    if script_text is None or script_path is not None:
+        return []
+    try:
+        lines = directive_lines(script_text)
+    except SpecError:  # a line that does not split: not read either way
+        return []
+    if not lines:
+        return []
+    lineno, prefix, _ = lines[0]
+    return [
+        f"script line {lineno}: its {prefix} lines are not read when the script's text is "
+        "submitted as it is (they set nothing); JobSpec.from_script(PATH) reads them as "
+        "ebb qsub PATH does"
+    ]
