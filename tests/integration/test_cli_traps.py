@@ -1061,8 +1061,8 @@ def test_logs_of_a_job_cancelled_before_it_ran_say_it_never_started(home: Path) 
     assert shown.exit_code == 1
     assert "job 1 never started (cancelled by" in shown.stderr
     assert "has not started yet" not in shown.stderr  # (as if it still might)
-    followed = CliRunner().invoke(cli, ["logs", "-f", "1"])  # ended silently
-    assert followed.exit_code == 0 and "ebb: note: job 1 never started" in followed.stderr
+    followed = CliRunner().invoke(cli, ["logs", "-f", "1"])  # the same: nothing to follow
+    assert followed.exit_code == 1 and followed.stderr == shown.stderr
 
 
 def test_a_slurm_submitter_is_told_how_slurm_asks_for_gpu_memory(home: Path) -> None:
