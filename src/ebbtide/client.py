@@ -351,11 +351,11 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
         )
 
     def alter(self, job_id: int, *, allow_future: bool = False, **changes: Any) -> Job:
-        """Change a job that has not started (``qalter``): ``name``, ``priority``,
-        ``kind`` and its resources (``gpu``, ``gpumem``, ``walltime``, ``deadline``,
-        ``checkpoint_interval``), in the forms :class:`JobSpec` takes.  Its owner or
-        admins; checked as at submission (the queue's deadline limit, the fleet's
-        resource profile; ``allow_future`` as :meth:`submit` takes it)."""
+        """Change a job that has not started (``qalter``): ``name``, ``priority``, ``kind``,
+        its resources (``gpu``, ``gpumem``, ``walltime``, ``deadline``, ``checkpoint_interval``)
+        and ``depends`` (all of them, replaced), in the forms :class:`JobSpec` takes.  Its
+        owner or admins; checked as at submission (the queue's deadline limit, the fleet's
+        resource profile, dependencies; ``allow_future`` as :meth:`submit` takes it)."""
         job_id = whole(job_id, "job_id")
         unknown = sorted(set(changes) - set(ALTERABLE_FIELDS))
         if unknown:

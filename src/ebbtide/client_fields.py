@@ -23,6 +23,7 @@ ALTERABLE_FIELDS = (
     "walltime",
     "deadline",
     "checkpoint_interval",
+    "depends",
 )
 REPLACED_BY = {
     "gpu": ("compute_pct", "gpus"),

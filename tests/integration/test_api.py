@@ -502,6 +502,20 @@ def test_alter_changes_a_waiting_job_for_its_owner_and_admins_only(api: Api) -> 
     assert altered[0]["changes"]["gpu"] == "50%" and altered[0]["by"] == "carol"
     bad = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"gpu": "lots"})
     assert bad.status_code == 422 and "gpu" in bad.text
+    # dependencies, as -W depend= writes them: the job waits for them
+    other = api.submit("alice")
+    waits = api.call(
+        "POST", f"/jobs/{job_id}/alter", "alice", json={"depends": [f"afterok:{other}"]}
+    )
+    assert waits.status_code == 200, waits.text
+    assert api.store.get(job_id).state == "waiting"
+    ring = api.call(
+        "POST", f"/jobs/{other}/alter", "alice", json={"depends": [f"afterok:{job_id}"]}
+    )
+    assert ring.status_code == 422 and "none of them could ever run" in ring.text
+    assert (
+        api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"depends": []}).status_code == 200
+    )
     bad = api.call("POST", f"/jobs/{job_id}/alter", "alice", json={"command": ["rm"]})
     assert bad.status_code == 422 and "cannot be altered" in bad.text
     api.start(job_id)

@@ -5,6 +5,7 @@ memory; and the event that PostgreSQL commits after a later one was read.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from ebbtide.clock import FakeClock
-from ebbtide.errors import StaleState, UserError
+from ebbtide.errors import SpecError, StaleState, UserError
 from ebbtide.queue.memory import MemoryStore
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.states import ACTIVE_STATES, EventType, JobState
@@ -55,8 +56,8 @@ def pick(store: Store, rng: random.Random, *states: JobState) -> Any:
 
 def step(store: Store, clock: FakeClock, rng: random.Random) -> None:
     """One random change: a submission, a dispatch, a start, an eviction and its end, a
-    loss, a hold or release, a qalter of the priority, a cancellation, a checkpoint, a
-    pause or thaw, a purge, or a finish."""
+    loss, a hold or release, a qalter of the priority or the dependencies (and waiting
+    jobs promoted), a cancellation, a checkpoint, a pause or thaw, a purge, or a finish."""
     clock.advance(rng.choice((0.1, 1.0, 5.0)))
     action = rng.choice(
         (
@@ -71,6 +72,8 @@ def step(store: Store, clock: FakeClock, rng: random.Random) -> None:
             "hold",
             "release",
             "alter",
+            "depend",
+            "promote",
             "cancel",
             "checkpoint",
             "pause",
@@ -109,6 +112,16 @@ def step(store: Store, clock: FakeClock, rng: random.Random) -> None:
         spec = JobSpec.model_validate_json(job.spec_json)
         spec = spec.model_copy(update={"priority": rng.randrange(-5, 20)})
         store.alter(job.id, spec, user=job.owner, defaults_deadline_s=DEADLINE_S)
+    elif action == "depend" and (job := pick(store, rng, S.QUEUED, S.WAITING)):
+        # queued → waiting, waiting → queued (none left), through qalter -W depend=
+        other = pick(store, rng, S.QUEUED, S.RUNNING, S.SUCCEEDED)
+        depends = [] if other is None or rng.random() < 0.3 else [f"afterany:{other.id}"]
+        spec = JobSpec.model_validate_json(job.spec_json).model_copy(update={"depends": []})
+        spec = JobSpec(**{**spec.model_dump(exclude_unset=True), "depends": depends})
+        with contextlib.suppress(SpecError):  # itself, or a ring
+            store.alter(job.id, spec, user=job.owner, defaults_deadline_s=DEADLINE_S)
+    elif action == "promote":
+        store.promote_waiting()
     elif action == "cancel" and (job := pick(store, rng, S.QUEUED, S.HELD, S.RUNNING)):
         store.cancel(job.id, user=job.owner)
     elif action == "checkpoint" and (job := pick(store, rng, S.RUNNING)):

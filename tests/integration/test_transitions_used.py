@@ -76,6 +76,12 @@ def _exercise(store: Store) -> None:
     store.cancel(dep, user="alice")  # queued → cancelled
     store.promote_waiting()  # waiting → queued
     store.cancel(later, user="alice")
+    # qalter -W depend= of a queued job: queued → waiting
+    first, second = _submit(store), _submit(store)
+    given = JobSpec(command=["true"], depends=[f"afterok:{first}"])
+    store.alter(second, given, user="alice", defaults_deadline_s=30)
+    store.cancel(second, user="alice")
+    store.cancel(first, user="alice")
     # dispatch, start, outcomes while running
     j = _submit(store)
     fin(j, _run(store, j), exit_code=0)  # running → succeeded

@@ -226,7 +226,8 @@ def alter(
         dict[str, Any],
         Body(
             description="What to change: name, priority, kind, gpu, gpumem, walltime, "
-            "deadline, checkpoint_interval, in the forms a job spec takes.",
+            "deadline, checkpoint_interval, depends (all of them), in the forms a job spec "
+            "takes.",
             examples=[{"gpu": "50%", "walltime": "02:00:00"}],
         ),
     ],

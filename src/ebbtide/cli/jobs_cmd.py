@@ -43,6 +43,14 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     multiple=True,
     help="New resources: gpu=, gpumem=, walltime=, deadline=, checkpoint_interval= (as qsub).",
 )
+@click.option(
+    "-W",
+    "attributes",
+    multiple=True,
+    metavar="depend=LIST",
+    help="New dependencies, all of them (as qsub -W): depend=afterok:12[:13][,afterany:14]; "
+    "12[] is the whole array 12.",
+)
 @click.option("--deadline", help="New eviction deadline, 1s..1h.")
 @click.option("--kind", type=click.Choice(["training", "inference", "batch"], case_sensitive=False))
 @click.option(
@@ -57,14 +65,18 @@ def qalter(
     name: str | None,
     priority: str | None,
     resources: Sequence[str],
+    attributes: Sequence[str],
     deadline: str | None,
     kind: str | None,
     allow_future: bool,
     as_json: bool,
 ) -> None:
     """Change jobs that have not started (held, waiting or queued): `ebb qalter 12 -l
-    gpu=50%,walltime=4:00:00 -p 10`. `12[]` alters every task of an array that has not
-    started (those running or finished are left alone, with a note). A running job keeps
+    gpu=50%,walltime=4:00:00 -p 10`. `-W depend=afterok:14` replaces the job's
+    dependencies (checked as qsub checks them; one that would make jobs wait for each
+    other in a ring is refused): a queued job waits for them, a held one stays held.
+    `12[]` alters every task of an array that has not started (those running or
+    finished are left alone, with a note). A running job keeps
     the slice it was given; qdel and qsub again to change it. A new slice is checked as
     qsub checks it (one no node could ever hold is refused, unless --allow-future); a
     fraction made whole GPUs (-l gpu=N) with no gpumem is given a card's memory, with a
@@ -85,6 +97,16 @@ def qalter(
                 typed = item.partition("=")[0].strip().lower()
                 raise UserError(f"-l {typed}: cannot be altered; give gpu, gpumem, walltime, "
                                 "deadline or checkpoint_interval")  # fmt: skip
+    if attributes:
+        from ebbtide.queue.qsub import parse_depend
+
+        depends: list[Any] = []
+        for text in attributes:  # a trial's trap: qalter had no -W depend= at all
+            if text.strip().partition("=")[0].strip() != "depend":
+                typed = text.partition("=")[0].strip()
+                raise UserError(f"-W {typed}: cannot be altered; qalter -W takes depend=")
+            depends += [d for d in parse_depend(text) if d not in depends]
+        changes["depends"] = depends
     if deadline is not None:
         from ebbtide.queue.qsub.resources import check_resource
 
@@ -100,7 +122,13 @@ def qalter(
         except ValueError as exc:
             raise UserError(f"-p: {exc}") from None
     if not changes:
-        raise UserError("qalter needs something to change: -N, -p, -l, --deadline or --kind")
+        raise UserError("qalter needs something to change: -N, -p, -l, -W, --deadline or --kind")
+    from ebbtide.queue.dependencies import dependency_text
+
+    said = ", ".join(
+        f"{k}={','.join(map(dependency_text, v)) if k == 'depends' else v}"
+        for k, v in changes.items()
+    )
     parsed = _parse_ids(ids)
     client = _client()
     refused: list[tuple[int, str]] = []
@@ -117,7 +145,7 @@ def qalter(
         altered.append(job)
         notes.extend(n for n in client.last_notes if n not in notes)  # as qsub's, once
         if not as_json:
-            click.echo(f"{job.id}: altered ({', '.join(f'{k}={v}' for k, v in changes.items())})")
+            click.echo(f"{job.id}: altered ({said})")
     for note in notes:  # what a new slice was given (a whole GPU's memory, ...)
         click.echo(f"ebb qalter: note: {note}", err=True)
     for _, why in refused:

@@ -5,6 +5,7 @@ id it is: its tasks' states together (:func:`array_state`)."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -73,3 +74,54 @@ def dependencies_verdict(
             what = f"array {dep['job_id']}" if whole else f"job {dep['job_id']}"
             return "never", f"dependency {label} can never be met ({what} {state})"
     return ("pending", "waiting for dependencies") if pending else ("met", "")
+
+
+def dependency_text(dep: Mapping[str, Any]) -> str:
+    """A dependency as ``-W depend=`` writes it: ``afterok:12``, ``afterok:12[]``."""
+    return f"{dep['kind']}:{dep['job_id']}{'[]' if dep.get('array') else ''}"
+
+
+def cycle_through(
+    job_id: int,
+    array_id: int | None,
+    depends: Iterable[Mapping[str, Any]],
+    dependents: Iterable[tuple[int, int | None, list[dict[str, Any]]]],
+) -> list[int] | None:
+    """The jobs through which job ``job_id`` (a task of array ``array_id``, or None) would
+    wait for itself if it depended on ``depends`` (``qalter -W depend=``; a new job cannot:
+    it names only jobs there before it): each job in turn that waits for the next, from
+    the first it would wait for to ``job_id`` itself (``[job_id]`` alone: it names
+    itself); None when there is no cycle.  ``dependents``: ``(id, array_id, depends)``
+    of each unfinished job that has dependencies (the job's own, being replaced, are
+    left out); a dependency on an array waits for each of its tasks."""
+    deps_of: dict[int, list[dict[str, Any]]] = {}
+    tasks: dict[int, list[int]] = {}
+    for other, other_array, its in dependents:
+        if other != job_id:
+            deps_of[other] = its
+            if other_array is not None:
+                tasks.setdefault(other_array, []).append(other)
+    frontier: deque[tuple[int, list[int]]] = deque()  # breadth first: a shortest cycle
+    seen: set[int] = set()
+
+    def reach(dep: Mapping[str, Any], path: list[int]) -> list[int] | None:
+        named = int(dep["job_id"])
+        if dep.get("array") and named == array_id:
+            return [*path, job_id]  # its own array, of which it is a task
+        for other in tasks.get(named, []) if dep.get("array") else [named]:
+            if other == job_id:
+                return [*path, job_id]
+            if other not in seen:
+                seen.add(other)
+                frontier.append((other, [*path, other]))
+        return None
+
+    for dep in depends:
+        if (found := reach(dep, [])) is not None:
+            return found
+    while frontier:
+        current, path = frontier.popleft()
+        for dep in deps_of.get(current, []):
+            if (found := reach(dep, path)) is not None:
+                return found
+    return None

@@ -52,8 +52,9 @@ TRANSITIONS: frozenset[tuple[JobState | None, JobState]] = frozenset(
         (S.WAITING, S.HELD),
         (S.HELD, S.QUEUED),
         (S.HELD, S.WAITING),
-        # dependencies
+        # dependencies (met, or all taken away by qalter), and given by qalter
         (S.WAITING, S.QUEUED),
+        (S.QUEUED, S.WAITING),
         # scheduling
         (S.QUEUED, S.DISPATCHED),
         (S.DISPATCHED, S.RUNNING),

@@ -136,6 +136,17 @@ class Backend(Protocol):
         """``(array_id, state)`` of every task of these arrays."""
         ...
 
+    def _check_named(self, conn: Any, depends: list[dict[str, Any]]) -> None:
+        """Refuse ``depends`` when one names no job (or no array), or can never be met
+        (:func:`~ebbtide.queue.lifecycle.submission.check_dependencies`), reading the
+        jobs named in the transaction ``conn`` so that a purge does not take them
+        between the look and the write (on PostgreSQL, locked for share until it ends)."""
+        ...
+
+    def _waiting_on(self) -> list[tuple[int, int | None, list[dict[str, Any]]]]:
+        """``(id, array_id, depends)`` of every unfinished job that has dependencies."""
+        ...
+
     def _overpreempted(self, queue: str, max_preemptions: int) -> list[int]:
         """The ids of the queue's queued jobs evicted ``max_preemptions`` times or more
         since they were last released."""

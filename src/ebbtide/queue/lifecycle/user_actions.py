@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ebbtide.errors import PermissionDenied, StaleState, UserError
+from ebbtide.errors import PermissionDenied, SpecError, StaleState, UserError
 from ebbtide.queue import outcomes
+from ebbtide.queue.dependencies import cycle_through, dependency_text
 from ebbtide.queue.lifecycle.backend import Shared
 from ebbtide.queue.lifecycle.submission import packed_memory_mib
 from ebbtide.queue.models import Job
@@ -16,6 +17,7 @@ from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobSta
 
 #: The states in which ``qalter`` may change a job: it has not started.
 ALTERABLE_STATES = (JobState.HELD, JobState.WAITING, JobState.QUEUED)
+HELD = JobState.HELD
 
 
 def actor(user: str, attribution: dict[str, Any] | None) -> str:
@@ -94,24 +96,61 @@ class UserActionLogic(Shared):
         attribution: dict[str, Any] | None = None,
     ) -> Job:
         """Give a job that has not started (held, waiting or queued) ``spec`` instead of
-        its own: its name, priority, slice, walltime and deadline (``qalter``)."""
+        its own: its name, priority, slice, walltime, deadline and dependencies
+        (``qalter``).  New dependencies are checked as at submission, and may not make
+        jobs wait for each other in a ring; a queued job given some waits for them, a
+        waiting one left with none is queued (a held one stays held)."""
         job = self.get(job_id)
         check_owner(job, user, admin)
         values = altered_values(job, spec, defaults_deadline_s=defaults_deadline_s, grant=grant)
+        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
+        changes = dict(changes or {})
+        if "depends" in changes:  # as -W depend= writes them
+            changes["depends"] = ",".join(map(dependency_text, depends)) or "none"
+        data = {"changes": changes, **(attribution or {"by": user})}
+        state, target = JobState(job.state), None
+        if depends != json.loads(job.depends_json):
+            if state not in ALTERABLE_STATES:
+                self._not_alterable(job_id)
+            self._check_ring(job, depends)
+            values["depends_json"] = json.dumps(depends)
+            target = (JobState.WAITING if depends else JobState.QUEUED) if state != HELD else HELD
         with self._tx() as conn:
-            if not self._update_job_if(conn, job_id, [s.value for s in ALTERABLE_STATES], values):
-                state = self.get(job_id).state
-                raise UserError(
-                    f"job {job_id} {state_said(state)}; only held, waiting or queued jobs can be "
-                    "altered (a running job keeps the slice it was given)"
-                )
-            self._event(
-                conn,
-                job_id,
-                EventType.ALTERED,
-                data={"changes": changes or {}, **(attribution or {"by": user})},
-            )
+            if depends and target is not None:  # (read again here: see _check_named)
+                self._check_named(conn, depends)
+            if target is not None and target != state:
+                values["reason"] = "waiting for dependencies" if depends else ""
+                try:
+                    self._transition(
+                        conn, job_id, state, target, event=EventType.ALTERED, data=data,
+                        changes=values,
+                    )  # fmt: skip
+                except StaleState:  # it changed meanwhile (it started, or was held)
+                    self._not_alterable(job_id)
+            elif not self._update_job_if(conn, job_id, [s.value for s in ALTERABLE_STATES], values):
+                self._not_alterable(job_id)
+            else:
+                self._event(conn, job_id, EventType.ALTERED, data=data)
         return self.get(job_id)
+
+    def _not_alterable(self, job_id: int) -> None:
+        state = self.get(job_id).state
+        raise UserError(
+            f"job {job_id} {state_said(state)}; only held, waiting or queued jobs can be "
+            "altered (a running job keeps the slice it was given)"
+        )
+
+    def _check_ring(self, job: Job, depends: list[dict[str, Any]]) -> None:
+        """Refuse dependencies that would make ``job`` wait for itself."""
+        ring = cycle_through(job.id or 0, job.array_id, depends, self._waiting_on())
+        if ring == [job.id]:
+            what = f"array {job.array_id}, of which it is a task" if job.array_id else "itself"
+            raise SpecError("depends", f"job {job.id} would wait for {what}: it could never run")
+        if ring is not None:  # job 1 would wait for job 3, which waits for job 1
+            waits = ", which waits for ".join(f"job {i}" for i in ring)
+            raise SpecError(
+                "depends", f"job {job.id} would wait for {waits}: none of them could ever run"
+            )
 
     def release(
         self,

@@ -10,7 +10,9 @@ from typing import Any
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
 from ebbtide.queue.memory.queries import MemoryQueryMixin
-from ebbtide.queue.states import JobState
+from ebbtide.queue.states import FINAL_STATES, JobState
+
+FINAL = frozenset(s.value for s in FINAL_STATES)
 
 
 def tasks_of(jobs: dict[int, dict[str, Any]], array_ids: Collection[int]) -> list[tuple[int, str]]:
@@ -32,6 +34,14 @@ class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
     def _tasks_of(self, array_ids: Collection[int]) -> list[tuple[int, str]]:
         with self._data.lock:
             return tasks_of(self._data.jobs, array_ids)
+
+    def _waiting_on(self) -> list[tuple[int, int | None, list[dict[str, Any]]]]:
+        with self._data.lock:
+            return [
+                (j["id"], j.get("array_id"), json.loads(j["depends_json"]))
+                for j in self._data.jobs.values()
+                if j["state"] not in FINAL and j["depends_json"] != "[]"
+            ]
 
     def set_reasons(self, reasons: dict[int, str]) -> int:
         """Record why queued jobs wait; only rows whose reason changed are written.

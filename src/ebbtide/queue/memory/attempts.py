@@ -20,6 +20,13 @@ class MemoryAttemptMixin(MemoryQueryMixin):
     """:meth:`submit` (dispatch to the end of an attempt is the shared
     :class:`~ebbtide.queue.lifecycle.attempts.AttemptLogic`)."""
 
+    def _check_named(self, conn: Any, depends: list[dict[str, Any]]) -> None:
+        data = conn
+        wanted, arrays = split_ids(depends)
+        states = {i: data.jobs[i]["state"] for i in wanted & set(data.jobs)}
+        tasks = tasks_of(data.jobs, arrays) if arrays else []
+        check_dependencies(depends, states, array_states(tasks))
+
     def submit(
         self,
         spec: JobSpec,
@@ -36,10 +43,7 @@ class MemoryAttemptMixin(MemoryQueryMixin):
         base_name = spec.display_name()
         depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
         with self._tx() as data:
-            wanted, arrays = split_ids(depends)
-            states = {i: data.jobs[i]["state"] for i in wanted & set(data.jobs)}
-            tasks = tasks_of(data.jobs, arrays) if arrays else []
-            check_dependencies(depends, states, array_states(tasks))
+            self._check_named(data, depends)
             row = new_job_row(
                 spec,
                 owner,

@@ -4,16 +4,20 @@ purge of jobs finished long ago (:mod:`ebbtide.queue.purge` does each batch)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PurgeResult
-from ebbtide.queue.states import JobState
+from ebbtide.queue.states import FINAL_STATES, JobState
 from ebbtide.queue.store.base import JOBS
 from ebbtide.queue.store.purge import Purger, oldest_finished_at
 from ebbtide.queue.store.queries import QueryMixin, array_tasks
+
+NOT_FINAL = tuple(s.value for s in JobState if s not in FINAL_STATES)
 
 
 class HousekeepingMixin(QueryMixin, HousekeepingLogic):
@@ -29,6 +33,14 @@ class HousekeepingMixin(QueryMixin, HousekeepingLogic):
     def _tasks_of(self, array_ids: Collection[int]) -> list[tuple[int, str]]:
         with self._read() as conn:
             return array_tasks(conn, array_ids)
+
+    def _waiting_on(self) -> list[tuple[int, int | None, list[dict[str, Any]]]]:
+        j = JOBS.c
+        stmt = sa.select(j.id, j.array_id, j.depends_json).where(
+            j.state.in_(NOT_FINAL), j.depends_json != "[]"
+        )
+        with self._read() as conn:
+            return [(i, a, json.loads(d)) for i, a, d in conn.execute(stmt).all()]
 
     def set_reasons(self, reasons: dict[int, str]) -> int:
         """Record why queued jobs wait (policy, quota, room); only rows whose reason

@@ -19,6 +19,18 @@ from ebbtide.queue.store.queries import array_tasks
 class SubmissionMixin(StoreBase):
     """:meth:`submit`."""
 
+    def _check_named(self, conn: Any, depends: list[dict[str, Any]]) -> None:
+        wanted, arrays = split_ids(depends)
+        named = sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(wanted))
+        if conn.dialect.name == "postgresql":
+            # a purge locks the jobs it removes before it reads who depends on them: one
+            # of the two waits for the other (queue/purge.py; a task depended on keeps
+            # its array's tasks not yet gone)
+            named = named.with_for_update(read=True)
+        states = {r[0]: r[1] for r in conn.execute(named)}
+        tasks = array_tasks(conn, arrays) if arrays else []
+        check_dependencies(depends, states, array_states(tasks))
+
     def submit(
         self,
         spec: JobSpec,
@@ -47,16 +59,7 @@ class SubmissionMixin(StoreBase):
         depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
         with self._tx() as conn:
             if depends:
-                wanted, arrays = split_ids(depends)
-                named = sa.select(JOBS.c.id, JOBS.c.state).where(JOBS.c.id.in_(wanted))
-                if conn.dialect.name == "postgresql":
-                    # a purge locks the jobs it removes before it reads who depends on
-                    # them: one of the two waits for the other (queue/purge.py; a task
-                    # depended on keeps its array's tasks not yet gone)
-                    named = named.with_for_update(read=True)
-                states = {r[0]: r[1] for r in conn.execute(named)}
-                tasks = array_tasks(conn, arrays) if arrays else []
-                check_dependencies(depends, states, array_states(tasks))
+                self._check_named(conn, depends)
             row = new_job_row(
                 spec,
                 owner,
