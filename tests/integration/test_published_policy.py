@@ -4,6 +4,7 @@ than whatever file they happen to be pointed at."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,16 @@ from ebbtide.client import Client
 from ebbtide.config.policy import load_policy
 from ebbtide.config.settings import Settings
 from ebbtide.errors import NotLeader, SpecError, UserError
+from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import LEADERSHIP, Store
 from ebbtide.scheduling.loop import Scheduler
 
 SCHEDULERS = "queues:\n  default: {}\n  night:\n    deadline_s: 12s\n    max_deadline_s: 20s\n"
 CLIENTS = "queues:\n  default: {}\n  stale:\n    priority: 5\n"
+#: a window open all day long, for every queue
+WINDOWS = "windows:\n  - {name: all-day, kind: cron, schedule: '0 0 * * *', duration: 24h}\n"
+#: one 80 GiB GPU, nearly idle
+DEVICE = {"index": 0, "memory_mib": 81920, "online_compute_pct": 5.0, "online_memory_mib": 1024}
 
 
 @pytest.fixture
@@ -95,3 +101,32 @@ def test_a_deposed_leader_cannot_publish(store: Store) -> None:
     with pytest.raises(NotLeader):
         old.publish_policy("queues:\n  default: {}\n", "old")
     assert store.published_policy() is None
+
+
+@pytest.mark.parametrize("windows", ["", WINDOWS])
+def test_jobs_of_a_queue_taken_out_of_the_policy_wait_and_say_why(
+    tmp_path: Path, store: Store, windows: str
+) -> None:
+    """A trial's trap: once a reload took queue 'night' out of the policy, its queued
+    jobs ran under no queue's rules (with windows: waited "for a device to be up")."""
+    store.heartbeat("n1", started_at=time.time(), devices=[DEVICE])
+    path = tmp_path / "policy.yaml"
+    path.write_text("queues:\n  default: {}\n  night: {}\n" + windows)
+    scheduler = Scheduler(store, policy=load_policy(path), policy_path=path, wakeups=False)
+    job_id = store.submit(
+        JobSpec(command=["true"], queue="night", hold=True), "alice", defaults_deadline_s=30
+    )[0]
+    path.write_text("queues:\n  default: {}\n" + windows)
+    scheduler.runtime.request_reload()
+    store.release(job_id, user="alice")
+    scheduler.run_once()
+    job = store.get(job_id)
+    assert job.state == "queued"
+    assert job.reason == (
+        "waiting: queue 'night' is not in the policy (taken out of it?): its jobs wait "
+        "until it is back; qdel them, or add the queue again"
+    )
+    path.write_text("queues:\n  default: {}\n  night: {}\n" + windows)  # back
+    scheduler.runtime.request_reload()
+    scheduler.run_once()
+    assert store.get(job_id).state == "dispatched"

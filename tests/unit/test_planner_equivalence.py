@@ -660,7 +660,11 @@ def test_groups_of_a_spent_array_or_quota_are_left_unread(
         att(9002, queue="capped"),
         att(9003, c=40, queue="shared", devices=(1,)),
     ]
-    limits = {"capped": QueueLimits(max_running=1), "shared": QueueLimits(max_fleet_share=0.3)}
+    limits = {
+        "default": QueueLimits(),
+        "capped": QueueLimits(max_running=1),
+        "shared": QueueLimits(max_fleet_share=0.3),
+    }
     s = Snapshot(
         now=NOW,
         queued=GroupedJobs([tasks, capped, shared, last], 3001),

@@ -146,7 +146,8 @@ def share_evictions(
 
 
 class Quotas:
-    """Per-queue limits, spent as the pass admits jobs."""
+    """Per-queue limits, spent as the pass admits jobs; ``limits`` has every queue of the
+    policy, and a job of a queue it lacks is refused (see :meth:`queue_refusal`)."""
 
     def __init__(
         self,
@@ -175,9 +176,7 @@ class Quotas:
         why = self.queue_refusal(job)
         if why is not None:
             return why
-        lim = self.limits.get(job.queue)
-        if lim is None:
-            return None
+        lim = self.limits[job.queue]  # (the queue's own refusal says when it is not there)
         units = job.compute_pct * max(1, job.gpus)
         q = job.queue
         if lim.max_user_share is not None and (
@@ -195,7 +194,12 @@ class Quotas:
         every later job of its queue and its slice."""
         lim = self.limits.get(job.queue)
         if lim is None:
-            return None
+            # a trial's trap: a queue taken out of the policy left its jobs to run under
+            # no queue's rules (and, with windows, waiting "for a device to be up")
+            return (
+                f"waiting: queue {job.queue!r} is not in the policy (taken out of it?): its "
+                "jobs wait until it is back; qdel them, or add the queue again"
+            )
         units = job.compute_pct * max(1, job.gpus)
         q = job.queue
         if lim.max_running is not None and self.running[q] >= lim.max_running:

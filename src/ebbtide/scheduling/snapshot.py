@@ -311,7 +311,9 @@ class Snapshot:
     offline_allowed: bool = True
     #: at most this many dispatches per pass (keeps one pass short)
     max_dispatches: int = 1000
-    #: per-queue quotas and protections; a queue not listed has none
+    #: per-queue quotas and protections, of every queue of the policy: a queued job of a
+    #: queue not listed waits (its queue was taken out of the policy); none listed at
+    #: all: no queue has any
     queues: Mapping[str, QueueLimits] = field(default_factory=dict)
     #: what the windows allow per device and queue (``None``: everything, always)
     gates: Mapping[tuple[str, int], DeviceGates] | None = None
