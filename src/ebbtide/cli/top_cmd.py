@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ebbtide.cli.common import _client, _echo_json
+from ebbtide.cli.common import _client, _echo_json, _listing_client
 from ebbtide.errors import StoreUnavailable, UserError
 from ebbtide.top.view import SORTS
 
@@ -81,7 +81,20 @@ def top(
             "`ebb top --once` (one frame) or `ebb top --json`"
         )
     state = ViewState(sort=sort, node=node, user=user, queue=queue)
-    client = _client()
+    if not live and (client := _listing_client(False, None)) is None:
+        # a new system (or a mistyped EBBTIDE_HOME, as the note says): nothing to show,
+        # as qstat and nodes say it (a trial's trap: top --json failed where they did not)
+        import time
+
+        from ebbtide.top.snapshot import build_snapshot
+
+        empty = build_snapshot([], [], {}, [], taken_at=time.time())
+        if as_json:
+            _echo_json(empty.to_dict())
+        else:
+            _once(empty, state)
+        return
+    client = client if not live else _client()
     try:
         if as_json:
             snapshot = _fetch(client)
