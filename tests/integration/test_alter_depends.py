@@ -141,5 +141,11 @@ def test_qalter_takes_w_depend_as_qsub_does(home: Path) -> None:
     )
     other = CliRunner().invoke(cli, ["qalter", "1", "-W", "group_list=gpu"])
     assert other.exit_code == 1
-    assert other.stderr == "ebb: error: -W group_list: cannot be altered; qalter -W takes depend=\n"
+    assert other.stderr == (
+        "ebb: error: -W group_list: cannot be altered; qalter -W takes depend=LIST "
+        "(depend= for none)\n"
+    )
+    # depend= (empty) takes them all away: the job is queued again
+    assert ebb("qalter", "4", "-W", "depend=") == "4: altered (depends=none)\n"
+    assert json.loads(ebb("qstat", "-f", "4", "--json"))["state"] == "queued"
     assert json.loads(ebb("qstat", "-f", "1", "--json"))["state"] == "queued"

@@ -962,9 +962,18 @@ def test_qstat_says_when_no_scheduler_runs_to_plan_a_queued_job(home: Path) -> N
         assert CliRunner().invoke(cli, ["qstat"]).stderr == ""
     finally:
         lock.release()
-    # a reason given: the scheduler has seen it, whatever runs now
+    # a reason given by a scheduler that stopped since: shown, and said to be its
+    # (a trial's trap: a stale REASON hid that none runs)
     store.set_reasons({1: "waits for headroom"})
-    assert CliRunner().invoke(cli, ["qstat"]).stderr == ""
+    assert CliRunner().invoke(cli, ["qstat"]).stderr == (
+        "ebb: note: no scheduler is running on this store: queued jobs wait until one does "
+        "(ebb up, or ebb scheduler); a REASON shown is what the last one said\n"
+    )
+    assert lock.try_acquire()
+    try:
+        assert CliRunner().invoke(cli, ["qstat"]).stderr == ""
+    finally:
+        lock.release()
 
 
 def test_policy_explain_explains_the_policy_in_force(

@@ -75,10 +75,14 @@ def test_follow_of_one_attempt_stops_when_the_next_begins(
     assert capsys.readouterr().out == "a1\nend\n"
 
 
-def test_follow_of_a_job_that_never_started_ends_quietly(
+def test_follow_of_a_job_that_never_started_is_the_error_logs_gives(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    logs_cmd._follow(GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False})
+    """As ``ebb logs`` says it, exit 1 (a trial's trap: a note and exit 0)."""
+    with pytest.raises(UserError, match="job 3 attempt None has no stdout log"):
+        logs_cmd._follow(
+            GrowingJob([("queued", 0, {}), ("cancelled", 0, {})]), 3, {"stderr": False}
+        )
     assert capsys.readouterr().out == ""
 
 

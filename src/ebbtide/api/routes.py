@@ -225,9 +225,8 @@ def alter(
     changes: Annotated[
         dict[str, Any],
         Body(
-            description="What to change: name, priority, kind, gpu, gpumem, walltime, "
-            "deadline, checkpoint_interval, depends (all of them), in the forms a job spec "
-            "takes.",
+            description="What to change: name, priority, kind, gpu, gpumem, walltime, deadline, "
+            "checkpoint_interval, depends (all), in the forms a job spec takes.",
             examples=[{"gpu": "50%", "walltime": "02:00:00"}],
         ),
     ],

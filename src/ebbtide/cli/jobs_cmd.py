@@ -49,7 +49,7 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     multiple=True,
     metavar="depend=LIST",
     help="New dependencies, all of them (as qsub -W): depend=afterok:12[:13][,afterany:14]; "
-    "12[] is the whole array 12.",
+    "12[] is the whole array 12; depend= (empty) takes them all away.",
 )
 @click.option("--deadline", help="New eviction deadline, 1s..1h.")
 @click.option("--kind", type=click.Choice(["training", "inference", "batch"], case_sensitive=False))
@@ -102,10 +102,12 @@ def qalter(
 
         depends: list[Any] = []
         for text in attributes:  # a trial's trap: qalter had no -W depend= at all
-            if text.strip().partition("=")[0].strip() != "depend":
-                typed = text.partition("=")[0].strip()
-                raise UserError(f"-W {typed}: cannot be altered; qalter -W takes depend=")
-            depends += [d for d in parse_depend(text) if d not in depends]
+            typed, _, value = text.strip().partition("=")
+            if typed.strip() != "depend":
+                what = f"-W {typed.strip()}: cannot be altered" if typed.strip() else "-W"
+                raise UserError(f"{what}; qalter -W takes depend=LIST (depend= for none)")
+            if value.strip():  # (an empty list takes them all away)
+                depends += [d for d in parse_depend(text) if d not in depends]
         changes["depends"] = depends
     if deadline is not None:
         from ebbtide.queue.qsub.resources import check_resource
@@ -126,7 +128,7 @@ def qalter(
     from ebbtide.queue.dependencies import dependency_text
 
     said = ", ".join(
-        f"{k}={','.join(map(dependency_text, v)) if k == 'depends' else v}"
+        f"{k}={(','.join(map(dependency_text, v)) or 'none') if k == 'depends' else v}"
         for k, v in changes.items()
     )
     parsed = _parse_ids(ids)

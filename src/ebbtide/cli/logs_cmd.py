@@ -35,7 +35,7 @@ def _follow(client: Any, job_id: int, options: dict[str, Any]) -> None:
             if number is None:
                 if job.state in final:  # ended before it ever started: an error, as
                     # `ebb logs` says it (a trial's trap: -f said it in a note, exit 0)
-                    client.log_tail(job_id, stderr=options["stderr"], tail_bytes=1)
+                    client.log_tail(job_id, attempt=None, stderr=options["stderr"], tail_bytes=1)
                     return
                 if not said_waiting:
                     click.echo(

@@ -220,14 +220,17 @@ NO_SCHEDULER_NOTE = (
 
 def _note_no_scheduler(running: Callable[[], bool | None], jobs: Sequence[Any]) -> None:
     """A trial's trap: with no scheduler running, a queued job's REASON stayed empty and
-    nothing said why.  A note says so when a job listed is queued with no reason yet
-    (``running``: whether a scheduler leads, asked only then)."""
+    nothing said why; one a scheduler had given went on being shown, as if it still held.
+    A note says so when a job listed is queued or waiting (``running``: whether a
+    scheduler leads, asked only then)."""
     from ebbtide.queue.states import JobState
 
-    if not any(j.state == JobState.QUEUED and not j.reason for j in jobs):
+    waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.WAITING)]
+    if not waiting or running() is not False:
         return
-    if running() is False:
-        click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}", err=True)
+    said = any(j.reason for j in waiting)
+    stale = "; a REASON shown is what the last one said" if said else ""
+    click.echo(f"ebb: note: {NO_SCHEDULER_NOTE}{stale}", err=True)
 
 
 def _echo_table(
