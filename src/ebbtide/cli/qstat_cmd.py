@@ -363,12 +363,9 @@ def _shown_value(key: str, value: Any) -> Any:
     if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
     if key == "depends" and isinstance(value, list):
-        shown = [
-            f"{d.get('kind')}:{d.get('job_id')}{'[]' if d.get('array') else ''}"
-            for d in value
-            if isinstance(d, dict)
-        ]
-        return ",".join(shown) or "none"
+        from ebbtide.queue.dependencies import dependency_text
+
+        return ",".join(dependency_text(d) for d in value if isinstance(d, dict)) or "none"
     return value
 
 

@@ -81,7 +81,8 @@ def top(
             "`ebb top --once` (one frame) or `ebb top --json`"
         )
     state = ViewState(sort=sort, node=node, user=user, queue=queue)
-    if not live and (client := _listing_client(False, None)) is None:
+    client = _client() if live else _listing_client(False, None)
+    if client is None:
         # a new system (or a mistyped EBBTIDE_HOME, as the note says): nothing to show,
         # as qstat and nodes say it (a trial's trap: top --json failed where they did not)
         import time
@@ -94,7 +95,6 @@ def top(
         else:
             _once(empty, state)
         return
-    client = client if not live else _client()
     try:
         if as_json:
             snapshot = _fetch(client)

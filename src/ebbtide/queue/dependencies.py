@@ -58,7 +58,7 @@ def dependencies_verdict(
         whole = bool(dep.get("array"))
         state = (arrays if whole else dep_state).get(dep["job_id"])
         kind = dep["kind"]
-        label = f"{kind}:{dep['job_id']}{'[]' if whole else ''}"
+        label = dependency_text(dep)
         if state is None:
             return "never", f"dependency {label} names no {'array' if whole else 'job'}"
         final = state in _FINAL

@@ -17,7 +17,6 @@ from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobSta
 
 #: The states in which ``qalter`` may change a job: it has not started.
 ALTERABLE_STATES = (JobState.HELD, JobState.WAITING, JobState.QUEUED)
-HELD = JobState.HELD
 
 
 def actor(user: str, attribution: dict[str, Any] | None) -> str:
@@ -114,7 +113,9 @@ class UserActionLogic(Shared):
                 self._not_alterable(job_id)
             self._check_ring(job, depends)
             values["depends_json"] = json.dumps(depends)
-            target = (JobState.WAITING if depends else JobState.QUEUED) if state != HELD else HELD
+            # a held job stays held (released, it waits for them)
+            target = JobState.WAITING if depends else JobState.QUEUED
+            target = state if state == JobState.HELD else target
         with self._tx() as conn:
             if depends and target is not None:  # (read again here: see _check_named)
                 self._check_named(conn, depends)

@@ -9,10 +9,9 @@ from collections.abc import Collection
 from typing import Any
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
+from ebbtide.queue.memory.purge import FINAL
 from ebbtide.queue.memory.queries import MemoryQueryMixin
-from ebbtide.queue.states import FINAL_STATES, JobState
-
-FINAL = frozenset(s.value for s in FINAL_STATES)
+from ebbtide.queue.states import JobState
 
 
 def tasks_of(jobs: dict[int, dict[str, Any]], array_ids: Collection[int]) -> list[tuple[int, str]]:

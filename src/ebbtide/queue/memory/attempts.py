@@ -20,8 +20,7 @@ class MemoryAttemptMixin(MemoryQueryMixin):
     """:meth:`submit` (dispatch to the end of an attempt is the shared
     :class:`~ebbtide.queue.lifecycle.attempts.AttemptLogic`)."""
 
-    def _check_named(self, conn: Any, depends: list[dict[str, Any]]) -> None:
-        data = conn
+    def _check_named(self, data: Any, depends: list[dict[str, Any]]) -> None:
         wanted, arrays = split_ids(depends)
         states = {i: data.jobs[i]["state"] for i in wanted & set(data.jobs)}
         tasks = tasks_of(data.jobs, arrays) if arrays else []

@@ -16,7 +16,8 @@ from ebbtide.queue.purge import (
 )
 from ebbtide.queue.states import FINAL_STATES
 
-_FINAL = frozenset(s.value for s in FINAL_STATES)
+#: The states of finished jobs.
+FINAL = frozenset(s.value for s in FINAL_STATES)
 
 
 def _depended_on(data: Tables) -> set[int]:
@@ -24,7 +25,7 @@ def _depended_on(data: Tables) -> set[int]:
     return {
         int(d["job_id"])
         for row in data.jobs.values()
-        if row["state"] not in _FINAL and row["depends_json"] != "[]"
+        if row["state"] not in FINAL and row["depends_json"] != "[]"
         for d in json.loads(row["depends_json"])
     }
 
@@ -63,7 +64,7 @@ class _Purger(PurgeRules):
         return {
             i
             for i in chunk
-            if i in jobs and jobs[i]["state"] in _FINAL and jobs[i]["finished_at"] < self.cutoff
+            if i in jobs and jobs[i]["state"] in FINAL and jobs[i]["finished_at"] < self.cutoff
         }
 
     def _counts(self, conn: object, ids: list[int]) -> tuple[int, int]:

@@ -12,12 +12,10 @@ import sqlalchemy as sa
 
 from ebbtide.queue.lifecycle.housekeeping import HousekeepingLogic
 from ebbtide.queue.purge import DEFAULT_BATCH_JOBS, PurgeResult
-from ebbtide.queue.states import FINAL_STATES, JobState
+from ebbtide.queue.states import JobState
 from ebbtide.queue.store.base import JOBS
-from ebbtide.queue.store.purge import Purger, oldest_finished_at
+from ebbtide.queue.store.purge import NOT_FINAL, Purger, oldest_finished_at
 from ebbtide.queue.store.queries import QueryMixin, array_tasks
-
-NOT_FINAL = tuple(s.value for s in JobState if s not in FINAL_STATES)
 
 
 class HousekeepingMixin(QueryMixin, HousekeepingLogic):

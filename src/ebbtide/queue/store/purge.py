@@ -18,13 +18,14 @@ ATTEMPTS: sa.Table = Attempt.__table__  # type: ignore[attr-defined]
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
 
 _FINAL = tuple(s.value for s in FINAL_STATES)
-_NOT_FINAL = tuple(s.value for s in JobState if s not in FINAL_STATES)
+#: The states of jobs not yet finished (their dependencies still count).
+NOT_FINAL = tuple(s.value for s in JobState if s not in FINAL_STATES)
 
 
 def depended_on(conn: Connection) -> set[int]:
     """The ids of the jobs that a job not yet finished depends on."""
     stmt = sa.select(JOBS.c.depends_json).where(
-        JOBS.c.state.in_(_NOT_FINAL), JOBS.c.depends_json != "[]"
+        JOBS.c.state.in_(NOT_FINAL), JOBS.c.depends_json != "[]"
     )
     return {int(d["job_id"]) for text in conn.execute(stmt).scalars() for d in json.loads(text)}
 
