@@ -428,18 +428,28 @@ def test_a_checkpoint_written_while_the_warning_is_sent_counts(tmp_path):  # typ
         store.close()
 
 
+#: How long each sweep takes in the test below, and how late past the deadline it lets a
+#: victim be freed (a loaded machine's scheduling): less than one sweep.
+SLOW_SWEEP_S = 1.0
+SCHEDULING_SLACK_S = 0.5
+
+
 def test_victims_of_one_spike_are_all_killed_at_their_deadline(tmp_path):  # type: ignore[no-untyped-def]
     """Stubborn jobs evicted by one spike share a deadline: each is killed at it, not
     after the sweep of the one before (seen in the chaos run: a sweep waits for its
     supervisor, and the fourth of four victims was freed 0.2 s late).  Sweeps here are
-    made slow on purpose."""
+    made slow on purpose (1 s each): killed one after the other, the second victim
+    would be freed at least 0.85 s after the deadline, the fourth nearly 3 s.  The
+    bound allows less than that, not nothing: a victim is freed when a tick sees its
+    process group gone, which a loaded 2-core test machine can delay past the 0.15 s
+    the kill leads the deadline by."""
     store = Store(f"sqlite:///{tmp_path / 'ebbtide.db'}")
     source = StaticSource(parse_devices("1x80GiB"))
     agent = NodeAgent("n1", store, source, home=tmp_path)
     slow_sweep = agent.executor.sweep
 
     def sweep(handle):  # type: ignore[no-untyped-def]
-        time.sleep(0.4)
+        time.sleep(SLOW_SWEEP_S)
         slow_sweep(handle)
 
     agent.executor.sweep = sweep  # type: ignore[method-assign]
@@ -462,7 +472,7 @@ def test_victims_of_one_spike_are_all_killed_at_their_deadline(tmp_path):  # typ
         for job_id in jobs:
             [ev] = [e for e in store.events(job_id) if e["type"] == "evicted"]
             assert ev["killed"] is True
-            assert ev["deadline_missed"] is False, (job_id, ev["latency_s"])
+            assert ev["latency_s"] <= ev["deadline_s"] + SCHEDULING_SLACK_S, (job_id, ev)
     finally:
         agent.shutdown(timeout_s=20)
         store.close()
