@@ -176,3 +176,11 @@ def test_event_details_read_as_times_and_short_numbers() -> None:
     assert logs_cmd._event_value("pid", 4242) == 4242
     assert logs_cmd._event_value("final", False) is False
     assert logs_cmd._event_value("reason", "online compute") == "online compute"
+
+
+def test_an_altered_event_s_changes_read_as_qalter_printed_them() -> None:
+    """``ebb events`` showed ``changes={'gpu': '20%'}``, a Python dict."""
+    changes = {"gpu": "20%", "depends": "afterok:3", "priority": 5.0}
+    assert logs_cmd._event_value("changes", changes) == "(gpu=20%, depends=afterok:3, priority=5)"
+    assert logs_cmd._event_value("devices", [0, 1]) == "0,1"
+    assert logs_cmd._event_value("changes", {}) == "()"

@@ -174,9 +174,14 @@ def _event_filter(texts: tuple[str, ...]) -> Any:
 def _event_value(key: str, value: Any) -> Any:
     """An event's detail for people: an instant (``freed_at``, ``spike_at``) as a local
     time to the millisecond, other numbers to four significant digits (whole ones as
-    they are); ``--json`` keeps them exact."""
+    they are); what a change set (``altered``'s ``changes``) holds as ``(gpu=20%, ...)``, a
+    list comma-separated; ``--json`` keeps them exact."""
     import datetime as dt
 
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k}={_event_value(k, v)}" for k, v in value.items()) + ")"
+    if isinstance(value, list | tuple):
+        return ",".join(str(_event_value(key, v)) for v in value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     if key.endswith("_at"):
