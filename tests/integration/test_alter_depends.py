@@ -149,3 +149,17 @@ def test_qalter_takes_w_depend_as_qsub_does(home: Path) -> None:
     assert ebb("qalter", "4", "-W", "depend=") == "4: altered (depends=none)\n"
     assert json.loads(ebb("qstat", "-f", "4", "--json"))["state"] == "queued"
     assert json.loads(ebb("qstat", "-f", "1", "--json"))["state"] == "queued"
+
+
+def test_a_task_named_by_its_index_is_depended_on_by_its_id(store: Store) -> None:
+    """``qalter -W depend=afterok:12[2]`` names the array's task of index 2 by its id."""
+    tasks = store.submit(
+        JobSpec(command=["true"], array={"start": 1, "end": 2}), "alice", defaults_deadline_s=30
+    )
+    job_id = submit(store)
+    job = alter(store, job_id, [f"afterok:{tasks[0]}[2]"])
+    assert json.loads(job.depends_json) == [{"kind": "afterok", "job_id": tasks[1]}]
+    assert store.events(job_id)[-1]["changes"] == {"depends": f"afterok:{tasks[1]}"}
+    with pytest.raises(SpecError, match="has no task 3"):
+        alter(store, job_id, [f"afterok:{tasks[0]}[3]"])
+    assert json.loads(store.get(job_id).depends_json) == [{"kind": "afterok", "job_id": tasks[1]}]

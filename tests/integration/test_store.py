@@ -758,6 +758,41 @@ def test_an_array_dependency_on_a_job_that_is_none_is_refused(store: Store) -> N
         submit(store, depends=[{"kind": "afterok", "job_id": tasks[0], "array": True}])
 
 
+def test_a_task_named_by_its_index_is_depended_on_by_its_id(store: Store) -> None:
+    """``-W depend=afterok:12[2]`` was refused (``qstat``, ``qhold`` and ``qdel`` take
+    ``12[2]``): it names the array's task of index 2, and the store keeps it as that
+    task's own id, in the job's dependencies and its spec alike."""
+    tasks = store.submit(
+        JobSpec(command=["true"], array={"start": 0, "end": 4, "step": 2}),
+        "alice",
+        defaults_deadline_s=30,
+    )  # indices 0, 2, 4
+    job_id = submit(
+        store,
+        depends=[f"afterok:{tasks[0]}[2]", f"afterok:{tasks[1]}", f"afterany:{tasks[0]}[4]"],
+    )
+    expected = [
+        {"kind": "afterok", "job_id": tasks[1]},  # the repeat kept once
+        {"kind": "afterany", "job_id": tasks[2]},
+    ]
+    assert json.loads(store.get(job_id).depends_json) == expected
+    spec = store.spec(job_id)
+    assert [(d.kind, d.job_id, d.task) for d in spec.depends] == [
+        ("afterok", tasks[1], None),
+        ("afterany", tasks[2], None),
+    ]
+    _finish(store, tasks[1], 0)
+    assert store.promote_waiting() == []
+    _finish(store, tasks[2], 1)
+    assert store.promote_waiting() == [job_id]
+    before = [j.id for j in store.list_jobs()]
+    with pytest.raises(SpecError, match=rf"array {tasks[0]} has no task 3 \(its indices: 0-4\)"):
+        submit(store, depends=[f"afterok:{tasks[0]}[3]"])
+    with pytest.raises(SpecError, match=f"job {job_id} is not an array: no task 1"):
+        submit(store, depends=[f"afterok:{job_id}[1]"])
+    assert [j.id for j in store.list_jobs()] == before  # nothing submitted
+
+
 def test_promote_waiting_gives_up_early(store: Store) -> None:
     """One dependency that can never be met cancels the job even while others run."""
     a = submit(store)

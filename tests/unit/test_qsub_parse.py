@@ -170,14 +170,27 @@ def test_array_bad(text: str, message: str) -> None:
         ("depend=afterok:12[].head.example.org", [("afterok", 12, True)]),
         ("depend=afterok:12[]:12", [("afterok", 12, True), ("afterok", 12)]),
         ("depend=afterok:12:12", [("afterok", 12)]),
+        ("depend=afterok:12[3]", [("afterok", 12, 3)]),
+        ("depend=afterok:12[0].server:12[3]:12[3]", [("afterok", 12, 0), ("afterok", 12, 3)]),
+        ("depend=afterok:12[3]:12[]", [("afterok", 12, 3), ("afterok", 12, True)]),
     ],
 )
 def test_depend(text: str, expected: list[tuple[object, ...]]) -> None:
-    """(kind, id) of each dependency, and True after them for a whole array (``12[]``)."""
+    """(kind, id) of each dependency, and True after them for a whole array (``12[]``),
+    the index for one of its tasks (``12[3]``)."""
+
+    def brackets(array: bool, task: int | None) -> list[object]:
+        return [True] if array else ([] if task is None else [task])
+
     deps = parse_depend(text)
-    assert [(d["kind"], d["job_id"], *([True] if d.get("array") else [])) for d in deps] == expected
+    assert [
+        (d["kind"], d["job_id"], *brackets(d.get("array", False), d.get("task"))) for d in deps
+    ] == expected
     spec = JobSpec(command=["true"], depends=deps)
-    assert [(d.kind, d.job_id, *([True] if d.array else [])) for d in spec.depends] == expected
+    assert [(d.kind, d.job_id, *brackets(d.array, d.task)) for d in spec.depends] == expected
+    if "." not in text:  # the SDK's text form (no server suffix) reads them alike
+        sdk = JobSpec(command=["true"], depends=text.removeprefix("depend=").split(","))
+        assert set(sdk.depends) == set(spec.depends)
 
 
 @pytest.mark.parametrize(
@@ -185,9 +198,15 @@ def test_depend(text: str, expected: list[tuple[object, ...]]) -> None:
     [
         ("depend=before:12", "-W: unknown dependency type 'before'; known: afterok"),
         ("depend=afterok", "-W: afterok needs at least one job id"),
-        ("depend=afterok:x", "-W: expected a job id like 12, 12.server or 12[], got 'x'"),
+        (
+            "depend=afterok:x",
+            "-W: expected a job id like 12, 12.server, 12[] (the whole array) or 12[3] (its "
+            "task 3), got 'x'",
+        ),
         ("depend=afterok:0", "-W: expected a job id"),
-        ("depend=afterok:12[3]", "-W: expected a job id"),
+        ("depend=afterok:12[x]", "-W: expected a job id"),
+        ("depend=afterok:12[3", "-W: expected a job id"),
+        ("depend=afterok:12[99999999999]", "-W: array indices go up to 2147483647"),
         ("umask=022", "-W: only depend=TYPE:ID"),
         ("afterok:12", "-W: only depend=TYPE:ID"),
     ],

@@ -49,7 +49,7 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     multiple=True,
     metavar="depend=LIST",
     help="New dependencies, all of them (as qsub -W): depend=afterok:12[:13][,afterany:14]; "
-    "12[] is the whole array 12; depend= (empty) takes them all away.",
+    "12[] is the whole array 12, 12[3] its task 3; depend= (empty) takes them all away.",
 )
 @click.option("--deadline", help="New eviction deadline, 1s..1h.")
 @click.option("--kind", type=click.Choice(["training", "inference", "batch"], case_sensitive=False))

@@ -57,7 +57,10 @@ class _QsubCommand(click.Command):
 )
 @click.option("-J", "array", help="Array: 1-100, 1-100:2, 1-100%4 (at most 4 at once).")
 @click.option(
-    "-W", "depend", multiple=True, help="depend=afterok:ID[:ID],afternotok:ID,afterany:ID"
+    "-W",
+    "depend",
+    multiple=True,
+    help="depend=afterok:ID[:ID],afternotok:ID,afterany:ID; ID[] a whole array, ID[3] its task 3",
 )
 @click.option("-h", "hold", is_flag=True, help="Submit held (release with qrls).")
 @click.option(

@@ -590,7 +590,7 @@ class Policy(Strict):
     def unwindowed_queues(self) -> list[str]:
         """The queues no cron or lull window admits, where there are such windows: their
         jobs never run (a window admits every queue unless its ``queues:`` says)."""
-        windows = [*self.cron_windows, *self.lull_windows]
+        windows: list[CronWindow | LullWindow] = [*self.cron_windows, *self.lull_windows]
         if not windows:
             return []
         return [

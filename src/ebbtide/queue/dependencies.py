@@ -77,8 +77,11 @@ def dependencies_verdict(
 
 
 def dependency_text(dep: Mapping[str, Any]) -> str:
-    """A dependency as ``-W depend=`` writes it: ``afterok:12``, ``afterok:12[]``."""
-    return f"{dep['kind']}:{dep['job_id']}{'[]' if dep.get('array') else ''}"
+    """A dependency as ``-W depend=`` writes it: ``afterok:12``, ``afterok:12[]``,
+    ``afterok:12[3]`` (a task by its index, before the store names it by its id)."""
+    task = dep.get("task")
+    brackets = "[]" if dep.get("array") else ("" if task is None else f"[{task}]")
+    return f"{dep['kind']}:{dep['job_id']}{brackets}"
 
 
 def cycle_through(

@@ -84,6 +84,35 @@ class Dependency(BaseModel):
     job_id: Annotated[int, Field(gt=0, le=MAX_INT64)]
     #: on the whole array ``job_id`` names (PBS's ``12[]``): its tasks' states together
     array: bool = False
+    #: on one task of the array ``job_id`` names, by its index (PBS's ``12[3]``): the
+    #: store puts the task's own id in its place at submission
+    task: Annotated[int, Field(ge=0, le=MAX_ARRAY_INDEX)] | None = None
+
+    @model_validator(mode="after")
+    def _array_or_task(self) -> Dependency:
+        if self.array and self.task is not None:
+            raise ValueError(
+                f"name the whole array ({self.job_id}[]) or one of its tasks "
+                f"({self.job_id}[{self.task}]), not both"
+            )
+        return self
+
+
+#: A dependency's job as ``-W depend=`` and the SDK's text form write it: ``12``, ``12[]``
+#: (the whole array), ``12[3]`` (its task of index 3); ASCII digits, at most 30.
+DEPEND_ID = r"([0-9]{1,30})(?:\[([0-9]{0,30})\])?"
+_DEPEND_ID_RE = re.compile(DEPEND_ID)
+
+
+def dependency_fields(match: re.Match[str]) -> dict[str, Any]:
+    """A matched ``DEPEND_ID`` as :class:`Dependency` fields (without ``kind``)."""
+    out: dict[str, Any] = {"job_id": int(match.group(1))}
+    index = match.group(2)
+    if index == "":
+        out["array"] = True
+    elif index is not None:
+        out["task"] = int(index)
+    return out
 
 
 ARRAY_FORMS = "a range like 1-100, 1-100:2 (step), 1-100%4 (at most 4 at once) or 1-100:2%4"
@@ -298,17 +327,14 @@ class JobSpec(BaseModel):
                 out.append(item)
                 continue
             kind, _, ids = item.partition(":")
-            named = [i.strip() for i in ids.split(":")]
-            if not ids or not all(i.removesuffix("[]").isdigit() for i in named):
+            named = [_DEPEND_ID_RE.fullmatch(i.strip()) for i in ids.split(":")]
+            if not ids or not all(named):
                 raise ValueError(
-                    f"expected KIND:ID[:ID] like 'afterok:12' (12[]: the whole array 12) or "
-                    f"{{'kind': 'afterok', 'job_id': 12}}, got {shown(item, 60)}"
+                    f"expected KIND:ID[:ID] like 'afterok:12' (12[]: the whole array 12, "
+                    f"12[3]: its task 3) or {{'kind': 'afterok', 'job_id': 12}}, got "
+                    f"{shown(item, 60)}"
                 )
-            for i in named:
-                dep: dict[str, Any] = {"kind": kind.strip(), "job_id": int(i.removesuffix("[]"))}
-                if i.endswith("[]"):
-                    dep["array"] = True
-                out.append(dep)
+            out.extend({"kind": kind.strip(), **dependency_fields(m)} for m in named if m)
         return out
 
     @field_validator("name")

@@ -136,6 +136,10 @@ class Backend(Protocol):
         """``(array_id, state)`` of every task of these arrays."""
         ...
 
+    def _task_ids(self, array_ids: Collection[int]) -> dict[tuple[int, int], int]:
+        """The id of every task of these arrays, by ``(array_id, array_index)``."""
+        ...
+
     def _check_named(self, conn: Any, depends: list[dict[str, Any]]) -> None:
         """Refuse ``depends`` when one names no job (or no array), or can never be met
         (:func:`~ebbtide.queue.lifecycle.submission.check_dependencies`), reading the

@@ -9,7 +9,7 @@ from typing import Any
 
 from ebbtide.errors import SpecError
 from ebbtide.queue.dependencies import dependencies_verdict
-from ebbtide.queue.spec import JobSpec, SliceGrant
+from ebbtide.queue.spec import Dependency, JobSpec, SliceGrant
 from ebbtide.queue.states import JobState, check_transition
 
 
@@ -32,6 +32,44 @@ def check_dependencies(
     verdict, why = dependencies_verdict(depends, states, arrays)
     if verdict == "never":
         raise SpecError("depends", f"{why}: the job could never run")
+
+
+def resolved_depends(backend: Any, spec: JobSpec) -> tuple[JobSpec, list[dict[str, Any]]]:
+    """The spec as the store keeps it, its tasks named by index named by id
+    (:func:`resolve_tasks`), and its dependencies as ``depends_json`` holds them."""
+    depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
+    resolved = resolve_tasks(backend, depends)
+    if resolved is not depends:
+        spec = spec.model_copy(update={"depends": [Dependency(**d) for d in resolved]})
+    return spec, resolved
+
+
+def resolve_tasks(backend: Any, depends: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``depends`` with each dependency on one task of an array by its index (``task``:
+    ``afterok:12[3]``) naming that task by its own job id, as the rest of the store reads
+    dependencies (``backend._task_ids``: the tasks' ids by array and index); repeats
+    kept once.  Refused where the array has no task of that index, or the job is no
+    array."""
+    arrays = {d["job_id"] for d in depends if d.get("task") is not None}
+    if not arrays:
+        return depends
+    ids: dict[tuple[int, int], int] = backend._task_ids(arrays)
+    out: list[dict[str, Any]] = []
+    for dep in depends:
+        if dep.get("task") is not None:
+            array, index = dep["job_id"], dep["task"]
+            if (array, index) not in ids:
+                indices = sorted(i for a, i in ids if a == array)
+                if not indices:
+                    raise SpecError("depends", f"job {array} is not an array: no task {index}")
+                raise SpecError(
+                    "depends",
+                    f"array {array} has no task {index} (its indices: {indices[0]}-{indices[-1]})",
+                )
+            dep = {"kind": dep["kind"], "job_id": ids[array, index]}
+        if dep not in out:
+            out.append(dep)
+    return out
 
 
 def packed_memory_mib(spec: JobSpec, granted: SliceGrant | JobSpec) -> int:

@@ -10,7 +10,7 @@ from ebbtide.errors import PermissionDenied, SpecError, StaleState, UserError
 from ebbtide.queue import outcomes
 from ebbtide.queue.dependencies import cycle_through, dependency_text
 from ebbtide.queue.lifecycle.backend import Shared
-from ebbtide.queue.lifecycle.submission import packed_memory_mib
+from ebbtide.queue.lifecycle.submission import packed_memory_mib, resolved_depends
 from ebbtide.queue.models import Job
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import FINAL_STATES, AttemptOutcome, EventType, JobState, state_said
@@ -101,8 +101,8 @@ class UserActionLogic(Shared):
         waiting one left with none is queued (a held one stays held)."""
         job = self.get(job_id)
         check_owner(job, user, admin)
+        spec, depends = resolved_depends(self, spec)
         values = altered_values(job, spec, defaults_deadline_s=defaults_deadline_s, grant=grant)
-        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
         changes = dict(changes or {})
         if "depends" in changes:  # as -W depend= writes them
             changes["depends"] = ",".join(map(dependency_text, depends)) or "none"

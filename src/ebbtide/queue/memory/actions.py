@@ -34,6 +34,14 @@ class MemoryActionMixin(MemoryQueryMixin, HousekeepingLogic):
         with self._data.lock:
             return tasks_of(self._data.jobs, array_ids)
 
+    def _task_ids(self, array_ids: Collection[int]) -> dict[tuple[int, int], int]:
+        with self._data.lock:
+            return {
+                (j["array_id"], j["array_index"]): j["id"]
+                for j in self._data.jobs.values()
+                if j.get("array_id") in array_ids
+            }
+
     def _waiting_on(self) -> list[tuple[int, int | None, list[dict[str, Any]]]]:
         with self._data.lock:
             return [

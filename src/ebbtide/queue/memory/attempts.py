@@ -7,7 +7,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from ebbtide.queue.dependencies import array_states, split_ids
-from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
+from ebbtide.queue.lifecycle.submission import (
+    check_dependencies,
+    new_job_row,
+    resolved_depends,
+    submitted_data,
+)
 from ebbtide.queue.memory.actions import tasks_of
 from ebbtide.queue.memory.queries import MemoryQueryMixin
 from ebbtide.queue.spec import JobSpec, SliceGrant
@@ -40,7 +45,7 @@ class MemoryAttemptMixin(MemoryQueryMixin):
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
-        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
+        spec, depends = resolved_depends(self, spec)
         with self._tx() as data:
             self._check_named(data, depends)
             row = new_job_row(

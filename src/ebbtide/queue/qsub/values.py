@@ -13,7 +13,14 @@ from pydantic import ValidationError
 
 from ebbtide import units
 from ebbtide.queue.qsub.options import _error, _probe
-from ebbtide.queue.spec import MAX_DEPENDENCIES, ArraySpec, parse_array_text
+from ebbtide.queue.spec import (
+    DEPEND_ID,
+    MAX_ARRAY_INDEX,
+    MAX_DEPENDENCIES,
+    ArraySpec,
+    dependency_fields,
+    parse_array_text,
+)
 
 DEPENDENCY_KINDS = ("afterok", "afternotok", "afterany")
 #: Integer options: field → (lowest, highest) allowed, as JobSpec allows.
@@ -22,7 +29,7 @@ _INT_RANGES = {"priority": (-1024, 1023), "max_attempts": (1, 100)}
 DEPEND_FORMS = "depend=TYPE:ID[:ID...][,TYPE:ID...] with TYPE one of afterok, afternotok, afterany"
 
 # Numbers are ASCII digits, at most 30 of them (more is never a sane value).
-_JOB_ID_RE = re.compile(r"([0-9]{1,30})(\[\])?(?:\.[A-Za-z0-9_.\-]+)?")
+_JOB_ID_RE = re.compile(DEPEND_ID + r"(?:\.[A-Za-z0-9_.\-]+)?")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -39,27 +46,36 @@ def parse_array(text: str, *, where: str | None = None) -> dict[str, int]:
     return result
 
 
-def _job_id(text: str, where: str | None) -> tuple[int, bool]:
-    """The id, and whether it names a whole array (``12[]``)."""
+def _job_id(text: str, where: str | None) -> dict[str, Any]:
+    """The job a dependency names, as :class:`~ebbtide.queue.spec.Dependency` fields:
+    ``job_id``, and ``array`` for a whole array (``12[]``) or ``task`` for one of its
+    tasks (``12[3]``)."""
     m = _JOB_ID_RE.fullmatch(text.strip())
     if not m or int(m.group(1)) < 1:
         raise _error(
             where,
             "-W",
-            f"expected a job id like 12, 12.server or 12[], got {units.shown(text, 60)}",
+            f"expected a job id like 12, 12.server, 12[] (the whole array) or 12[3] (its "
+            f"task 3), got {units.shown(text, 60)}",
         )
-    if int(m.group(1)) > units.MAX_INT64:
+    fields = dependency_fields(m)
+    if fields["job_id"] > units.MAX_INT64:
         raise _error(
             where, "-W", f"job ids go up to {units.MAX_INT64}, got {units.shown(text, 60)}"
         )
-    return int(m.group(1)), m.group(2) is not None
+    if fields.get("task", 0) > MAX_ARRAY_INDEX:
+        raise _error(
+            where, "-W", f"array indices go up to {MAX_ARRAY_INDEX}, got {units.shown(text, 60)}"
+        )
+    return fields
 
 
 def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]:
     """Parse ``-W depend=afterok:12:13,afterany:14`` into Dependency kwargs.
 
-    Ids may carry a server suffix (``12.server``, stripped) or an array marker
-    (``12[]``: the whole array 12, ``array: True``).  Repeated dependencies are kept once.
+    Ids may carry a server suffix (``12.server``, stripped) or an array's brackets
+    (``12[]``: the whole array 12, ``array: True``; ``12[3]``: its task of index 3,
+    ``task: 3``).  Repeated dependencies are kept once.
     """
     attr, sep, value = text.strip().partition("=")
     if not sep or attr.strip() != "depend":
@@ -76,10 +92,7 @@ def parse_depend(text: str, *, where: str | None = None) -> list[dict[str, Any]]
         if not ids:
             raise _error(where, "-W", f"{kind} needs at least one job id, like {kind}:12")
         for raw in ids:
-            job_id, array = _job_id(raw, where)
-            dep: dict[str, Any] = {"kind": kind, "job_id": job_id}
-            if array:
-                dep["array"] = True
+            dep: dict[str, Any] = {"kind": kind, **_job_id(raw, where)}
             if dep not in result:
                 result.append(dep)
                 _check_dependency_count(len(result), where)

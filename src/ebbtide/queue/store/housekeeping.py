@@ -32,6 +32,12 @@ class HousekeepingMixin(QueryMixin, HousekeepingLogic):
         with self._read() as conn:
             return array_tasks(conn, array_ids)
 
+    def _task_ids(self, array_ids: Collection[int]) -> dict[tuple[int, int], int]:
+        j = JOBS.c
+        stmt = sa.select(j.array_id, j.array_index, j.id).where(j.array_id.in_(list(array_ids)))
+        with self._read() as conn:
+            return {(a, i): job for a, i, job in conn.execute(stmt).all()}
+
     def _waiting_on(self) -> list[tuple[int, int | None, list[dict[str, Any]]]]:
         j = JOBS.c
         stmt = sa.select(j.id, j.array_id, j.depends_json).where(

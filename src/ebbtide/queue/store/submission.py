@@ -9,7 +9,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from ebbtide.queue.dependencies import array_states, split_ids
-from ebbtide.queue.lifecycle.submission import check_dependencies, new_job_row, submitted_data
+from ebbtide.queue.lifecycle.submission import (
+    check_dependencies,
+    new_job_row,
+    resolved_depends,
+    submitted_data,
+)
 from ebbtide.queue.spec import JobSpec, SliceGrant
 from ebbtide.queue.states import EventType
 from ebbtide.queue.store.base import EVENTS, JOBS, StoreBase
@@ -56,7 +61,7 @@ class SubmissionMixin(StoreBase):
         now = self.clock.time()
         indices: Iterable[int | None] = spec.array.indices() if spec.array else [None]
         base_name = spec.display_name()
-        depends = [d.model_dump(exclude_defaults=True) for d in spec.depends]
+        spec, depends = resolved_depends(self, spec)
         with self._tx() as conn:
             if depends:
                 self._check_named(conn, depends)
