@@ -3,6 +3,7 @@ messages lost, duplicated or stale never lose a job or run it twice."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -126,10 +127,21 @@ def test_exit_code_99_requeues_and_other_failures_count(node):  # type: ignore[n
 
 
 def test_missing_executable_fails_with_a_message(node):  # type: ignore[no-untyped-def]
+    """A trial's trap: the reason (and the ``failed`` event), which every user reads,
+    carried the whole command line, ``--password=hunter2`` with it, where ``qstat -f``
+    shows others ``***`` for the arguments: they name the program alone; the job's
+    stderr, its owner's, has the whole line."""
     store, _agent, _ = node
-    job_id, _ = _dispatch(store, ["/nonexistent/binary"])
+    job_id, _ = _dispatch(store, ["/nonexistent/binary", "--password=hunter2"])
     wait_until(lambda: store.get(job_id).state == "failed")
-    assert store.get(job_id).exit_code == 127
+    job = store.get(job_id)
+    assert job.exit_code == 127
+    assert job.reason.startswith("could not start '/nonexistent/binary'"), job.reason
+    assert "No such file or directory" in job.reason
+    events = json.dumps(store.events(job_id))
+    assert "hunter2" not in job.reason and "hunter2" not in events
+    assert job.stderr_path is not None
+    assert "--password=hunter2" in Path(job.stderr_path).read_text()
 
 
 def test_walltime_kills_and_says_so(node):  # type: ignore[no-untyped-def]

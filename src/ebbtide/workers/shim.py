@@ -469,14 +469,16 @@ def run(
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         where = f" in {cwd}" if cwd else ""
-        error = f"could not start {list(argv)!r}{where}: {exc}"
+        why = str(exc)
         if report_r is not None and report_w is not None:
             os.close(report_w)
             report_w = None
-            said = os.read(report_r, 4096).decode(errors="replace")
-            if said:
-                error = f"could not start {list(argv)!r}{where}: {said}"
-        _say(error)
+            why = os.read(report_r, 4096).decode(errors="replace") or why
+        # the job's stderr (its owner's) has the whole command line; the status becomes the
+        # job's reason and an event, which every user reads: the program alone there (its
+        # arguments may hold what only its owner may see, as qstat -f masks them)
+        _say(f"could not start {list(argv)!r}{where}: {why}")
+        error = f"could not start {argv[0]!r}{where}: {why}" if argv else f"could not start: {why}"
         _write_status(status_path, cause=CAUSE_START, exit_code=START_FAILED_EXIT, error=error)
         return START_FAILED_EXIT
     finally:
