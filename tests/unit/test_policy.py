@@ -101,6 +101,31 @@ def test_load_policy_missing_file(tmp_path: Path) -> None:
             "queues.gpu.priorty",
             "unknown key; did you mean 'priority'?",  # (qsub -l gpumen said so; this not)
         ),
+        # a trial's trap: "did you mean 'max_running'?" of max_running itself, a queue's
+        (
+            "defaults:\n  max_running: 3\n",
+            "p.yaml:2:3",
+            "defaults.max_running",
+            "unknown key here; 'max_running' is a setting of queues.NAME",
+        ),
+        (
+            "defaults:\n  max_runing: 3\n",
+            "p.yaml:2:3",
+            "defaults.max_runing",
+            "unknown key; did you mean 'max_running' (a setting of queues.NAME)?",
+        ),
+        (
+            "queues:\n  gpu:\n    pause_drain: 3\n",
+            "p.yaml:3:5",
+            "queues.gpu.pause_drain",
+            "unknown key; did you mean 'pause_drain_s'?",
+        ),
+        (
+            "max_pause_s: 60\n",
+            "p.yaml:1:1",
+            "max_pause_s",
+            "unknown key here; 'max_pause_s' is a setting of defaults",
+        ),
     ],
 )
 def test_unknown_keys_are_errors(text: str, where: str, path: str, said: str) -> None:

@@ -745,8 +745,15 @@ def _said(err: Any, loc: tuple[str | int, ...]) -> str:
     is close to, a bound or a type with the value that missed it."""
     if err["type"] == "extra_forbidden":
         key = str(loc[-1]) if loc else ""
+        homes = _key_homes().get(key)
+        if homes:  # a key of another section (a trial's trap: "did you mean" the same key)
+            return f"unknown key here; {key!r} is a setting of {' and '.join(homes)}"
         close = difflib.get_close_matches(key, _policy_keys(), n=1, cutoff=0.75)
-        return f"unknown key; did you mean {close[0]!r}?" if close else "unknown key"
+        if not close:
+            return "unknown key"
+        section, its = _section_of(loc), _key_homes().get(close[0], [])
+        elsewhere = f" (a setting of {' and '.join(its)})" if section not in (None, *its) else ""
+        return f"unknown key; did you mean {close[0]!r}{elsewhere}?"
     msg = str(err["msg"]).removeprefix("Value error, ")
     given = err.get("input")
     if str(err["type"]).startswith(_GIVEN_ADDED) and isinstance(given, str | int | float):
@@ -762,6 +769,47 @@ def _policy_keys() -> tuple[str, ...]:
     for definition in schema.get("$defs", {}).values():
         keys.update(definition.get("properties", {}))
     return tuple(sorted(keys))
+
+
+#: where the settings of each part of the schema are written, in a policy file's words
+_SECTIONS = {
+    "Policy": "the top level",
+    "Defaults": "defaults",
+    "QueueConfig": "queues.NAME",
+    "CronWindow": "a cron window",
+    "LullWindow": "a lull window",
+    "BlackoutWindow": "a blackout window",
+    "DevicesConfig": "devices",
+    "KubernetesSettings": "kubernetes",
+    "RetentionSettings": "retention",
+    "Thresholds": "a lull window's below / close_above",
+    "Toleration": "a toleration",
+}
+
+
+def _section_of(loc: tuple[str | int, ...]) -> str | None:
+    """The section (as :data:`_SECTIONS` words it) a key at ``loc`` is written in; None
+    where that depends on more than the path (a window's kind)."""
+    if len(loc) <= 1:
+        return _SECTIONS["Policy"]
+    top = str(loc[0])
+    if top == "queues":
+        return _SECTIONS["QueueConfig"] if len(loc) == 3 else None
+    return top if len(loc) == 2 and top in _SECTIONS.values() else None
+
+
+@functools.cache
+def _key_homes() -> dict[str, list[str]]:
+    """Each key a policy file may hold, and the sections it is written in."""
+    schema = Policy.model_json_schema(by_alias=True)
+    parts = {"Policy": schema, **schema.get("$defs", {})}
+    homes: dict[str, list[str]] = {}
+    for name, definition in parts.items():
+        for key in definition.get("properties", {}):
+            where = _SECTIONS.get(name, name)
+            if where not in homes.setdefault(key, []):
+                homes[key].append(where)
+    return homes
 
 
 def _salvaged(data: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
