@@ -360,7 +360,7 @@ def with_whole_gpu_memory(
         f"{_gpumem_flag(spec)} asks for less"
     )
     return spec.model_copy(update={"memory_mib": memory}), note + _room_now(
-        devices, memory, margin_mib
+        spec, devices, memory, margin_mib
     )
 
 
@@ -370,11 +370,14 @@ def _gpumem_flag(spec: JobSpec) -> str:
     return "an '#EBB -l gpumem=SIZE' line" if spec.compat == "slurm" else "-l gpumem=SIZE"
 
 
-def _room_now(devices: Sequence[tuple[str, dict[str, Any]]], memory: int, margin: float) -> str:
+def _room_now(
+    spec: JobSpec, devices: Sequence[tuple[str, dict[str, Any]]], memory: int, margin: float
+) -> str:
     """What to add to the whole-GPU note when no card has ``memory`` free as its agent
     last reported it (its online memory and its forecast's reserve, the planning margin
     of a node measured through Prometheus included): the most any card has, and whether
-    that card's agent is still warming up."""
+    that card's agent is still warming up, or else that online memory may never leave
+    room, and what ``spec`` may ask for to run now."""
 
     def free(d: dict[str, Any]) -> float:
         held = float(d.get("online_memory_mib") or 0.0) + float(d.get("reserve_memory_mib") or 0.0)
@@ -390,8 +393,15 @@ def _room_now(devices: Sequence[tuple[str, dict[str, Any]]], memory: int, margin
         if cold > 0
         else ""
     )
+    most = int(max(0.0, free(best)))
+    never = ""
+    if not cold:  # a trial's trap: "it waits until one has" read as soon, where an
+        # inference server holds its memory for as long as it runs
+        never = ", which an online service that keeps its memory may never allow"
+        if most >= 1024:
+            never += f": {_gpumem_flag(spec)} of up to {most // 1024}GiB runs beside it now"
     return (
-        f"; no card has that free now (at most {format_mib(int(max(0.0, free(best))))}, on "
+        f"; no card has that free now (at most {format_mib(most)}, on "
         f"{name}/{best.get('index')}, beside online memory and the reserve kept for its "
-        f"growth{why}), so it waits until one has"
+        f"growth{why}), so it waits until one has{never}"
     )

@@ -416,7 +416,9 @@ def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> 
         "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
         "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less; no "
         "card has that free now (at most 77GiB, on gpu-a/1, beside online memory and the "
-        "reserve kept for its growth), so it waits until one has"
+        "reserve kept for its growth), so it waits until one has, which an online service "
+        "that keeps its memory may never allow: -l gpumem=SIZE of up to 77GiB runs beside "
+        "it now"  # (a trial's trap: job 54 waited for ever behind a resident tenant)
     ]
     store.heartbeat(  # gpu-a's cards taken: the most room is gpu-b's, warming up
         "gpu-a",
