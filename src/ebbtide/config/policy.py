@@ -764,11 +764,7 @@ def _said(err: Any, loc: tuple[str | int, ...]) -> str:
 @functools.cache
 def _policy_keys() -> tuple[str, ...]:
     """Every key a policy file may hold, somewhere (for "did you mean")."""
-    schema = Policy.model_json_schema(by_alias=True)
-    keys = set(schema.get("properties", {}))
-    for definition in schema.get("$defs", {}).values():
-        keys.update(definition.get("properties", {}))
-    return tuple(sorted(keys))
+    return tuple(sorted(_key_homes()))
 
 
 #: where the settings of each part of the schema are written, in a policy file's words
