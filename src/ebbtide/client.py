@@ -15,8 +15,9 @@ store (see :class:`Client`); the methods, their results and their errors are the
 
 :class:`Client` is assembled from parts: its logs (``client_logs``), reports and
 recommendations (``client_reports``), nodes, retention and tokens (``client_admin``); what
-a submission is checked against and told is in ``client_checks``, which fields each view
-shows in ``client_fields``.  Every name is importable from here as before.
+a submission is checked against and told is in ``client_checks`` (whether the fleet could
+hold it in ``client_fleet``), which fields each view shows in ``client_fields``.  Every
+name is importable from here as before.
 """
 
 from __future__ import annotations
@@ -31,11 +32,8 @@ from ebbtide.client_admin import MAX_REASON_CHARS as MAX_REASON_CHARS
 from ebbtide.client_admin import ClientAdmin
 from ebbtide.client_base import ClientBase, WaitTimeout, spec_from
 from ebbtide.client_checks import (
-    NO_AGENT_NOTE,
     check_deadline,
     check_policy_first,
-    check_someone_runs,
-    fit_to_fleet,
     kubernetes_grant,
     new_store_file,
     policy_in_effect,
@@ -53,6 +51,7 @@ from ebbtide.client_fields import (
     submitted_fields,
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
+from ebbtide.client_fleet import NO_AGENT_NOTE, check_someone_runs, fit_to_fleet
 from ebbtide.client_logs import ClientLogs
 from ebbtide.client_paths import missing_path_notes
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
