@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -41,6 +42,7 @@ from prometheus_client.registry import Collector
 from ebbtide.clock import Clock
 from ebbtide.errors import ConfigError
 from ebbtide.preemption.victims import EvictReason
+from ebbtide.probes import Probes
 
 if TYPE_CHECKING:
     from ebbtide.queue.models import NodeRow
@@ -114,6 +116,8 @@ class Metrics:
         # scrape carries and no dashboard here reads them
         disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry()
+        #: whether this process's loops go round (``/healthz``, ``/readyz``)
+        self.probes = Probes()
         r = self.registry
         # scheduler: events
         self.admitted = Counter(
@@ -498,17 +502,42 @@ def _window_admits(scheduler: Any, now: float, nodes: Sequence[Any]) -> set[str]
 
 
 def serve_metrics(metrics: Metrics, address: str, port: int) -> Callable[[], None]:
-    """Serve ``metrics`` over HTTP (``/metrics``, Prometheus's text format) on
+    """Serve ``metrics`` over HTTP (``/metrics``, Prometheus's text format), and whether
+    this process's loops go round (``/healthz``, ``/readyz``: :mod:`ebbtide.probes`), on
     ``address``:``port`` in a thread; return what stops it.  A port that cannot be had
     is a :class:`~ebbtide.errors.ConfigError` naming it."""
-    from prometheus_client import start_http_server
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    scrape = make_wsgi_app(metrics.registry)
+    probes = {"/healthz": metrics.probes.live, "/readyz": metrics.probes.ready}
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        probe = probes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return scrape(environ, start_response)
+        good, text = probe()
+        status = "200 OK" if good else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+        return [text.encode() + b"\n"]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # a probe every few seconds is not news
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
 
     try:
-        server, thread = start_http_server(port, addr=address, registry=metrics.registry)
+        server = make_server(address, port, app, Server, handler_class=Quiet)
     except OSError as exc:
         raise ConfigError(
             f"--metrics-port {port}: cannot serve metrics on {address}:{port} ({exc.strerror})"
         ) from None
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
     log.info("metrics on http://%s:%s/metrics", address, server.server_port)
 
     def stop() -> None:

@@ -96,6 +96,12 @@ def test_counters_and_histograms_move_during_an_eviction(tmp_path):  # type: ign
         assert value(before, "ebbtide_node_heartbeat_age_seconds", node="box") < 10
         assert value(before, "ebbtide_agent_samples_total", node="box") > 0
         assert value(before, "process_resident_memory_bytes") > 0  # the process collector
+        # the probes beside the metrics: both loops of ``ebb up`` go round
+        for probe in ("healthz", "readyz"):
+            url = f"http://127.0.0.1:{port}/{probe}"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                lines = response.read().decode().splitlines()
+            assert [line.split(",")[0] for line in lines] == ["agent box: ok", "scheduler: ok"]
 
         # the spike on device 0: evicted, requeued, finished on device 1
         jobs = wait_final(env, [coop], timeout=90)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from ebbtide.api.app import create_app
 from ebbtide.client import NO_AGENT_NOTE
@@ -103,6 +104,23 @@ def test_no_token_is_401_with_a_bearer_challenge(api: Api) -> None:
     _refused(api.call("GET", "/jobs", user=None), "no credentials")
     _refused(api.call("POST", "/jobs", user=None, json={"command": ["x"]}), "no credentials")
     assert api.store.list_jobs() == []
+
+
+def test_the_probes_ask_for_no_token_and_readiness_asks_the_store(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (api.http.get("/healthz").status_code, api.http.get("/healthz").text) == (200, "ok\n")
+    assert api.http.get("/readyz").text == "ok\n"
+
+    def down() -> None:
+        raise sa.exc.OperationalError("SELECT", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(api.store, "published_policy", down)
+    ready = api.http.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.text.startswith("not ready: the store does not answer (")
+    assert api.http.get("/healthz").status_code == 200  # a restart brings no store back
+    assert "/healthz" not in api.http.get("/openapi.json").json()["paths"]
 
 
 @pytest.mark.parametrize(

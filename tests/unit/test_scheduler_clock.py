@@ -23,6 +23,7 @@ from ebbtide.clock import FakeClock
 from ebbtide.config.policy import parse_policy
 from ebbtide.messaging.messages import EvictAttempt, StartAttempt
 from ebbtide.metrics import Metrics
+from ebbtide.probes import Probes
 from ebbtide.queue.spec import REQUEUE_EXIT_CODE, JobSpec
 from ebbtide.queue.states import EventType, JobState
 from ebbtide.queue.store import LEADERSHIP, Store
@@ -359,12 +360,11 @@ def test_a_standby_tries_every_leader_retry_and_leads_at_the_first_try_after_a_r
     assert _leadership(store) == ("standby", T0 + 3.0)
 
 
-def test_a_standby_waits_out_a_store_outage_and_takes_the_lead(
-    store: Store, clock: FakeClock, node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    lock = LeaderLock(store.engine, tmp_path, "standby", clock=clock)
+def _store_down_for(tries: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The leader lock's first ``tries`` tries fail as a store that is down does; the
+    count of those left."""
     real = LeaderLock.try_acquire
-    outage = {"left": 3}
+    outage = {"left": tries}
 
     def flaky(self: LeaderLock) -> bool:
         if outage["left"] > 0:
@@ -373,6 +373,14 @@ def test_a_standby_waits_out_a_store_outage_and_takes_the_lead(
         return real(self)
 
     monkeypatch.setattr(LeaderLock, "try_acquire", flaky)
+    return outage
+
+
+def test_a_standby_waits_out_a_store_outage_and_takes_the_lead(
+    store: Store, clock: FakeClock, node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = LeaderLock(store.engine, tmp_path, "standby", clock=clock)
+    outage = _store_down_for(3, monkeypatch)
     sched = scheduler(store, clock, node, leader=lock)
     passes = timed_passes(sched)
     node.beat()
@@ -382,6 +390,47 @@ def test_a_standby_waits_out_a_store_outage_and_takes_the_lead(
     assert passes == [3.0]
     assert node.starts() == [(3.0, job_id)]
     assert _leadership(store) == ("standby", T0 + 3.0)
+
+
+def test_the_probes_say_a_standby_lives_through_a_store_outage_but_is_not_ready(
+    store: Store, clock: FakeClock, node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/healthz`` stays 200 while the store is down (a restart brings no store back),
+    ``/readyz`` says why it is not ready, and both are 200 once it leads; a pass that
+    fails is not ready either.  After the loop stops it no longer counts."""
+    lock = LeaderLock(store.engine, tmp_path, "standby", clock=clock)
+    _store_down_for(2, monkeypatch)
+    sched = scheduler(store, clock, node, leader=lock)
+    sched.metrics.probes = Probes(clock=clock.monotonic)
+    seen: list[tuple[float, bool, bool, str]] = []
+
+    def look() -> None:
+        (live, _), (ready, why) = sched.metrics.probes.live(), sched.metrics.probes.ready()
+        seen.append((clock.time() - T0, live, ready, why))
+
+    real_pass = sched.run_once
+
+    def failing_pass() -> Any:
+        if clock.time() - T0 == 3.0:
+            raise RuntimeError("the mirror is confused")
+        return real_pass()
+
+    sched.run_once = failing_pass  # type: ignore[method-assign]
+    node.beat()
+    for t in (0.5, 1.5, 2.25, 3.25, 3.75):
+        at(clock, t, look)
+    run_until(sched, clock, 4.0)
+    assert [(t, live, ready) for t, live, ready, _ in seen] == [
+        (0.5, True, False),
+        (1.5, True, False),
+        (2.25, True, True),  # it leads, and its first pass went well
+        (3.25, True, False),
+        (3.75, True, True),
+    ]
+    assert "scheduler: not ready, cannot reach the store: " in seen[0][3]
+    assert "connection refused" in seen[0][3]
+    assert seen[3][3] == "scheduler: not ready, its last pass failed: the mirror is confused"
+    assert sched.metrics.probes.ready() == (True, "ok: no loop in this process")
 
 
 def _leadership(store: Store) -> tuple[str, float]:

@@ -21,7 +21,7 @@ import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -73,7 +73,25 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.openapi = _openapi_with_jobspec(app)  # type: ignore[method-assign]
     app.middleware("http")(_counter(metrics if metrics is not None else Metrics()))
+    app.add_api_route("/healthz", _healthz, include_in_schema=False)
+    app.add_api_route("/readyz", _readyz, include_in_schema=False)
     return app
+
+
+def _healthz() -> PlainTextResponse:
+    """Liveness: the server answers (no token asked)."""
+    return PlainTextResponse("ok\n")
+
+
+def _readyz(request: Request) -> PlainTextResponse:
+    """Readiness: the server answers and so does its store (no token asked)."""
+    ctx: ServerContext = request.app.state.ebbtide
+    try:
+        ctx.store.published_policy()  # one row: the cheapest read that goes to the store
+    except Exception as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return PlainTextResponse(f"not ready: the store does not answer ({why})\n", 503)
+    return PlainTextResponse("ok\n")
 
 
 def _counter(

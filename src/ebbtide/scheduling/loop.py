@@ -78,6 +78,9 @@ log = logging.getLogger("ebbtide.scheduler")
 PLAN_PERIOD_S = 0.5
 #: How often a standby scheduler tries to become the active one, in seconds.
 LEADER_RETRY_S = 1.0
+#: How long the loop may go without a round before ``/healthz`` says it is stuck: far
+#: more than a pass over a million jobs, or a standby's try for the lead, takes.
+STALL_S = 120.0
 
 Send = Callable[[str, StartAttempt | EvictAttempt], None]
 
@@ -426,8 +429,12 @@ class Scheduler:
         of its own (with the window wake-ups and the retention thread); on a
         :class:`~ebbtide.clock.FakeClock` a test runs it in its own thread, pass by pass
         on fake time."""
-        while self._take_the_lead():
-            self._lead()
+        self.metrics.probes.watch("scheduler", STALL_S)
+        try:
+            while self._take_the_lead():
+                self._lead()
+        finally:
+            self.metrics.probes.forget("scheduler")
 
     def _take_the_lead(self) -> bool:
         """Wait until this scheduler leads (at once without a leader lock); False when
@@ -438,7 +445,9 @@ class Scheduler:
         logged = False
         while not self._stop.is_set():
             try:
-                if self.leader.try_acquire():
+                took = self.leader.try_acquire()
+                self.metrics.probes.beat("scheduler")
+                if took:
                     assert self.leader.epoch is not None
                     self.store = self._store.fenced(self.leader.epoch)
                     self._lead_as(True)
@@ -448,10 +457,11 @@ class Scheduler:
                     log.info("another scheduler is active; standing by")
                     logged = True
             except Exception as exc:
-                log.warning(
-                    "cannot reach the store to take the lead (%s); trying again",
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.metrics.probes.beat(
+                    "scheduler", ok=False, why=f"cannot reach the store: {why}"
                 )
+                log.warning("cannot reach the store to take the lead (%s); trying again", why)
             self.clock.wait(self._stop, LEADER_RETRY_S)
         return False
 
@@ -465,10 +475,13 @@ class Scheduler:
             try:
                 self.run_once()
                 self.metrics.pass_duration.observe(self.clock.monotonic() - started)
+                self.metrics.probes.beat("scheduler")
             except NotLeader as exc:
                 self._stand_down(str(exc))
                 return
-            except Exception:
+            except Exception as exc:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                self.metrics.probes.beat("scheduler", ok=False, why=f"its last pass failed: {why}")
                 log.exception("scheduler pass failed")
             self.clock.wait(self._wake, self._pause_s())
             self._wake.clear()

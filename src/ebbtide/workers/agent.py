@@ -136,6 +136,10 @@ SHUTDOWN = object()
 SAMPLE_PERIOD_S = 0.05
 #: How often the agent looks at attempts being evicted, in seconds.
 EVICTING_PERIOD_S = 0.005
+#: How long the loop may go without a tick before ``/healthz`` says it is stuck (an agent
+#: that does not tick evicts nothing): a thousand ticks' time, and the liveness probe's
+#: failures on top, so that a slow node is not restarted (a restart evicts its attempts).
+STALL_S = 60.0
 #: An attempt the agent is not taking back is looked at (has it ended? what did it
 #: write?) every this many ticks, not every tick: 4 Hz at 20 Hz.  It frees its slice up
 #: to 0.2 s later than it could, which no dispatch notices; an attempt being evicted, or
@@ -431,11 +435,21 @@ class NodeAgent:
         :meth:`start` runs it in a thread of its own (with the store thread); on a
         :class:`~ebbtide.clock.FakeClock` a test runs it in its own thread, tick by tick on
         fake time."""
+        loop = f"agent {self.name}"
+        self.metrics.probes.watch(loop, STALL_S)
+        try:
+            self._tick_until_stopped(loop)
+        finally:
+            self.metrics.probes.forget(loop)
+
+    def _tick_until_stopped(self, loop: str) -> None:
         while not self._stop.is_set():
             began = self.clock.monotonic()
             try:
                 self.tick()
-            except Exception:  # the loop must survive a bad tick; the store stays the truth
+                self.metrics.probes.beat(loop)
+            except Exception as exc:  # the loop must survive a bad tick; the store stays the truth
+                self.metrics.probes.beat(loop, ok=False, why=f"its last tick failed: {exc!r:.200}")
                 log.exception("agent tick failed")
             if self._stopping and not self.attempts:
                 self._post_heartbeat()  # "stopping", with nothing left here
