@@ -359,20 +359,22 @@ def test_the_admission_policy_narrows_the_agent_to_ebbtides_pods(
         assert any(needed in c for c in create), f"{name}: no CREATE check has {needed}"
 
 
-def test_the_scheduler_has_no_kubernetes_api_access(
-    built: tuple[str, tuple[dict[str, Any], ...]],
+@pytest.mark.parametrize("component", ["scheduler", "server"])
+def test_the_scheduler_and_the_api_server_have_no_kubernetes_api_access(
+    built: tuple[str, tuple[dict[str, Any], ...]], component: str
 ) -> None:
     name, docs = built
-    assert _bound_rules(docs, SYSTEM_NS, "ebbtide-scheduler") == [], name
+    account_name = f"ebbtide-{component}"
+    assert _bound_rules(docs, SYSTEM_NS, account_name) == [], name
     for binding in docs:
         if binding["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            assert all(
-                s.get("name") != "ebbtide-scheduler" for s in binding.get("subjects") or []
-            ), f"{name}: {binding['kind']} {binding['metadata']['name']} names the scheduler"
-    account = _one(docs, "ServiceAccount", "ebbtide-scheduler", SYSTEM_NS)
+            assert all(s.get("name") != account_name for s in binding.get("subjects") or []), (
+                f"{name}: {binding['kind']} {binding['metadata']['name']} names {account_name}"
+            )
+    account = _one(docs, "ServiceAccount", account_name, SYSTEM_NS)
     assert account["automountServiceAccountToken"] is False
-    spec = _pod_spec(_scheduler(docs))
-    assert spec["serviceAccountName"] == "ebbtide-scheduler"
+    spec = _pod_spec(_one(docs, "Deployment", account_name, SYSTEM_NS))
+    assert spec["serviceAccountName"] == account_name
     assert spec["automountServiceAccountToken"] is False
 
 
@@ -456,9 +458,10 @@ def test_the_agent_runs_on_gpu_nodes_in_the_hosts_pid_namespace_with_the_state_d
         METRICS_PORT,
     ]
     _check_metrics(agent, container)
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):  # served once it claimed its name
         assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
     liveness = container["livenessProbe"]
+    assert liveness["httpGet"] == {"path": "/healthz", "port": "metrics"}  # its loop ticks
     assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60, "a restart evicts"
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -499,7 +502,9 @@ def test_the_scheduler_runs_with_a_standby_and_a_disruption_budget(
     _check_store_env({e["name"]: e for e in container["env"]})
     _check_policy_mount(spec, container)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert "exec" in container["livenessProbe"] and "exec" in container["readinessProbe"]
+    # its loop goes round (a store outage is no reason to restart); the store answers it
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     replicas = scheduler["spec"]["replicas"]
     budget = _find(docs, "PodDisruptionBudget", "ebbtide-scheduler", SYSTEM_NS)
     if name == "dev":
@@ -507,8 +512,52 @@ def test_the_scheduler_runs_with_a_standby_and_a_disruption_budget(
     else:
         assert replicas == 2
         assert budget is not None and budget["spec"]["minAvailable"] == 1
+        # two schedulers not ready in a store outage must not block the nodes' drains
+        assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
         labels = scheduler["spec"]["template"]["metadata"]["labels"]
         assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_users_reach_the_api_server_with_a_token_over_tls(
+    built: tuple[str, tuple[dict[str, Any], ...]],
+) -> None:
+    """``ebb server`` holds the store's URL so that users need not: two replicas behind
+    a Service, TLS from the Secret ebbtide-server-tls (plain HTTP in ``dev`` alone), its
+    probes asking for no token, and the image's user an admin so that ``kubectl exec``
+    into the scheduler issues tokens."""
+    name, docs = built
+    server = _one(docs, "Deployment", "ebbtide-server", SYSTEM_NS)
+    spec = _pod_spec(server)
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args[:3] == ["server", "--listen", "0.0.0.0:8786"]
+    assert args[-2:] == ["--metrics-port", METRICS_PORT]
+    _check_metrics(server, container)
+    env = {e["name"]: e for e in container["env"]}
+    _check_store_env(env)
+    assert env["EBBTIDE_POLICY"]["value"] == POLICY_PATH
+    _check_policy_mount(spec, container)
+    scheme = "HTTP" if name == "dev" else "HTTPS"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "api", "scheme": scheme}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    if name == "dev":
+        assert "--tls-cert" not in args and "tls" not in volumes
+    else:
+        tls = "/etc/ebbtide-tls"
+        assert args[3:7] == ["--tls-cert", f"{tls}/tls.crt", "--tls-key", f"{tls}/tls.key"]
+        assert volumes["tls"]["secret"] == {"secretName": "ebbtide-server-tls"}
+        assert {"name": "tls", "mountPath": tls, "readOnly": True} in container["volumeMounts"]
+        assert server["spec"]["replicas"] == 2
+    service = _one(docs, "Service", "ebbtide-server", SYSTEM_NS)["spec"]
+    labels = server["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= labels.items()
+    assert service["ports"] == [{"name": "api", "port": 8786, "targetPort": "api"}]
+    assert {"name": "api", "containerPort": 8786} in container["ports"]
+    # the image's user (Dockerfile: useradd ... ebbtide) issues the tokens
+    assert "ebbtide" in parse_policy(_policy_text(docs), "ebbtide-policy").admins
+    dockerfile = " ".join((ROOT / "deploy" / "image" / "Dockerfile").read_text().split())
+    assert re.search(r"useradd --uid 10001 [^&]* ebbtide &&", dockerfile.replace("\\ ", ""))
 
 
 def _check_store_env(env: dict[str, dict[str, Any]]) -> None:
@@ -981,6 +1030,7 @@ def test_every_queue_caps_deadlines_below_the_agents_grace(
 
 STORE_CLIENT_LABEL = ("ebbtide.io/store-client", "true")
 METRICS_SCRAPER_LABEL = ("ebbtide.io/metrics-scraper", "true")
+API_CLIENT_LABEL = ("ebbtide.io/api-client", "true")
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -1091,6 +1141,10 @@ def test_ebbtides_own_pods_and_prometheus_still_reach_what_they_need(
             assert not _ingress_admits(docs, unlabelled, (SYSTEM_NS, labels), port)
             source = ("research", client, {})
             assert _ingress_admits(docs, source, (SYSTEM_NS, labels), port), (name, target)
+            # users' namespaces (or the Ingress controller's) reach the API server only
+            api = ("users", {API_CLIENT_LABEL[0]: API_CLIENT_LABEL[1]}, {})
+            admitted = _ingress_admits(docs, api, (SYSTEM_NS, labels), port)
+            assert admitted == (target == "ebbtide-server" and port == 8786), (name, target, port)
 
 
 def test_the_network_policy_isolates_the_system_namespace_for_ingress_only(
