@@ -201,3 +201,39 @@ def test_depend_on_an_array_with_brackets_waits_for_the_whole_array(home: Path) 
     assert "job 4 is not an array: depend on 4, without []" in result.output
     assert "Traceback" not in result.output
     assert sorted(jobs()) == [1, 2, 3, 4]  # nothing more submitted
+
+
+def test_a_partly_refused_qdel_says_what_it_did_and_qalter_json_names_every_id(
+    home: Path,
+) -> None:
+    """A trial's traps: ``qdel 1 2`` printed only 1's refusal, and 2's cancel went unsaid;
+    ``qalter --json`` left the ids it refused out of its list."""
+    first, second = (int(ebb("qsub", "--", "true")) for _ in range(2))
+    ebb("qdel", str(first))
+    partly = run("qdel", str(first), str(second))
+    assert partly.exit_code == 1
+    assert partly.stderr.splitlines() == [
+        f"ebb: error: job {first} already cancelled",
+        f"ebb qdel: cancelled {second}; not {first} (above)",
+    ]
+    assert jobs()[second]["state"] == "cancelled"
+    refused = run("qdel", str(first))  # nothing done: nothing to sum up
+    assert refused.stderr.splitlines() == [f"ebb: error: job {first} already cancelled"]
+
+    third = int(ebb("qsub", "--", "true"))
+    altered = run("qalter", "-N", "renamed", str(third), str(first), "99", "--json")
+    assert altered.exit_code == 1
+    out = json.loads(altered.stdout)
+    assert [(j["id"], j["ok"]) for j in out] == [(third, True), (first, False), (99, False)]
+    assert out[0]["name"] == "renamed" and out[0]["state"] == "queued"  # as qstat --json
+    assert out[2]["error"] == "no job with id 99"
+
+
+def test_qalter_notes_a_resource_a_later_l_gives_again(home: Path) -> None:
+    job_id = ebb("qsub", "-l", "gpu=10%,gpumem=1GiB", "--", "true").strip()
+    altered = run("qalter", "-l", "gpu=20%", "-l", "gpu=30%", job_id)
+    assert altered.exit_code == 0, altered.output
+    assert altered.stderr.splitlines() == [
+        "ebb qalter: note: -l gpu=30%: replaces the 20% an earlier -l gave: the last one counts"
+    ]
+    assert jobs()[int(job_id)]["compute_pct"] == 30

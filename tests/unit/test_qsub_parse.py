@@ -19,6 +19,7 @@ from ebbtide.queue.qsub import (
     parse_env,
     parse_resources,
     parse_script_directives,
+    qsub_spec,
 )
 from ebbtide.queue.spec import JobSpec
 
@@ -548,3 +549,24 @@ def test_load_script_bad(tmp_path, content: bytes | None, message: str) -> None:
 def test_load_script_directory(tmp_path) -> None:
     with pytest.raises(SpecError, match=r"^SCRIPT: .* is a directory"):
         load_script(tmp_path)
+
+
+def test_a_resource_given_again_by_a_later_l_is_taken_with_a_note() -> None:
+    """A trial's trap: ``-l gpu=25% -l gpu=50%`` took 50% and said nothing; in one ``-l``
+    it is refused (above).  The command line over a script's ``#PBS -l`` stays silent:
+    that is what the command line is for."""
+    notes: list[str] = []
+    opts = {"resources": ("gpu=25%,gpumem=1GiB", "gpu=50%", "gpumem=1GiB")}
+    spec = qsub_spec(opts, ["true"], script=None, notes=notes)
+    assert spec.compute_pct == 50
+    assert notes == ["-l gpu=50%: replaces the 25% an earlier -l gave: the last one counts"]
+    script = "#!/bin/sh\n#PBS -l walltime=1:00:00\n#PBS -l walltime=2:00:00\ntrue\n"
+    notes.clear()
+    spec = qsub_spec(
+        {"resources": ("walltime=3:00:00",)}, [], script=("job.sh", script), notes=notes
+    )
+    assert spec.walltime_s == 3 * 3600
+    assert notes == [
+        "job.sh line 3: -l walltime=2:00:00: replaces the 1:00:00 an earlier -l gave: "
+        "the last one counts"
+    ]

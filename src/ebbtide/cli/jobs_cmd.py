@@ -59,7 +59,13 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     help="Accept a slice no node could hold today (as qsub --allow-future): one that can "
     "will join.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the altered jobs as qstat --json.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a list: each altered job as qstat --json with "ok": true, each refused '
+    'one as {"id", "ok": false, "error"}.',
+)
 def qalter(
     ids: Sequence[str],
     name: str | None,
@@ -83,11 +89,15 @@ def qalter(
     note, as qsub does, and whole GPUs made a fraction need gpumem= too."""
     from ebbtide.client import ALTERABLE_FIELDS
     from ebbtide.queue.qsub import parse_resources
+    from ebbtide.queue.qsub.resources import replaced
     from ebbtide.units import parse_int
 
     changes: dict[str, Any] = {}
     for text in resources:
-        changes.update(parse_resources(text))  # checked whole: a bad value, a key twice
+        given = parse_resources(text)  # checked whole: a bad value, a key twice
+        for what, why in replaced(changes, given):
+            click.echo(f"ebb qalter: note: {what}: {why}", err=True)
+        changes.update(given)
         # a trial's trap: `-l foo=bar` (a site resource: qsub's note) was dropped with no
         # word, and `-l ncpus=4` named the field it is stored as; each as it was typed
         for item in filter(str.strip, text.split(",")):
@@ -134,7 +144,8 @@ def qalter(
     parsed = _parse_ids(ids)
     client = _client()
     refused: list[tuple[int, str]] = []
-    altered, failed = [], False
+    results: list[dict[str, Any]] = []  # --json: every id, altered or not (as qdel's)
+    failed = False
     notes: list[str] = []
     jobs = _expand_ids(client, parsed, skip_finished=True, skip_started=True, refused=refused)
     for job_id in jobs:
@@ -142,24 +153,28 @@ def qalter(
             job = client.alter(job_id, allow_future=allow_future, **changes)
         except UserError as exc:
             failed = True
+            results.append({"id": job_id, "ok": False, "error": str(exc)})
             click.echo(f"ebb: error: {exc}", err=True)
             continue
-        altered.append(job)
+        results.append({**client.as_dict(job), "ok": True})
         notes.extend(n for n in client.last_notes if n not in notes)  # as qsub's, once
         if not as_json:
             click.echo(f"{job.id}: altered ({said})")
     for note in notes:  # what a new slice was given (a whole GPU's memory, ...)
         click.echo(f"ebb qalter: note: {note}", err=True)
-    for _, why in refused:
+    for array_id, why in refused:
+        results.append({"id": array_id, "ok": False, "error": why})
         click.echo(f"ebb: error: {why}", err=True)
     if as_json:
-        _echo_json([client.as_dict(j) for j in altered])
+        _echo_json(results)
     if failed or refused:
         sys.exit(1)
 
 
 #: The command of each action, for the notes.
 _COMMANDS = {"cancel": "qdel", "hold": "qhold", "release": "qrls"}
+#: What each action did, for the summary of a partial failure.
+_DONE = {"cancel": "cancelled", "hold": "held", "release": "released"}
 
 
 def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
@@ -202,6 +217,14 @@ def _act(ids: Sequence[str], action: str, as_json: bool) -> None:
             click.echo(f"ebb: error: {why}", err=True)
     if as_json:
         _echo_json(results)
+    elif failed and (done := [str(r["id"]) for r in results if r["ok"]]):
+        # a trial's trap: `qdel 1 2` printed only 1's refusal, and 2 was cancelled unsaid
+        refused_ids = ", ".join(str(r["id"]) for r in results if not r["ok"])
+        click.echo(
+            f"ebb {_COMMANDS[action]}: {_DONE[action]} {', '.join(done)}; not {refused_ids} "
+            "(above)",
+            err=True,
+        )
     if failed:
         sys.exit(1)
 

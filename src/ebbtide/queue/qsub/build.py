@@ -22,7 +22,7 @@ from ebbtide.queue.qsub.options import (
     _note,
     _probe,
 )
-from ebbtide.queue.qsub.resources import check_resource, parse_resources
+from ebbtide.queue.qsub.resources import check_resource, parse_resources, replaced
 from ebbtide.queue.qsub.values import (
     _check_dependency_count,
     _int,
@@ -107,7 +107,10 @@ def build_spec_kwargs(
         named: dict[str, str] = {}
         for i, text in enumerate(src.resources):
             where = src.origin.get(f"resources.{i}")
-            named.update(parse_resources(text, where=where, notes=notes))
+            parsed = parse_resources(text, where=where, notes=notes)
+            for what, why in replaced(named, parsed):
+                _note(notes, where, what, why)
+            named.update(parsed)
         resources.update(named)
         if src.deadline is not None:
             where = src.origin.get("deadline")

@@ -110,6 +110,21 @@ def parse_resources(
     return result
 
 
+def replaced(earlier: dict[str, Any], later: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a later ``-l`` of the same source (the command line's, or a script's) gives
+    again with another value than an earlier one did: (``-l KEY=VALUE``, why) for each,
+    to note (a trial's trap: the earlier one was lost, unsaid; the last one counts, as
+    PBS takes it)."""
+    return [
+        (
+            f"-l {key}={later[key]}",
+            f"replaces the {earlier[key]} an earlier -l gave: the last one counts",
+        )
+        for key in sorted(earlier.keys() & later.keys())
+        if earlier[key] != later[key]
+    ]
+
+
 def _one_resource(key: str, value: str, where: str | None) -> dict[str, Any]:
     """One checked ``-l KEY=VALUE`` as JobSpec kwargs (``ngpus``/``gpus`` → ``gpu``,
     ``ncpus`` → ``cpus``, ``mem`` → ``host_memory_mib``)."""
