@@ -914,7 +914,7 @@ def test_qstat_full_shows_the_jobs_result(home: Path) -> None:
     store.finish_attempt(1, 1, exit_code=0)
     store.close()
     assert json.loads(ebb("qstat", "-f", "1", "--json"))["result"] == {"loss": 0.25}
-    assert "result: {'loss': 0.25}" in ebb("qstat", "-f", "1")
+    assert 'result: {"loss": 0.25}' in ebb("qstat", "-f", "1")  # JSON, not a Python repr
     assert json.loads(ebb("qstat", "-f", "2", "--json"))["result"] is None
 
 
@@ -1112,7 +1112,13 @@ def test_qstat_f_names_a_script_jobs_file(home: Path) -> None:
         shown = json.loads(ebb("qstat", "-f", "--json", job_id))
         submitted = shown["submitted"]
         assert (submitted["command"], submitted["script_path"]) == (["script"], path)
-        assert f"script_path: {path}" in ebb("qstat", "-f", job_id)
+        full = ebb("qstat", "-f", job_id)
+        assert f"script_path: {path}" in full
+        # (and showed Python's reprs: "command: ['script']", "args: []", "image: None")
+        assert f"command: (the script {path}, with its args)" in full
+        assert "args: none" in full and "image: -" in full and "None" not in full
+    ebb("qsub", "--", "python", "-c", "print('a b')")
+    assert "command: python -c 'print('\"'\"'a b'\"'\"')'" in ebb("qstat", "-f", "3")
 
 
 def test_qstat_f_shows_how_a_job_joined_its_output(home: Path) -> None:

@@ -4,6 +4,8 @@ the queues (``-Q``)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import shlex
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,7 +72,7 @@ def _full_lines(data: dict[str, Any]) -> list[tuple[str, Any]]:
             continue
         if key == "submitted":
             lines.extend(
-                (name, shown)
+                (name, _script_command(value) if name == "command" else shown)
                 for name, shown in value.items()
                 if shown is not None and name != "signal_name"  # (with signal, above)
             )
@@ -357,15 +359,33 @@ def _states(states: Sequence[str]) -> StateFilter:
     return StateFilter(read or None, frozenset(wanted), frozenset(shown_asked))
 
 
+def _script_command(submitted: dict[str, Any]) -> Any:
+    """A script job's ``command`` (``["script"]`` in ``--json``) in words."""
+    if submitted.get("command") == ["script"]:
+        where = submitted.get("script_path")
+        return f"(the script{f' {where}' if where else ''}, with its args)"
+    return submitted.get("command")
+
+
 def _shown_value(key: str, value: Any) -> Any:
-    """A ``qstat -f`` value for people: times (``*_at``, ``backoff_until``) as local ISO
-    timestamps, dependencies as ``-W depend=`` has them (``afterok:12[],afterany:13``)."""
+    """A ``qstat -f`` value for people (a trial's trap: Python's reprs, ``['python',
+    'train.py']``, ``None``, ``{'loss': 0.1}``): times (``*_at``, ``backoff_until``) as
+    local ISO timestamps, dependencies as ``-W depend=`` has them
+    (``afterok:12[],afterany:13``), a command and its args as a shell would take them
+    (``***``, what others see of an argument, as it is), other lists and mappings as
+    compact JSON, nothing as ``-``."""
     if (key.endswith("_at") or key == "backoff_until") and isinstance(value, int | float):
         return dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
     if key == "depends" and isinstance(value, list):
         from ebbtide.queue.dependencies import dependency_text
 
         return ",".join(dependency_text(d) for d in value if isinstance(d, dict)) or "none"
+    if value is None:
+        return "-"
+    if key in ("command", "args") and isinstance(value, list):
+        return " ".join(a if a == "***" else shlex.quote(str(a)) for a in value) or "none"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
     return value
 
 
