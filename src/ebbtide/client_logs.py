@@ -81,9 +81,24 @@ class ClientLogs(ClientBase):
                 )
             if not is_kept_log(path, job_id, number, stream):  # (pods: kept as the log)
                 reader = os.geteuid() if self._reads_for_itself else None
-                return read_job_file(
-                    path, job_id, number, stream, size, owner=job.owner, reader_uid=reader
-                )
+                try:
+                    return read_job_file(
+                        path, job_id, number, stream, size, owner=job.owner, reader_uid=reader
+                    )
+                except NoLogYet:
+                    # a trial's trap: "which is not there (no output yet ...)" where the
+                    # attempt never started, for want of that very file's directory
+                    reason = job.reason or ""
+                    if (
+                        number == job.attempts
+                        and job.state in FINAL_STATES
+                        and (reason.startswith("could not start"))
+                    ):
+                        raise UserError(
+                            f"job {job_id} attempt {number} never started ({reason}), so "
+                            f"it wrote no {stream}"
+                        ) from None
+                    raise
         kept = JOINED_LOG.get(spec.get("join") or "", stream)  # -j oe: stderr in stdout's
         tail = read_tail(self.settings.home, job_id, number, kept, size, owner=job.owner)
         return tail if kept == stream else dataclasses.replace(tail, stream=stream)

@@ -1076,6 +1076,26 @@ def test_logs_of_a_job_cancelled_before_it_ran_say_it_never_started(home: Path) 
     assert followed.exit_code == 1 and followed.stderr == shown.stderr
 
 
+def test_logs_of_an_attempt_that_could_not_start_say_so_not_that_its_file_is_gone(
+    home: Path, tmp_path: Path
+) -> None:
+    # (-o into a directory that is not there: the attempt never started, and ebb logs
+    # said the file "is not there (no output yet; or it was moved or deleted ...)")
+    out = tmp_path / "missing" / "out.txt"
+    ebb("qsub", "-o", str(out), "--", "true")
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    store.dispatch(1, expected_attempts=0, node="n1", devices=(0,), compute_pct=10, memory_mib=1)
+    store.mark_started(1, 1, pid=1, stdout_path=str(out), stderr_path="e")
+    why = f"could not start 'true' in /tmp: could not open {out} for the job's output"
+    store.finish_attempt(1, 1, exit_code=127, why=why, final=True)
+    store.close()
+    shown = CliRunner().invoke(cli, ["logs", "1"])
+    assert shown.exit_code == 1
+    assert shown.stderr.startswith(f"ebb: error: job 1 attempt 1 never started ({why}")
+    assert shown.stderr.rstrip().endswith("so it wrote no stdout")
+    assert "moved or deleted" not in shown.stderr
+
+
 def test_a_slurm_submitter_is_told_how_slurm_asks_for_gpu_memory(home: Path) -> None:
     # (told "-l gpumem=SIZE", a flag sbatch does not have; its --mem-per-gpu is host memory)
     slurm = CliRunner().invoke(cli, ["sbatch", "--gres=gpu:1", "--wrap", "true"])
