@@ -237,3 +237,11 @@ def test_qalter_notes_a_resource_a_later_l_gives_again(home: Path) -> None:
         "ebb qalter: note: -l gpu=30%: replaces the 20% an earlier -l gave: the last one counts"
     ]
     assert jobs()[int(job_id)]["compute_pct"] == 30
+
+
+def test_qsub_h_alone_says_h_holds_and_where_the_help_is(home: Path) -> None:
+    # (`ebb qsub -h` said only "qsub needs a SCRIPT": -h is PBS's hold, not help)
+    alone = run("qsub", "-h")
+    assert alone.exit_code == 1
+    assert "-h holds the job, as PBS's qsub -h; ebb qsub --help shows the help" in alone.stderr
+    assert "holds the job" not in run("qsub").stderr

@@ -245,3 +245,41 @@ def test_check_and_qsub_warn_of_a_queue_no_window_admits(tmp_path: Path) -> None
     assert parse_policy("queues:\n  a: {}\n", "p.yaml").unwindowed_queues() == []
     every = ONE_QUEUE_WINDOW.replace(", queues: [research]", "")
     assert parse_policy(every, "p.yaml").unwindowed_queues() == []
+
+
+SPLIT = """\
+apiVersion: ebbtide/v1
+queues:
+  default: {}
+  night: {}
+devices:
+  pools:
+    spare: ["gpu-a/*"]
+windows:
+  - {name: nightly, kind: cron, schedule: "0 22 * * *", duration: 8h, queues: [night]}
+  - {name: always, kind: cron, schedule: "0 0 * * *", duration: 24h, queues: [default]}
+"""
+
+
+def test_explain_says_for_which_queues_and_of_a_device_no_pool_names(tmp_path: Path) -> None:
+    # (the headline said "allowed" while a queue was refused below it, and --device
+    # nosuch/9 was explained as if it named a device of a pool)
+    path = tmp_path / "ebbtide.yaml"
+    path.write_text(SPLIT)
+    args = ["policy", "explain", "--policy", str(path), "--at", "2026-12-01T12:00+00:00"]
+    day = CliRunner().invoke(cli, [*args, "--device", "nosuch/9"], env=_env(tmp_path))
+    assert day.exit_code == 0, day.output
+    assert day.stdout.splitlines()[1] == (
+        "at 2026-12-01T12:00:00+00:00 on nosuch/9: offline work allowed for queue default, "
+        "not for queue night (share up to 1)"
+    )
+    assert day.stderr == (
+        "ebb: note: --device nosuch/9: in none of this policy's device pools (spare)\n"
+    )
+    night = CliRunner().invoke(
+        cli, [*args[:-1], "2026-12-01T23:00+00:00", "--device", "gpu-a/1"], env=_env(tmp_path)
+    )
+    assert "offline work allowed (share up to 1)" in night.stdout and not night.stderr
+    path.write_text(SPLIT.split("devices:")[0])  # no pools: every device alike
+    alike = CliRunner().invoke(cli, [*args, "--device", "x/1"], env=_env(tmp_path))
+    assert "no device pools, so every device is explained alike" in alike.stderr

@@ -273,7 +273,10 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
     built-in defaults; --policy FILE explains that file (an edit, before it is loaded).
     Lull windows open on live load, which this command does not see."""
     policy, source = _load(path)
-    data = explain_data(policy, _parse_at(at_text), _parse_device(device_text))
+    device = _parse_device(device_text)
+    if device is not None and (note := _device_note(policy, *device)):
+        click.echo(f"ebb: note: --device {device_text}: {note}", err=True)
+    data = explain_data(policy, _parse_at(at_text), device)
     data["policy"] = source
     if as_json:
         click.echo(json.dumps(data, indent=2))
@@ -281,8 +284,7 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
     click.echo(f"policy: {source}")
     click.echo(
         f"at {data['at']}{' on ' + data['device'] if data['device'] else ''}: "
-        f"offline work {'allowed' if data['allowed'] else 'not allowed'}"
-        f" (share up to {data['offline_share']:g})"
+        f"offline work {_verdict(data)} (share up to {data['offline_share']:g})"
     )
     click.echo(f"rule: {data['rule']}")
     for w in data["windows"]:
@@ -304,6 +306,33 @@ def explain(path: str | None, at_text: str | None, device_text: str | None, as_j
             click.echo(f"  queue {q}: allowed ({end}), share {info['share']:g}")
         else:
             click.echo(f"  queue {q}: not allowed: {info['reason']}")
+
+
+def _verdict(data: dict[str, Any]) -> str:
+    """``allowed``, ``not allowed``, or for which queues where some are and some are not
+    (a trial's trap: "allowed" at the top, every queue but one refused below)."""
+    allowed = [q for q, info in data["queues"].items() if info["allowed"]]
+    refused = [q for q, info in data["queues"].items() if not info["allowed"]]
+    if not data["allowed"] or not allowed:
+        return "not allowed"
+    if not refused:
+        return "allowed"
+
+    def named(queues: list[str]) -> str:
+        return f"queue{'s' if len(queues) > 1 else ''} {', '.join(queues)}"
+
+    return f"allowed for {named(allowed)}, not for {named(refused)}"
+
+
+def _device_note(policy: Any, node: str, index: int) -> str | None:
+    """What to tell of a ``--device`` that the policy's pools do not name (a trial's trap:
+    ``--device nosuch/9`` explained as if it meant something)."""
+    pools = sorted(policy.devices.pools)
+    if not pools:
+        return "this policy has no device pools, so every device is explained alike"
+    if not any(policy.devices.in_pool(p, node, index) for p in pools):
+        return f"in none of this policy's device pools ({', '.join(pools)})"
+    return None
 
 
 @policy_group.command("schema")

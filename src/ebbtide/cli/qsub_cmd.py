@@ -150,7 +150,11 @@ def qsub(
     express, a --signal other than TERM, or a job with no image is refused.
     """
     if not args:
-        raise UserError("qsub needs a SCRIPT, or -- followed by a command")
+        # a trial's trap: `ebb qsub -h` read as a request for help, as most tools' -h is
+        hold = " (-h holds the job, as PBS's qsub -h; ebb qsub --help shows the help)"
+        raise UserError(
+            "qsub needs a SCRIPT, or -- followed by a command" + (hold if opts["hold"] else "")
+        )
     opts = {**opts, "signal": signal_}
     allow_future = opts.pop("allow_future")
     dashdash = bool(ctx.meta.get("ebb_dashdash"))
