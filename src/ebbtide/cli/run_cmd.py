@@ -35,7 +35,8 @@ def _agent_options(fn: Any) -> Any:
         "--devices",
         default=None,
         help="Simulated devices for machines without GPUs: 2x80GiB, 1x40GiB,1x80GiB "
-        "(default 1x80GiB; ignored with --headroom nvml and prometheus:URL).",
+        "(default 1x80GiB; ignored with --headroom nvml and prometheus:URL). With neither "
+        "this nor --headroom, refused on a host where NVML sees GPUs.",
     )(fn)
     fn = click.option("--node", default=None, help="This node's name (default: host name).")(fn)
     return fn
@@ -179,6 +180,8 @@ def _run_node(
     _setup_logging(log_level)
     settings = Settings.from_env()
     name = node or socket.gethostname()
+    if devices is None and not _given("headroom"):
+        _check_simulation_meant("up" if with_scheduler else "worker")
     source = _open_source(devices, headroom, name)
     rt = build(
         settings,
@@ -223,6 +226,38 @@ def _run_node(
             "--run-as agent"
         )
     rt.run_until_signalled()
+
+
+def _given(param: str) -> bool:
+    """Whether the command line (or its environment variable) set ``param``, not its
+    default."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source not in (None, ParameterSource.DEFAULT)
+
+
+def _check_simulation_meant(command: str) -> None:
+    """Neither --headroom nor --devices given: the agent would simulate one 80 GiB device
+    with no online load.  Refused where NVML sees GPUs (a trial's trap: `ebb worker` on a
+    GPU host joined the fleet's store with a simulated card, and put offline jobs beside
+    online load nothing measured); said once where it sees none."""
+    from ebbtide.errors import UserError
+    from ebbtide.workers.headroom.nvml import gpus_here
+
+    gpus = gpus_here()
+    if gpus:
+        raise UserError(
+            f"this host has {gpus} NVIDIA GPU{'s' * (gpus > 1)} (NVML): give --headroom nvml "
+            f"to measure them; without it ebb {command} simulates one 80GiB device with no "
+            "online load, and would place offline jobs beside online work it cannot see "
+            "(--headroom static or --devices simulates on purpose)"
+        )
+    log.warning(
+        "no --headroom and no --devices: one simulated 80GiB device with no online load "
+        "(--headroom static); on a GPU host give --headroom nvml"
+    )
 
 
 def _messaging(settings: Any) -> str:

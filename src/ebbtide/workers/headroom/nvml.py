@@ -82,6 +82,7 @@ not reported again by the sample.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -146,6 +147,29 @@ GPU_LOST_MEANING = "GPU is lost: NVML can no longer reach it"
 
 class NvmlUnavailable(UserError):
     """NVML cannot be used on this machine (no ``pynvml``, no driver, no GPU)."""
+
+
+def gpus_here(nvml: Any = None) -> int:
+    """How many GPUs NVML sees on this host: 0 where it cannot be used (no nvidia-ml-py,
+    no driver).  For the agent's start, to refuse simulating devices where real ones are
+    (they would put offline jobs beside online load nothing measures)."""
+    if nvml is None:
+        try:
+            import pynvml
+        except ImportError:
+            return 0
+        nvml = pynvml
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError, or a library that does not load: no GPU to measure
+        return 0
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
 
 
 @dataclass
