@@ -374,3 +374,23 @@ def test_an_agent_cut_off_from_the_store_fences_at_half_the_heartbeat_timeout(
     assert node.executor.of("sweep") == [(1.5 + HEARTBEAT_TIMEOUT_S / 2, job_id)]
     assert node.agent.attempts == {}
     assert store.get(job_id).state == "running"  # the store never heard: it gives it up
+
+
+@pytest.mark.usefixtures("exact_periods")
+def test_a_fence_says_whether_the_job_may_be_elsewhere_already(
+    node: Node, store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At half the heartbeat timeout the job is not yet given away; an agent thawed past
+    the whole timeout (a trial's trap: stopped, then resumed) says it may be already."""
+    job_id = dispatch(store)
+    silence = {"s": 0.0}
+    at(clock, 1.0, lambda: setattr(node.agent.sync, "silence_s", lambda: silence["s"]))
+    at(clock, 2.0, lambda: silence.update(s=HEARTBEAT_TIMEOUT_S + 20))
+    node.run_until(2.5)
+    assert node.agent.attempts == {}
+    (line,) = [r.getMessage() for r in caplog.records if "cut off from the store" in r.message]
+    assert line == (
+        f"job {job_id} attempt 1: cut off from the store for {HEARTBEAT_TIMEOUT_S + 20:.1f}s; "
+        f"past the heartbeat timeout ({HEARTBEAT_TIMEOUT_S:g}s): the scheduler may have "
+        "given it to another node already; killing this copy"
+    )

@@ -1402,13 +1402,22 @@ class NodeAgent:
         silent_s = self.sync.silence_s()
         if silent_s < self.heartbeat_timeout_s / 2 or not self.attempts:
             return
+        # a trial's trap: an agent thawed after a long stop said "before the scheduler
+        # gives it to another node" of a job given away long before
+        late = silent_s >= self.heartbeat_timeout_s
+        why = (
+            f"past the heartbeat timeout ({self.heartbeat_timeout_s:g}s): the scheduler "
+            "may have given it to another node already; killing this copy"
+            if late
+            else "killing it before the scheduler gives it to another node"
+        )
         for local in list(self.attempts.values()):
             log.error(
-                "job %s attempt %s: cut off from the store for %.1fs; killing it before the "
-                "scheduler gives it to another node",
+                "job %s attempt %s: cut off from the store for %.1fs; %s",
                 local.job_id,
                 local.attempt,
                 silent_s,
+                why,
             )
             self.executor.sweep(local.handle)
             del self.attempts[local.job_id]
