@@ -312,3 +312,31 @@ def test_pods_run_anyones_jobs_and_an_older_agent_says_nothing() -> None:
     assert refuses("something-newer", "alice") is None
     assert refuses("user:bob", "alice") == "runs only bob's jobs"
     assert refuses("users", "root") == "does not run root's jobs (allow_root_jobs is false)"
+
+
+def test_permission_denied_says_where_a_linked_program_cannot_be_reached(tmp_path: Path) -> None:
+    """A trial's trap: a virtual environment made from root's own Python put a link into
+    root's 0700 home on the agent's PATH, and each job said only "Permission denied"."""
+    secret = tmp_path / "root-home" / ".pyenv" / "bin"
+    secret.mkdir(parents=True)
+    (secret / "python3.11").write_text("#!/bin/sh\n")
+    (secret / "python3.11").chmod(0o755)
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(secret / "python3.11")
+    locked = str(tmp_path / "root-home")
+
+    def access(path: str, mode: int) -> bool:  # as the job's user: root's home is 0700
+        return not (path == locked or path.startswith(locked + "/"))
+
+    path = f"/nonexistent:{venv}"
+    assert shim.denied_hint("python", path, access) == (
+        f" ({venv / 'python'} is a link to {secret / 'python3.11'}, and this user cannot "
+        f"pass {locked})"
+    )
+    assert shim.denied_hint(str(venv / "python"), "", access).endswith(f"cannot pass {locked})")
+    (tmp_path / "plain").write_text("data\n")  # not a link, not executable to the user
+    assert shim.denied_hint(
+        str(tmp_path / "plain"), "", lambda p, m: not p.endswith("plain")
+    ) == (f" ({tmp_path / 'plain'}: this user may not execute {tmp_path / 'plain'})")
+    assert shim.denied_hint("python", path) == ""  # nothing refused: not that

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import functools
 import json
 import os
@@ -55,7 +56,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -358,7 +359,33 @@ def _exec(argv: Sequence[str], env: dict[str, str]) -> NoReturn:  # pragma: no c
     try:
         os.execvpe(argv[0], list(argv), env)
     except OSError as exc:  # worded as subprocess words it
-        raise _NotStarted(f"[Errno {exc.errno}] {exc.strerror}: {argv[0]!r}") from None
+        hint = denied_hint(argv[0], env.get("PATH", "")) if exc.errno == errno.EACCES else ""
+        raise _NotStarted(f"[Errno {exc.errno}] {exc.strerror}: {argv[0]!r}{hint}") from None
+
+
+def denied_hint(program: str, path: str, access: Callable[[str, int], bool] = os.access) -> str:
+    """Why this user may not run ``program`` (found on ``path`` as ``execvp`` finds it),
+    where the program is a link whose target lies where the user cannot pass (a trial's
+    trap: a virtual environment made from root's own Python, ``/opt/venv/bin/python`` a
+    link into root's 0700 home: "Permission denied" and nothing more), or is not
+    executable to it; "" when that is not it."""
+    dirs = [""] if "/" in program else [d for d in path.split(os.pathsep) if d]
+    for d in dirs:
+        found = os.path.join(d, program) if d else program
+        if not os.path.lexists(found):
+            continue
+        real = os.path.realpath(found)
+        if real != os.path.abspath(found):
+            parent = os.path.dirname(real)
+            steps = [parent]
+            while steps[-1] != os.path.dirname(steps[-1]):
+                steps.append(os.path.dirname(steps[-1]))
+            for step in reversed(steps):  # from the root down: the first one refused
+                if not access(step, os.X_OK):
+                    return f" ({found} is a link to {real}, and this user cannot pass {step})"
+        if not access(real, os.X_OK):
+            return f" ({found}: this user may not execute {real})"
+    return ""
 
 
 def _redirect(outputs: Outputs, user: User | None) -> None:  # pragma: no cover - in the child
