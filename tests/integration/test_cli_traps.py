@@ -124,7 +124,7 @@ def test_qstat_full_shows_local_iso_times_and_the_command(home: Path) -> None:
     submitted = next(line for line in text.splitlines() if "submitted_at" in line)
     stamp = submitted.split(": ", 1)[1]
     assert stamp[:4].isdigit() and "T" in stamp and stamp[-6] in "+-"  # 2026-...T..+00:00
-    assert "['python', 'train.py']" in text and "walltime_s: 3600.0" in text
+    assert "command: python train.py" in text and "walltime_s: 3600.0" in text
     assert "signal: TERM (15)" in text and f"cwd: {home.parent}" in text
     # a trial's trap: each value once (signal beside signal_name, device beside devices)
     keys = [line.split(":", 1)[0].strip() for line in text.splitlines()]

@@ -70,6 +70,7 @@ LAYERS: list[dict[str, list[str]]] = [
             "ebbtide.args",
             "ebbtide.attempt_logs",
             "ebbtide.shipped",
+            "ebbtide.probes",
             "ebbtide.config.settings",
         ],
     },

@@ -336,7 +336,7 @@ def test_permission_denied_says_where_a_linked_program_cannot_be_reached(tmp_pat
     )
     assert shim.denied_hint(str(venv / "python"), "", access).endswith(f"cannot pass {locked})")
     (tmp_path / "plain").write_text("data\n")  # not a link, not executable to the user
-    assert shim.denied_hint(
-        str(tmp_path / "plain"), "", lambda p, m: not p.endswith("plain")
-    ) == (f" ({tmp_path / 'plain'}: this user may not execute {tmp_path / 'plain'})")
+    plain = str(tmp_path / "plain")
+    hint = shim.denied_hint(plain, "", lambda p, m: not p.endswith("plain"))
+    assert hint == f" ({plain}: this user may not execute {plain})"
     assert shim.denied_hint("python", path) == ""  # nothing refused: not that
