@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ebbtide.redaction import scrub
+
 
 @dataclass
 class _Loop:
@@ -47,11 +49,12 @@ class Probes:
 
     def beat(self, name: str, ok: bool = True, why: str = "") -> None:
         """``name`` went round; ``ok`` False (with ``why``) where what it needed did not
-        answer.  A loop not watched is ignored."""
+        answer (a password in it, a driver's error naming a URL, is masked: the probes
+        answer whoever reaches the metrics port).  A loop not watched is ignored."""
         with self._lock:
             loop = self._loops.get(name)
             if loop is not None:
-                loop.at, loop.ok, loop.why = self._clock(), ok, why
+                loop.at, loop.ok, loop.why = self._clock(), ok, scrub(why) if why else ""
 
     def live(self) -> tuple[bool, str]:
         """Whether every loop goes round, and a line on each."""

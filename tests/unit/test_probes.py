@@ -35,6 +35,12 @@ def test_a_loop_lives_while_it_goes_round_and_is_ready_while_its_rounds_go_well(
     clock.now += 30
     probes.beat("agent gpu-a")
     assert probes.ready()[0]
+    # whoever reaches the metrics port reads it: a URL's password in an error is masked
+    probes.beat("agent gpu-a", ok=False, why="could not connect to redis://:hunter2@r:6379/0")
+    assert probes.ready() == (
+        False,
+        "agent gpu-a: not ready, could not connect to redis://:***@r:6379/0",
+    )
 
 
 def test_a_loop_that_stops_going_round_is_named_as_stalled_and_another_does_not_hide_it() -> None:

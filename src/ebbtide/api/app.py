@@ -34,6 +34,7 @@ from ebbtide.errors import EbbtideError, Unauthenticated
 from ebbtide.metrics import Metrics
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store, open_store
+from ebbtide.redaction import scrub
 
 log = logging.getLogger("ebbtide.api")
 
@@ -89,7 +90,7 @@ def _readyz(request: Request) -> PlainTextResponse:
     try:
         ctx.store.published_policy()  # one row: the cheapest read that goes to the store
     except Exception as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         return PlainTextResponse(f"not ready: the store does not answer ({why})\n", 503)
     return PlainTextResponse("ok\n")
 
