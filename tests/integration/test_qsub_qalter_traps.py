@@ -226,6 +226,7 @@ def test_a_partly_refused_qdel_says_what_it_did_and_qalter_json_names_every_id(
     out = json.loads(altered.stdout)
     assert [(j["id"], j["ok"]) for j in out] == [(third, True), (first, False), (99, False)]
     assert out[0]["name"] == "renamed" and out[0]["state"] == "queued"  # as qstat --json
+    assert out[0]["notes"] == []
     assert out[2]["error"] == "no job with id 99"
 
 
@@ -237,6 +238,10 @@ def test_qalter_notes_a_resource_a_later_l_gives_again(home: Path) -> None:
         "ebb qalter: note: -l gpu=30%: replaces the 20% an earlier -l gave: the last one counts"
     ]
     assert jobs()[int(job_id)]["compute_pct"] == 30
+    # what qalter notes of a job is in --json too (a trial's trap: stderr alone)
+    whole = json.loads(run("qalter", "-l", "gpu=1", job_id, "--json").stdout)
+    assert [j["ok"] for j in whole] == [True]
+    assert any("1 whole GPU with no gpumem" in n for n in whole[0]["notes"]), whole
 
 
 def test_qsub_h_alone_says_h_holds_and_where_the_help_is(home: Path) -> None:

@@ -63,8 +63,8 @@ def _pbs_hold(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     "--json",
     "as_json",
     is_flag=True,
-    help='Print a list: each altered job as qstat --json with "ok": true, each refused '
-    'one as {"id", "ok": false, "error"}.',
+    help='Print a list: each altered job as qstat --json with "ok": true and its "notes", '
+    'each refused one as {"id", "ok": false, "error"}.',
 )
 def qalter(
     ids: Sequence[str],
@@ -156,7 +156,8 @@ def qalter(
             results.append({"id": job_id, "ok": False, "error": str(exc)})
             click.echo(f"ebb: error: {exc}", err=True)
             continue
-        results.append({**client.as_dict(job), "ok": True})
+        # --json: its notes too, as qsub --json has them (on stderr they are said once)
+        results.append({**client.as_dict(job), "ok": True, "notes": list(client.last_notes)})
         notes.extend(n for n in client.last_notes if n not in notes)  # as qsub's, once
         if not as_json:
             click.echo(f"{job.id}: altered ({said})")
