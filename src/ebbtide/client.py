@@ -51,7 +51,8 @@ from ebbtide.client_fields import (
     submitted_fields,
 )
 from ebbtide.client_fields import SUBMITTED_FIELDS as SUBMITTED_FIELDS
-from ebbtide.client_fleet import NO_AGENT_NOTE, check_someone_runs, fit_to_fleet
+from ebbtide.client_fleet import NO_AGENT_NOTE as NO_AGENT_NOTE
+from ebbtide.client_fleet import check_someone_runs, fit_to_fleet, waiting_notes
 from ebbtide.client_logs import ClientLogs
 from ebbtide.client_paths import missing_path_notes
 from ebbtide.client_reports import MAX_RECOMMEND_JOBS as MAX_RECOMMEND_JOBS
@@ -196,8 +197,7 @@ class Client(ClientLogs, ClientReports, ClientAdmin):
             attribution=self.caller.attribution(),
         )
         self.last_notes = [*notes, *([memory_note] if memory_note else [])]
-        if not nodes:  # a new system, or a mistyped EBBTIDE_HOME: say that it waits
-            self.last_notes.append(NO_AGENT_NOTE)
+        self.last_notes += waiting_notes(nodes, self.scheduler_running)
         if self._reads_for_itself:  # on the submitting host (a server's is another's)
             self.last_notes += missing_path_notes(spec, self.policy)
         return ids

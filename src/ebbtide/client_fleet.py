@@ -7,7 +7,7 @@ how a whole GPU asked for with no memory is sized to their cards: what ``qsub`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ebbtide.errors import SpecError
@@ -131,6 +131,21 @@ NO_AGENT_NOTE = (
     "no node agent has ever reported to this store: the job waits until one does (ebb up, "
     "ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)"
 )
+#: What ``qstat`` says when it lists a job waiting while no scheduler holds the store's
+#: leader lock, and a submission to a store node agents report to is told then.
+NO_SCHEDULER_NOTE = (
+    "no scheduler is running on this store: queued jobs wait until one does (ebb up, or "
+    "ebb scheduler)"
+)
+
+
+def waiting_notes(nodes: Sequence[Any], scheduler_running: Callable[[], bool | None]) -> list[str]:
+    """What a submission is told of what it waits for: no node agent ever reported (a new
+    system, or a mistyped EBBTIDE_HOME), or agents but no scheduler (a trial's trap: the
+    job sat queued, unsaid; ``scheduler_running`` is asked only then)."""
+    if not nodes:
+        return [NO_AGENT_NOTE]
+    return [NO_SCHEDULER_NOTE] if scheduler_running() is False else []
 
 
 def fit_to_fleet(

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from ebbtide.cli.main import cli
+from ebbtide.client_fleet import NO_SCHEDULER_NOTE
 from ebbtide.clock import FakeClock
 from ebbtide.identity import user_name
 from ebbtide.queue.spec import JobSpec
@@ -292,15 +293,18 @@ def test_a_whole_gpu_asked_with_no_memory_gets_the_whole_card(home: Path) -> Non
     # keeps the memory margin (2GiB by default) back for the online side
     assert out["notes"] == [
         "1 whole GPU with no gpumem: granted 38GiB of memory on each, the smallest card "
-        "here (40GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less"
+        "here (40GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less",
+        NO_SCHEDULER_NOTE,  # agents report; no scheduler leads here
     ]
     assert (store.get(out["id"]).gpus, store.get(out["id"]).memory_mib) == (1, 38 * 1024)
     result = CliRunner().invoke(cli, ["sbatch", "--gres=gpu:2", "--wrap", "true"])
     assert result.exit_code == 0 and "2 whole GPUs with no gpumem: granted 38GiB" in result.output
     asked = json.loads(ebb("qsub", "--json", "-l", "gpu=1,gpumem=70GiB", "--", "true"))
-    assert "notes" not in asked and store.get(asked["id"]).memory_mib == 70 * 1024
+    assert asked["notes"] == [NO_SCHEDULER_NOTE]  # no whole-GPU note: an amount was asked
+    assert store.get(asked["id"]).memory_mib == 70 * 1024
     sliced = json.loads(ebb("qsub", "--json", "-l", "gpu=25%", "--", "true"))
-    assert "notes" not in sliced and store.get(sliced["id"]).memory_mib == 1024  # a slice
+    assert sliced["notes"] == [NO_SCHEDULER_NOTE]
+    assert store.get(sliced["id"]).memory_mib == 1024  # a slice
     store.close()
 
 
@@ -327,7 +331,8 @@ def test_a_whole_gpu_is_sized_by_the_cards_not_by_mig_instances(home: Path) -> N
     out = json.loads(ebb("qsub", "--json", "-l", "ngpus=1", "--", "true"))
     assert out["notes"] == [
         "1 whole GPU with no gpumem: granted 78GiB of memory on each, the smallest card here "
-        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less"
+        "(80GiB) less the 2GiB kept for the online side; -l gpumem=SIZE asks for less",
+        NO_SCHEDULER_NOTE,  # agents report; no scheduler leads here
     ]
 
 
@@ -418,7 +423,8 @@ def test_a_whole_gpu_where_no_card_has_room_now_is_told_it_waits(home: Path) -> 
         "card has that free now (at most 77GiB, on gpu-a/1, beside online memory and the "
         "reserve kept for its growth), so it waits until one has, which an online service "
         "that keeps its memory may never allow: -l gpumem=SIZE of up to 77GiB runs beside "
-        "it now"  # (a trial's trap: job 54 waited for ever behind a resident tenant)
+        "it now",  # (a trial's trap: job 54 waited for ever behind a resident tenant)
+        NO_SCHEDULER_NOTE,  # agents report; no scheduler leads here
     ]
     store.heartbeat(  # gpu-a's cards taken: the most room is gpu-b's, warming up
         "gpu-a",

@@ -250,3 +250,23 @@ def test_qsub_h_alone_says_h_holds_and_where_the_help_is(home: Path) -> None:
     assert alone.exit_code == 1
     assert "-h holds the job, as PBS's qsub -h; ebb qsub --help shows the help" in alone.stderr
     assert "holds the job" not in run("qsub").stderr
+
+
+def test_qsub_says_no_scheduler_runs_where_agents_report_but_none_leads(home: Path) -> None:
+    # (a trial's job sat queued with agents up and no scheduler, and qsub said nothing)
+    from ebbtide.client_fleet import NO_SCHEDULER_NOTE
+    from ebbtide.scheduling.leader import LeaderLock
+
+    _fleet(home)
+    alone = run("qsub", "--json", "-l", "gpu=10%,gpumem=1GiB", "--", "true")
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout)["notes"] == [NO_SCHEDULER_NOTE]
+    store = Store(f"sqlite:///{home / 'ebbtide.db'}")
+    lock = LeaderLock(store.engine, home, "scheduler")
+    assert lock.try_acquire()
+    try:
+        led = run("qsub", "--json", "-l", "gpu=10%,gpumem=1GiB", "--", "true")
+        assert "notes" not in json.loads(led.stdout)  # (only where there is one)
+    finally:
+        lock.release()
+        store.close()

@@ -212,19 +212,12 @@ def qstat(
     _note_no_scheduler(client.scheduler_running, jobs)
 
 
-#: What ``qstat`` says when it lists a job queued with no reason yet and no scheduler
-#: holds the store's leader lock.
-NO_SCHEDULER_NOTE = (
-    "no scheduler is running on this store: queued jobs wait until one does (ebb up, or "
-    "ebb scheduler)"
-)
-
-
 def _note_no_scheduler(running: Callable[[], bool | None], jobs: Sequence[Any]) -> None:
     """A trial's trap: with no scheduler running, a queued job's REASON stayed empty and
     nothing said why; one a scheduler had given went on being shown, as if it still held.
     A note says so when a job listed is queued or waiting (``running``: whether a
     scheduler leads, asked only then)."""
+    from ebbtide.client_fleet import NO_SCHEDULER_NOTE
     from ebbtide.queue.states import JobState
 
     waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.WAITING)]
