@@ -16,6 +16,8 @@ from ebbtide.queue.whose_jobs import refuses
 from ebbtide.scheduling.capacity import DEVICE_COMPUTE_PCT
 from ebbtide.scheduling.fit import EPS as FIT_EPS
 from ebbtide.units import format_mib
+from ebbtide.waiting import NO_AGENT_NOTE as NO_AGENT_NOTE
+from ebbtide.waiting import NO_SCHEDULER_NOTE as NO_SCHEDULER_NOTE
 
 
 def _kept_back(device: dict[str, Any], margin_mib: float, planning_mib: float) -> float:
@@ -124,19 +126,6 @@ def check_someone_runs(owner: str, nodes: Sequence[Any]) -> None:
         "owner runs each job as its owner; give --allow-future (allow_future=True) if "
         "such a node will join",
     )
-
-
-#: What a submission to a store no node agent ever reported to is told.
-NO_AGENT_NOTE = (
-    "no node agent has ever reported to this store: the job waits until one does (ebb up, "
-    "ebb worker; is EBBTIDE_HOME or EBBTIDE_DB_URL mistyped?)"
-)
-#: What ``qstat`` says when it lists a job waiting while no scheduler holds the store's
-#: leader lock, and a submission to a store node agents report to is told then.
-NO_SCHEDULER_NOTE = (
-    "no scheduler is running on this store: queued jobs wait until one does (ebb up, or "
-    "ebb scheduler)"
-)
 
 
 def waiting_notes(nodes: Sequence[Any], scheduler_running: Callable[[], bool | None]) -> list[str]:

@@ -71,6 +71,7 @@ LAYERS: list[dict[str, list[str]]] = [
             "ebbtide.attempt_logs",
             "ebbtide.shipped",
             "ebbtide.probes",
+            "ebbtide.waiting",
             "ebbtide.config.settings",
         ],
     },

@@ -217,8 +217,8 @@ def _note_no_scheduler(running: Callable[[], bool | None], jobs: Sequence[Any]) 
     nothing said why; one a scheduler had given went on being shown, as if it still held.
     A note says so when a job listed is queued or waiting (``running``: whether a
     scheduler leads, asked only then)."""
-    from ebbtide.client_fleet import NO_SCHEDULER_NOTE
     from ebbtide.queue.states import JobState
+    from ebbtide.waiting import NO_SCHEDULER_NOTE  # (light: the thin client says it too)
 
     waiting = [j for j in jobs if j.state in (JobState.QUEUED, JobState.WAITING)]
     if not waiting or running() is not False:
