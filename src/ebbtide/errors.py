@@ -8,6 +8,12 @@ can catch one class.  User mistakes (bad specs, bad files, bad flags) derive fro
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name where it has none: how a
+    log line or a probe names an error it waits out (a driver's message runs on for lines)."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 class EbbtideError(Exception):
     """Root of every error ebbtide raises on purpose."""
 

@@ -30,7 +30,7 @@ from ebbtide.api.auth import PolicyWatch, authenticate
 from ebbtide.api.wire import PREFIX, error_out
 from ebbtide.client import Client, published_policy
 from ebbtide.config.settings import Settings
-from ebbtide.errors import EbbtideError, Unauthenticated
+from ebbtide.errors import EbbtideError, Unauthenticated, first_line
 from ebbtide.metrics import Metrics
 from ebbtide.queue.spec import JobSpec
 from ebbtide.queue.store import Store, open_store
@@ -90,7 +90,7 @@ def _readyz(request: Request) -> PlainTextResponse:
     try:
         ctx.store.published_policy()  # one row: the cheapest read that goes to the store
     except Exception as exc:
-        why = scrub(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
+        why = scrub(first_line(exc))
         return PlainTextResponse(f"not ready: the store does not answer ({why})\n", 503)
     return PlainTextResponse("ok\n")
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ebbtide.cli.common import _echo_json
-from ebbtide.errors import UserError
+from ebbtide.errors import UserError, first_line
 
 RULE = (
     "offline work may run on a device while any window admitting its queue is open there "
@@ -54,7 +54,7 @@ def _published() -> tuple[Any, str] | None:
     except NoStore:
         return None
     except Exception as exc:  # a store out of reach: the file still explains offline
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         click.echo(f"ebb: note: the store's policy cannot be read ({first})", err=True)
         return None
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ebbtide.cli.common import _client, _echo_json, _listing_client
-from ebbtide.errors import StoreUnavailable, UserError
+from ebbtide.errors import StoreUnavailable, UserError, first_line
 from ebbtide.top.view import SORTS
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _fetch(client: Any) -> FleetSnapshot:
     try:
         return fetch_snapshot(client)
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise StoreUnavailable(f"cannot read the store: {first}") from None
 
 

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
+from ebbtide.errors import first_line
 
 log = logging.getLogger("ebbtide.liveness")
 
@@ -296,7 +297,7 @@ class RedisLiveness:
                 "Redis: could not read or write %s (%s); the store's heartbeats serve "
                 "meanwhile, and Redis is tried again in %gs",
                 what,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                first_line(exc),
                 PAUSE_AFTER_FAILURE_S,
             )
         self._failing = True

@@ -42,7 +42,7 @@ from typing import Any
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
 from ebbtide.config.policy import Policy
-from ebbtide.errors import NotLeader, StaleState
+from ebbtide.errors import NotLeader, StaleState, first_line
 from ebbtide.messaging.liveness import NodeLiveness, blind_grace_s
 from ebbtide.messaging.messages import (
     AttemptChanged,
@@ -457,7 +457,7 @@ class Scheduler:
                     log.info("another scheduler is active; standing by")
                     logged = True
             except Exception as exc:
-                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                why = first_line(exc)
                 self.metrics.probes.beat(
                     "scheduler", ok=False, why=f"cannot reach the store: {why}"
                 )
@@ -480,7 +480,7 @@ class Scheduler:
                 self._stand_down(str(exc))
                 return
             except Exception as exc:
-                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                why = first_line(exc)
                 self.metrics.probes.beat("scheduler", ok=False, why=f"its last pass failed: {why}")
                 log.exception("scheduler pass failed")
             self.clock.wait(self._wake, self._pause_s())

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ebbtide.errors import ConfigError
+from ebbtide.errors import ConfigError, first_line
 from ebbtide.messaging.liveness import heartbeat_slack_s
 from ebbtide.queue.models import NodeRow
 from ebbtide.queue.store import Store
@@ -145,7 +145,7 @@ class NodeClaim:
             log.warning(
                 "node %s: cannot read the store to see whether another agent has this name (%s)",
                 self.name,
-                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                first_line(exc),
             )
             return None
         return row, held

@@ -34,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ebbtide.clock import SYSTEM_CLOCK, Clock
-from ebbtide.errors import EbbtideError, InvalidTransition, StaleState
+from ebbtide.errors import EbbtideError, InvalidTransition, StaleState, first_line
 from ebbtide.messaging.messages import AttemptChanged, EvictAttempt, StartAttempt
 from ebbtide.queue.models import Job
 from ebbtide.queue.outcomes import AGENT_LEFT, AGENT_RESTARTED, GONE
@@ -276,7 +276,7 @@ class StoreSync:
             if not self._outage_logged:
                 log.error(
                     "the store does not answer (%s); reports wait in the journal",
-                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    first_line(exc),
                 )
                 self._outage_logged = True
             return False
